@@ -1,0 +1,1 @@
+//! # leasehold-actors — the actix runtime (to come)

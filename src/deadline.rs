@@ -1,0 +1,1 @@
+//! STUB — `Deadline<S>`: every call of the wrapped lease or durable store settles within a limit.

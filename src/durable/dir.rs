@@ -1,0 +1,1 @@
+//! STUB — `DirStore`, the embedded durable store.

@@ -1,0 +1,194 @@
+//! The crate error: one variant per thing a caller can act on, each with a stable code string.
+//!
+//! Every module has its own `thiserror` enum ([`IdError`], [`StoreError`], [`LeaseError`],
+//! [`LedgerError`], [`ImageError`], [`PathError`]); they map into [`Error`] here. Errors compare
+//! with `==` so tests can assert on them.
+
+use crate::durable::StoreError;
+use crate::ids::IdError;
+use crate::image::ImageError;
+use crate::lease::LeaseError;
+use crate::ledger::LedgerError;
+use crate::paths::PathError;
+
+/// Shorthand for results with the crate [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, in terms a caller can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The lease was not held when the call started or was lost before it committed. Nothing of
+    /// the call was committed. Another replica may own the tenant now.
+    #[error("fenced: this replica no longer holds the lease on {key}; nothing was committed")]
+    Fenced {
+        /// The tenant's lease key.
+        key: String,
+    },
+    /// The tenant is being handed off, abandoned or forgotten and takes no new calls.
+    #[error("draining: tenant {key} is {state} and takes no new calls")]
+    Draining {
+        /// The tenant's lease key.
+        key: String,
+        /// The state that refused the call (`draining`, `flushing`, `forgetting`…).
+        state: String,
+    },
+    /// A handoff waited `after_ms` for admitted work to finish, gave up, and the tenant serves again.
+    #[error("drain timeout: tenant {key} still had work running after {after_ms} ms; it serves again")]
+    DrainTimeout {
+        /// The tenant's lease key.
+        key: String,
+        /// How long the drain waited.
+        after_ms: u64,
+    },
+    /// An id was refused; nothing was touched.
+    #[error("invalid id: {0}")]
+    InvalidId(#[from] IdError),
+    /// A path or durable key or prefix was refused; nothing was touched.
+    #[error("invalid path: {0}")]
+    InvalidPath(String),
+    /// An option is out of range; nothing was started.
+    #[error("invalid option {name}: {reason}")]
+    InvalidOption {
+        /// The option's name, as in the configuration.
+        name: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// Another replica holds a live lease on the tenant.
+    #[error("lease held: {key} is held by {owner} at epoch {epoch}")]
+    LeaseHeld {
+        /// The tenant's lease key.
+        key: String,
+        /// The replica that holds it.
+        owner: String,
+        /// Its epoch.
+        epoch: u64,
+    },
+    /// A lease store or durable store call failed, timed out or could not reach its backend.
+    #[error("store: {0}")]
+    Store(StoreError),
+    /// An image, manifest or record failed its checks.
+    #[error("corrupt: {0}")]
+    Corrupt(String),
+    /// SQLite refused or failed the statement, or the host's closure returned an error; its
+    /// savepoint was rolled back.
+    #[error("ledger: {0}")]
+    Ledger(LedgerError),
+    /// The tenant or the runtime has stopped and can no longer answer.
+    #[error("closed: {0}")]
+    Closed(String),
+}
+
+impl Error {
+    /// A stable, machine-readable code for this error (`LEASEHOLD_FENCED`, …).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Fenced { .. } => "LEASEHOLD_FENCED",
+            Error::Draining { .. } => "LEASEHOLD_DRAINING",
+            Error::DrainTimeout { .. } => "LEASEHOLD_DRAIN_TIMEOUT",
+            Error::InvalidId(_) => "LEASEHOLD_INVALID_ID",
+            Error::InvalidPath(_) => "LEASEHOLD_INVALID_PATH",
+            Error::InvalidOption { .. } => "LEASEHOLD_INVALID_OPTION",
+            Error::LeaseHeld { .. } => "LEASEHOLD_LEASE_HELD",
+            Error::Store(_) => "LEASEHOLD_STORE",
+            Error::Corrupt(_) => "LEASEHOLD_CORRUPT",
+            Error::Ledger(_) => "LEASEHOLD_LEDGER",
+            Error::Closed(_) => "LEASEHOLD_CLOSED",
+        }
+    }
+
+    /// True for the refusals of a tenant that is leaving this replica ([`Error::Draining`]).
+    pub fn is_draining(&self) -> bool {
+        matches!(self, Error::Draining { .. })
+    }
+
+    /// True when the lease was not held ([`Error::Fenced`]).
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Error::Fenced { .. })
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::InvalidKey { .. } => Error::InvalidPath(e.to_string()),
+            other => Error::Store(other),
+        }
+    }
+}
+
+impl From<LeaseError> for Error {
+    fn from(e: LeaseError) -> Self {
+        match e {
+            LeaseError::Held { key, owner, epoch } => Error::LeaseHeld { key, owner, epoch },
+            LeaseError::NotHeld { key, .. } => Error::Fenced { key },
+            LeaseError::Store(s) => s.into(),
+        }
+    }
+}
+
+impl From<LedgerError> for Error {
+    fn from(e: LedgerError) -> Self {
+        Error::Ledger(e)
+    }
+}
+
+impl From<ImageError> for Error {
+    fn from(e: ImageError) -> Self {
+        match e {
+            ImageError::Store(s) => s.into(),
+            ImageError::Ledger(l) => Error::Ledger(l),
+            other => Error::Corrupt(other.to_string()),
+        }
+    }
+}
+
+impl From<PathError> for Error {
+    fn from(e: PathError) -> Self {
+        Error::InvalidPath(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_stable_and_distinct() {
+        let all = [
+            Error::Fenced { key: "k".into() },
+            Error::Draining {
+                key: "k".into(),
+                state: "draining".into(),
+            },
+            Error::DrainTimeout {
+                key: "k".into(),
+                after_ms: 1,
+            },
+            Error::InvalidId(IdError::Empty { kind: "org" }),
+            Error::InvalidPath("p".into()),
+            Error::InvalidOption {
+                name: "ttl",
+                reason: "zero".into(),
+            },
+            Error::LeaseHeld {
+                key: "k".into(),
+                owner: "o".into(),
+                epoch: 1,
+            },
+            Error::Store(StoreError::Timeout {
+                op: "get",
+                after_ms: 5,
+            }),
+            Error::Corrupt("c".into()),
+            Error::Ledger(LedgerError::Host("h".into())),
+            Error::Closed("c".into()),
+        ];
+        let mut codes: Vec<_> = all.iter().map(Error::code).collect();
+        assert!(codes.iter().all(|c| c.starts_with("LEASEHOLD_")));
+        codes.sort();
+        codes.dedup();
+        assert_eq!(codes.len(), all.len());
+        assert_eq!(all[0].code(), "LEASEHOLD_FENCED");
+    }
+}

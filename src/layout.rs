@@ -1,0 +1,76 @@
+//! How a tenant's objects are named in the durable store, and the reference to one image.
+//!
+//! ```text
+//! <org>/<tenant>/e00000003/snap-000001.db     image (a consistent copy of the ledger)
+//! <org>/<tenant>/e00000003/snap-000001.json   its manifest
+//! ```
+//! Sequence numbers count from 1 within an epoch.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::LeaseKey;
+
+/// One published image: enough to fetch it and check it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ImageRef {
+    /// The epoch of the tenure that published it.
+    pub epoch: u64,
+    /// Its number within that epoch, from 1.
+    pub seq: u64,
+    /// SHA-256 of the image bytes, 64 lowercase hex characters.
+    pub sha256: String,
+}
+
+/// `<key>/e<epoch:08>/`: every object of one tenure.
+pub fn epoch_prefix(key: &LeaseKey, epoch: u64) -> String {
+    format!("{key}/e{epoch:08}/")
+}
+
+/// `<key>/e<epoch:08>/snap-<seq:06>.db`.
+pub fn image_key(key: &LeaseKey, epoch: u64, seq: u64) -> String {
+    format!("{}snap-{seq:06}.db", epoch_prefix(key, epoch))
+}
+
+/// `<key>/e<epoch:08>/snap-<seq:06>.json`.
+pub fn manifest_key(key: &LeaseKey, epoch: u64, seq: u64) -> String {
+    format!("{}snap-{seq:06}.json", epoch_prefix(key, epoch))
+}
+
+/// The epoch an object key of `key` lies in: `Some(3)` for `<key>/e00000003/…`, `None` for a key
+/// outside `key`'s prefix or not shaped like the layout (such keys are never swept).
+pub fn epoch_of(key: &LeaseKey, object_key: &str) -> Option<u64> {
+    let rest = object_key.strip_prefix(&key.prefix())?;
+    let (segment, _) = rest.split_once('/')?;
+    let digits = segment.strip_prefix('e')?;
+    if digits.len() < 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{OrgId, TenantId};
+
+    fn key() -> LeaseKey {
+        LeaseKey::new(&OrgId::new("acme").unwrap(), &TenantId::new("t1").unwrap())
+    }
+
+    #[test]
+    fn names_follow_the_contract_layout() {
+        assert_eq!(image_key(&key(), 3, 1), "acme/t1/e00000003/snap-000001.db");
+        assert_eq!(manifest_key(&key(), 3, 1), "acme/t1/e00000003/snap-000001.json");
+        assert_eq!(epoch_prefix(&key(), 12), "acme/t1/e00000012/");
+    }
+
+    #[test]
+    fn epochs_are_read_back_only_from_keys_of_the_layout() {
+        assert_eq!(epoch_of(&key(), "acme/t1/e00000003/snap-000001.db"), Some(3));
+        assert_eq!(epoch_of(&key(), "acme/t1/e123456789/x"), Some(123_456_789));
+        assert_eq!(epoch_of(&key(), "acme/t10/e00000003/x"), None);
+        assert_eq!(epoch_of(&key(), "acme/t1/base.json"), None);
+        assert_eq!(epoch_of(&key(), "acme/t1/e0003/x"), None);
+        assert_eq!(epoch_of(&key(), "acme/t1/eabcdefgh/x"), None);
+    }
+}

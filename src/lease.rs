@@ -1,0 +1,222 @@
+//! Leases: the [`LeaseStore`] trait, the [`LeaseRecord`] it keeps, and [`LeaseTerm`], the pure
+//! rule that says whether a holder may still act.
+//!
+//! A lease is `(key, owner, epoch, expires_at, floor, head)`. The store judges expiry by its own
+//! clock only. The holder judges it by its own monotonic clock, counting from the moment it
+//! *sent* the acquire or renew and stopping `margin` before the end (CONTRACT promise 1), so a
+//! holder always believes its lease ends before the store does.
+//!
+//! Backends: [`sqlite`] (the embedded default, shared by the processes of one host) and, with the
+//! `postgres` feature, `postgres` (a fleet of hosts). Both pass `testkit::lease_store_conformance`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::clock::duration_ms;
+use crate::durable::StoreError;
+use crate::ids::LeaseKey;
+use crate::layout::ImageRef;
+
+pub mod sqlite;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
+/// A lease as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// `<org>/<tenant>`.
+    pub key: String,
+    /// The replica that holds (or last held) the lease.
+    pub owner: String,
+    /// Grows by one at every acquisition; never reused, also not after a forget.
+    pub epoch: u64,
+    /// When the lease ends, in milliseconds of the **store's** clock.
+    pub expires_at_ms: u64,
+    /// True once the holder released it; a released lease can be acquired at once.
+    pub released: bool,
+    /// The highest epoch that was forgotten: nothing at or below it may be read again.
+    pub floor: u64,
+    /// The newest published image, moved only by [`LeaseStore::publish_head`].
+    pub head: Option<ImageRef>,
+}
+
+/// What one key of a [`LeaseStore::renew_many`] call came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewOutcome {
+    /// The lease was live for `(owner, epoch)` and now runs for another `ttl`.
+    Renewed,
+    /// The lease is not live for `(owner, epoch)`: expired, released, or taken by another.
+    Lost,
+}
+
+/// Why a lease operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseError {
+    /// `acquire` found a live lease of another tenure.
+    #[error("lease {key} is held by {owner} at epoch {epoch}")]
+    Held {
+        /// The key.
+        key: String,
+        /// The current holder.
+        owner: String,
+        /// Its epoch.
+        epoch: u64,
+    },
+    /// The lease is not live for this `(owner, epoch)`: it expired, was released, was taken over,
+    /// or (for `publish_head`) its epoch was forgotten.
+    #[error("lease {key} is not held by {owner} at epoch {epoch}")]
+    NotHeld {
+        /// The key.
+        key: String,
+        /// The caller's owner name.
+        owner: String,
+        /// The caller's epoch.
+        epoch: u64,
+    },
+    /// The store could not be asked; the lease must be treated as unknown, never as held.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Where leases live. Every method is one round trip (one statement or one short transaction).
+///
+/// `renew`, `release`, `publish_head` and `mark_forgotten` succeed only for the `(owner, epoch)`
+/// of a lease that is live by the store's clock; otherwise they return [`LeaseError::NotHeld`]
+/// and change nothing.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
+    /// The record of `key`, live or not; `None` if it was never acquired.
+    async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError>;
+
+    /// Takes the lease if it is free, released or expired by the store's clock: bumps the epoch,
+    /// sets the owner and `expires_at = now + ttl`, keeps floor and head, and returns the record.
+    /// The caller reads the head it must restore from this same record.
+    async fn acquire(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError>;
+
+    /// Extends a live lease of `(owner, epoch)` to `now + ttl`.
+    async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError>;
+
+    /// Renews many leases of one owner in one round trip; the outcomes follow `leases` in order.
+    /// Only a failure to reach the store is an `Err`; a lease that is gone is [`RenewOutcome::Lost`].
+    async fn renew_many(
+        &self,
+        owner: &str,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<Vec<RenewOutcome>, LeaseError>;
+
+    /// Hands a live lease back: it can be acquired at once, at the next epoch.
+    async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError>;
+
+    /// Moves the head to `image`: a compare-and-set that succeeds only while `(owner, epoch)` holds
+    /// a live lease, `epoch` is above the floor, and `image.epoch == epoch` (CONTRACT promise 4).
+    async fn publish_head(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        image: &ImageRef,
+    ) -> Result<LeaseRecord, LeaseError>;
+
+    /// Raises the floor to `epoch` and clears the head, for the live `(owner, epoch)`; the lease
+    /// stays held so the caller can delete and then release.
+    async fn mark_forgotten(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+    ) -> Result<LeaseRecord, LeaseError>;
+}
+
+/// Shared handle to a lease store.
+pub type SharedLeaseStore = Arc<dyn LeaseStore>;
+
+/// The holder's view of one tenure: whether it may still act, judged by its own clock.
+///
+/// `valid_until = sent_at + ttl − margin`, where `sent_at` is the holder's monotonic time when it
+/// sent the acquire or renew that the store granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTerm {
+    /// Holder's monotonic time (ms) when the granting call was sent.
+    pub sent_at_ms: u64,
+    /// The lease duration asked of the store.
+    pub ttl: Duration,
+    /// How long before the end the holder stops acting.
+    pub margin: Duration,
+}
+
+impl LeaseTerm {
+    /// The last holder-clock millisecond (exclusive) at which the holder may act.
+    pub fn valid_until_ms(&self) -> u64 {
+        self.sent_at_ms
+            .saturating_add(duration_ms(self.ttl))
+            .saturating_sub(duration_ms(self.margin))
+    }
+
+    /// Whether the holder may still act at `now_ms` (its own clock).
+    pub fn holds_at(&self, now_ms: u64) -> bool {
+        now_ms < self.valid_until_ms()
+    }
+
+    /// The term a renewal sent at `sent_at_ms` gives, never shorter than this one.
+    pub fn renewed(&self, sent_at_ms: u64) -> Self {
+        Self {
+            sent_at_ms: sent_at_ms.max(self.sent_at_ms),
+            ..*self
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn term(sent: u64) -> LeaseTerm {
+        LeaseTerm {
+            sent_at_ms: sent,
+            ttl: Duration::from_millis(10_000),
+            margin: Duration::from_millis(2_000),
+        }
+    }
+
+    #[test]
+    fn a_lease_holds_until_margin_before_its_end_counted_from_sending() {
+        let t = term(5_000);
+        assert_eq!(t.valid_until_ms(), 13_000);
+        assert!(t.holds_at(5_000));
+        assert!(t.holds_at(12_999));
+        assert!(!t.holds_at(13_000));
+        assert!(!t.holds_at(20_000));
+    }
+
+    #[test]
+    fn a_renewal_never_shortens_the_term() {
+        let t = term(5_000);
+        assert_eq!(t.renewed(7_000).valid_until_ms(), 15_000);
+        assert_eq!(t.renewed(1_000), t, "a late answer to an older renewal changes nothing");
+    }
+
+    #[test]
+    fn a_margin_longer_than_the_ttl_never_holds() {
+        let t = LeaseTerm {
+            sent_at_ms: 0,
+            ttl: Duration::from_millis(1),
+            margin: Duration::from_millis(5),
+        };
+        assert!(!t.holds_at(0));
+    }
+}

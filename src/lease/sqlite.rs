@@ -1,0 +1,1 @@
+//! STUB — `SqliteLeaseStore`, the embedded lease store.

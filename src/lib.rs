@@ -1,0 +1,44 @@
+//! # leasehold — the storage core
+//!
+//! Per-tenant SQLite ledgers kept under fenced leases, with images published to a durable store.
+//! This crate holds everything below the actors: no actor framework, no timers of its own. The
+//! actix runtime that carries these pieces out lives in the `leasehold-actors` crate.
+//!
+//! ## Layout
+//! - [`ids`] — validated `OrgId`, `TenantId`, `ReplicaId`, `derive_tenant_id`, `LeaseKey`.
+//! - [`error`] — the crate [`Error`], whose variants a caller can act on, each with a stable code.
+//! - [`clock`] — the [`Clock`] trait (monotonic milliseconds), the system clock and [`ManualClock`].
+//! - [`lease`] — the [`LeaseStore`] trait, the lease record, and the pure [`lease::LeaseTerm`]
+//!   that says whether a holder may still act; [`lease::sqlite`] is the embedded backend.
+//! - [`durable`] — the [`DurableStore`] trait (an object store with `put_if_absent` as its only
+//!   write), key and prefix validation; [`durable::dir`] is the embedded backend.
+//! - [`deadline`] — a wrapper that gives every lease-store and durable-store call a deadline.
+//! - [`layout`] — how images and manifests are named in the durable store, and the image
+//!   reference ([`layout::ImageRef`]) that heads and manifests carry.
+//! - [`ledger`] — the tenant's SQLite file: schema, events, the bracket host code runs in.
+//! - [`image`] — consistent images, manifests, verification, publish and restore.
+//! - [`paths`] — path containment for every destructive local call.
+//! - [`plan`] — pure decisions: what a sweep may delete, when a drain is over.
+//! - `testkit` (feature `testkit`) — conformance suites every backend passes, and
+//!   `FaultyStore`, the fault-injecting durable store the tests use.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod clock;
+pub mod deadline;
+pub mod durable;
+pub mod error;
+pub mod ids;
+pub mod image;
+pub mod layout;
+pub mod lease;
+pub mod ledger;
+pub mod paths;
+pub mod plan;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use durable::DurableStore;
+pub use error::{Error, Result};
+pub use ids::{LeaseKey, OrgId, ReplicaId, TenantId, derive_tenant_id};
+pub use lease::LeaseStore;

@@ -1,0 +1,151 @@
+//! Path containment: every destructive local call takes `(state_root, org, tenant)`, derives the
+//! tenant's directory itself, checks it, and deletes the resolved path it checked.
+//!
+//! The checks: the state root has no `..` component; it is resolved once (symlinks *above* the
+//! root are the operator's business); below it, `orgs/<org>/tenants/<tenant>` must be real
+//! directories, none a symlink. Ids are validated by their types, so a segment cannot be `..` or
+//! hold a `/`. A refused path is a typed [`PathError`] and nothing is touched.
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use crate::ids::{OrgId, TenantId, tenant_root};
+
+/// The ledger's file name inside a tenant's directory.
+pub const LEDGER_FILE: &str = "ledger.db";
+
+/// Why a local path was refused or could not be handled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// The path breaks a containment rule; nothing was touched.
+    #[error("{path}: {reason}")]
+    Refused {
+        /// The path as given or derived.
+        path: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// The file system failed.
+    #[error("{path}: {message}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The error, as text.
+        message: String,
+    },
+}
+
+fn refused(path: &Path, reason: &'static str) -> PathError {
+    PathError::Refused {
+        path: path.display().to_string(),
+        reason,
+    }
+}
+
+fn io_error(path: &Path, e: &io::Error) -> PathError {
+    PathError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// The state root, resolved: refused if it has a `..` component; `None` if it does not exist.
+fn resolve_root(state_root: &Path) -> Result<Option<PathBuf>, PathError> {
+    if state_root.as_os_str().is_empty() {
+        return Err(refused(state_root, "the state root is empty"));
+    }
+    if state_root.components().any(|c| c == Component::ParentDir) {
+        return Err(refused(state_root, "the state root has a '..' component"));
+    }
+    match std::fs::canonicalize(state_root) {
+        Ok(p) => Ok(Some(p)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error(state_root, &e)),
+    }
+}
+
+/// The tenant's directory, checked: `Some(path)` if it exists and every segment below the
+/// resolved state root is a real directory; `None` if some segment does not exist.
+pub fn checked_tenant_dir(
+    state_root: &Path,
+    org: &OrgId,
+    tenant: &TenantId,
+) -> Result<Option<PathBuf>, PathError> {
+    let Some(root) = resolve_root(state_root)? else {
+        return Ok(None);
+    };
+    let mut path = root;
+    for segment in ["orgs", org.as_str(), "tenants", tenant.as_str()] {
+        path.push(segment);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(refused(&path, "a symlink below the state root"));
+            }
+            Ok(m) if !m.is_dir() => return Err(refused(&path, "not a directory")),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error(&path, &e)),
+        }
+    }
+    Ok(Some(path))
+}
+
+/// Creates the tenant's directory (and its parents) and returns it, checked.
+pub fn ensure_tenant_dir(
+    state_root: &Path,
+    org: &OrgId,
+    tenant: &TenantId,
+) -> Result<PathBuf, PathError> {
+    let root = match resolve_root(state_root)? {
+        Some(root) => root,
+        None => {
+            std::fs::create_dir_all(state_root).map_err(|e| io_error(state_root, &e))?;
+            resolve_root(state_root)?.ok_or_else(|| refused(state_root, "the state root vanished"))?
+        }
+    };
+    // Check what exists before creating the rest, so nothing is created through a symlink.
+    checked_tenant_dir(&root, org, tenant)?;
+    let wanted = tenant_root(&root, org, tenant);
+    std::fs::create_dir_all(&wanted).map_err(|e| io_error(&wanted, &e))?;
+    checked_tenant_dir(&root, org, tenant)?
+        .ok_or_else(|| refused(&wanted, "the tenant directory vanished while it was created"))
+}
+
+/// The tenant's ledger file, `<tenant dir>/ledger.db` (not checked: use it to open, not to delete).
+pub fn ledger_path(state_root: &Path, org: &OrgId, tenant: &TenantId) -> PathBuf {
+    tenant_root(state_root, org, tenant).join(LEDGER_FILE)
+}
+
+/// Deletes the tenant's directory and everything in it. Returns whether there was one.
+pub fn remove_tenant_dir(
+    state_root: &Path,
+    org: &OrgId,
+    tenant: &TenantId,
+) -> Result<bool, PathError> {
+    let Some(dir) = checked_tenant_dir(state_root, org, tenant)? else {
+        return Ok(false);
+    };
+    // remove_dir_all does not follow symlinks inside the tree it removes.
+    std::fs::remove_dir_all(&dir).map_err(|e| io_error(&dir, &e))?;
+    Ok(true)
+}
+
+/// Deletes the tenant's ledger files (`ledger.db`, `-wal`, `-shm`), keeping the directory.
+pub fn remove_ledger_files(
+    state_root: &Path,
+    org: &OrgId,
+    tenant: &TenantId,
+) -> Result<(), PathError> {
+    let Some(dir) = checked_tenant_dir(state_root, org, tenant)? else {
+        return Ok(());
+    };
+    for suffix in ["", "-wal", "-shm"] {
+        let file = dir.join(format!("{LEDGER_FILE}{suffix}"));
+        match std::fs::remove_file(&file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error(&file, &e)),
+        }
+    }
+    Ok(())
+}

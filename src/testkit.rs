@@ -1,0 +1,1 @@
+//! STUB — conformance suites, `FaultyStore`, `FaultyLeaseStore`.
