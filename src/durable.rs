@@ -106,6 +106,25 @@ pub trait DurableStore: Send + Sync + fmt::Debug + 'static {
 /// Shared handle to a durable store.
 pub type SharedDurableStore = Arc<dyn DurableStore>;
 
+#[async_trait]
+impl<S: DurableStore + ?Sized> DurableStore for Arc<S> {
+    async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
+        (**self).put_if_absent(key, bytes).await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        (**self).get(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        (**self).list(prefix).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        (**self).delete(key).await
+    }
+    async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
+        (**self).delete_prefix(prefix).await
+    }
+}
+
 fn check_segment(key: &str, seg: &str) -> Result<(), StoreError> {
     let bad = |reason| {
         Err(StoreError::InvalidKey {

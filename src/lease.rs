@@ -145,6 +145,58 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
 /// Shared handle to a lease store.
 pub type SharedLeaseStore = Arc<dyn LeaseStore>;
 
+#[async_trait]
+impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
+    async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
+        (**self).read(key).await
+    }
+    async fn acquire(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError> {
+        (**self).acquire(key, owner, ttl).await
+    }
+    async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError> {
+        (**self).renew(key, owner, epoch, ttl).await
+    }
+    async fn renew_many(
+        &self,
+        owner: &str,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<Vec<RenewOutcome>, LeaseError> {
+        (**self).renew_many(owner, leases, ttl).await
+    }
+    async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError> {
+        (**self).release(key, owner, epoch).await
+    }
+    async fn publish_head(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        image: &ImageRef,
+    ) -> Result<LeaseRecord, LeaseError> {
+        (**self).publish_head(key, owner, epoch, image).await
+    }
+    async fn mark_forgotten(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+    ) -> Result<LeaseRecord, LeaseError> {
+        (**self).mark_forgotten(key, owner, epoch).await
+    }
+}
+
 /// The holder's view of one tenure: whether it may still act, judged by its own clock.
 ///
 /// `valid_until = sent_at + ttl − margin`, where `sent_at` is the holder's monotonic time when it
