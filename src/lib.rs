@@ -19,6 +19,7 @@
 //! - [`image`] — consistent images, manifests, verification, publish and restore.
 //! - [`paths`] — path containment for every destructive local call.
 //! - [`plan`] — pure decisions: what a sweep may delete, when a drain is over.
+//! - [`sweep`] — deleting dead epochs of one tenant, or of a whole store (the operator command).
 //! - `testkit` (feature `testkit`) — conformance suites every backend passes, and
 //!   `FaultyStore`, the fault-injecting durable store the tests use.
 #![warn(missing_docs, unreachable_pub)]
@@ -34,6 +35,7 @@ pub mod lease;
 pub mod ledger;
 pub mod paths;
 pub mod plan;
+pub mod sweep;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 

@@ -1,1 +1,35 @@
-//! # leasehold-actors — the actix runtime (to come)
+//! # leasehold-actors — the actix runtime
+//!
+//! One actor per tenant, a lease actor that owns the replica's renewal chain, and a supervisor
+//! that opens tenants, enforces drain deadlines and close concurrency. Hosts hold handles
+//! ([`Supervisor`], [`TenantRef`], [`Ticket`]) and never build messages.
+//!
+//! ```text
+//!   Supervisor ──> SupervisorActor ──┬── LeaseActor        one renew_many per tick
+//!                                    ├── Arbiter 1 ── TenantActor, TenantActor, …
+//!                                    └── Arbiter n ── TenantActor, …
+//! ```
+//!
+//! ## Layout
+//! - [`config`] — [`RuntimeConfig`], defaults and validation.
+//! - [`events`] — [`Event`], the [`Observer`] trait, [`EventLog`].
+//! - [`status`] — [`TenantStatus`], the tenant's state machine.
+//! - `supervisor` — [`Supervisor`]: open, handoff under the drain deadline, close.
+//! - `tenant` — [`TenantRef`] and [`Ticket`]; the tenant actor, its group commit, its lifecycle
+//!   and its image publisher.
+//! - `lease_actor` — the renewal chain and each tenure's `LeaseCell`.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod config;
+pub mod events;
+mod lease_actor;
+mod runtime;
+pub mod status;
+mod supervisor;
+mod tenant;
+
+pub use config::RuntimeConfig;
+pub use events::{Event, EventLog, Observer};
+pub use status::TenantStatus;
+pub use supervisor::{Supervisor, SupervisorActor};
+pub use tenant::{TenantRef, Ticket};

@@ -1,0 +1,149 @@
+//! The runtime's options, their defaults, and the checks that refuse absurd values before
+//! anything starts.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::clock::SharedClock;
+use leasehold::durable::SharedDurableStore;
+use leasehold::lease::SharedLeaseStore;
+use leasehold::ledger::LedgerOptions;
+use leasehold::{Error, ReplicaId, SystemClock};
+
+use crate::events::Observer;
+
+/// The longest duration any option accepts (one day): anything longer is a unit mistake.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Everything a [`crate::Supervisor`] needs. Build it with [`RuntimeConfig::new`], which fills in
+/// the defaults, then change fields; [`RuntimeConfig::validate`] runs at start.
+#[derive(Clone)]
+pub struct RuntimeConfig {
+    /// This replica's name, written into every lease it holds.
+    pub replica_id: ReplicaId,
+    /// Where this replica keeps local ledgers: `<state_root>/orgs/<org>/tenants/<tenant>`.
+    pub state_root: PathBuf,
+    /// The lease store (SQLite on one host, PostgreSQL for a fleet).
+    pub leases: SharedLeaseStore,
+    /// The durable store for images (a directory, S3).
+    pub durable: SharedDurableStore,
+    /// The holder's monotonic clock. Default: the system's `CLOCK_MONOTONIC`.
+    pub clock: SharedClock,
+    /// How long a lease runs per acquire or renew. Default 30 s.
+    pub ttl: Duration,
+    /// How long before its end the holder stops acting on a lease. Default 5 s.
+    pub margin: Duration,
+    /// How often the lease actor renews every lease of the replica; `None` renews only when
+    /// asked (`Supervisor::renew_now`), for tests with a manual clock. Default 10 s.
+    pub renew_every: Option<Duration>,
+    /// How often a tenant with new writes publishes an image; `None` only on request and at
+    /// handoff. This is the crash RPO. Default 60 s.
+    pub snapshot_every: Option<Duration>,
+    /// How long a handoff waits for admitted work before it fails with `DrainTimeout`. Default 120 s.
+    pub drain_timeout: Duration,
+    /// How many tenants `close` hands off at a time. Default 8.
+    pub close_concurrency: usize,
+    /// The deadline of every lease-store and durable-store call. Default 10 s.
+    pub store_deadline: Duration,
+    /// How many arbiters (threads) tenants are placed on. Default: the number of cores.
+    pub arbiters: usize,
+    /// SQLite options of every ledger.
+    pub ledger: LedgerOptions,
+    /// Who hears the runtime's events, besides `tracing`. Default: nobody.
+    pub observer: Option<Arc<dyn Observer>>,
+}
+
+impl std::fmt::Debug for RuntimeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeConfig")
+            .field("replica_id", &self.replica_id)
+            .field("state_root", &self.state_root)
+            .field("ttl", &self.ttl)
+            .field("margin", &self.margin)
+            .field("renew_every", &self.renew_every)
+            .field("snapshot_every", &self.snapshot_every)
+            .field("drain_timeout", &self.drain_timeout)
+            .field("close_concurrency", &self.close_concurrency)
+            .field("store_deadline", &self.store_deadline)
+            .field("arbiters", &self.arbiters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuntimeConfig {
+    /// A configuration with every default filled in.
+    pub fn new(
+        replica_id: ReplicaId,
+        state_root: impl Into<PathBuf>,
+        leases: SharedLeaseStore,
+        durable: SharedDurableStore,
+    ) -> Self {
+        Self {
+            replica_id,
+            state_root: state_root.into(),
+            leases,
+            durable,
+            clock: Arc::new(SystemClock),
+            ttl: Duration::from_secs(30),
+            margin: Duration::from_secs(5),
+            renew_every: Some(Duration::from_secs(10)),
+            snapshot_every: Some(Duration::from_secs(60)),
+            drain_timeout: Duration::from_secs(120),
+            close_concurrency: 8,
+            store_deadline: Duration::from_secs(10),
+            arbiters: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            ledger: LedgerOptions::default(),
+            observer: None,
+        }
+    }
+
+    /// Refuses zero, negative-in-effect and absurd values with [`Error::InvalidOption`].
+    pub fn validate(&self) -> Result<(), Error> {
+        positive("ttl", self.ttl)?;
+        if self.margin >= self.ttl {
+            return invalid("margin", "must be shorter than ttl, or the lease never holds");
+        }
+        if let Some(every) = self.renew_every {
+            positive("renew_every", every)?;
+            if every >= self.ttl - self.margin {
+                return invalid(
+                    "renew_every",
+                    "must be shorter than ttl - margin, or leases lapse between renewals",
+                );
+            }
+        }
+        if let Some(every) = self.snapshot_every {
+            positive("snapshot_every", every)?;
+        }
+        positive("drain_timeout", self.drain_timeout)?;
+        positive("store_deadline", self.store_deadline)?;
+        if !(1..=10_000).contains(&self.close_concurrency) {
+            return invalid("close_concurrency", "must be between 1 and 10000");
+        }
+        if !(1..=256).contains(&self.arbiters) {
+            return invalid("arbiters", "must be between 1 and 256");
+        }
+        if self.state_root.as_os_str().is_empty() {
+            return invalid("state_root", "must not be empty");
+        }
+        Ok(())
+    }
+}
+
+fn invalid(name: &'static str, reason: &str) -> Result<(), Error> {
+    Err(Error::InvalidOption {
+        name,
+        reason: reason.to_string(),
+    })
+}
+
+fn positive(name: &'static str, d: Duration) -> Result<(), Error> {
+    if d.is_zero() {
+        invalid(name, "must be longer than zero")
+    } else if d > MAX_DURATION {
+        invalid(name, "must be at most one day")
+    } else {
+        Ok(())
+    }
+}

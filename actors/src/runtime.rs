@@ -1,0 +1,78 @@
+//! What the supervisor and every tenant actor share: the validated configuration, with the
+//! stores wrapped so that every call has a deadline, and the event sink.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::clock::SharedClock;
+use leasehold::deadline::Deadline;
+use leasehold::durable::SharedDurableStore;
+use leasehold::lease::SharedLeaseStore;
+use leasehold::ledger::LedgerOptions;
+use leasehold::{Error, ReplicaId};
+
+use crate::config::RuntimeConfig;
+use crate::events::EventSink;
+
+/// The shared, read-only part of a replica.
+#[derive(Debug)]
+pub(crate) struct Runtime {
+    /// This replica's name.
+    pub(crate) replica: ReplicaId,
+    /// Where local ledgers live.
+    pub(crate) state_root: PathBuf,
+    /// The lease store, every call bounded by `store_deadline`.
+    pub(crate) leases: SharedLeaseStore,
+    /// The durable store, every call bounded by `store_deadline`.
+    pub(crate) durable: SharedDurableStore,
+    /// The holder's monotonic clock.
+    pub(crate) clock: SharedClock,
+    /// Lease duration.
+    pub(crate) ttl: Duration,
+    /// Safety margin before a lease's end.
+    pub(crate) margin: Duration,
+    /// Renewal period, or `None` for renewals on request only.
+    pub(crate) renew_every: Option<Duration>,
+    /// Periodic snapshot period, or `None`.
+    pub(crate) snapshot_every: Option<Duration>,
+    /// How long a handoff waits for admitted work.
+    pub(crate) drain_timeout: Duration,
+    /// How many tenants `close` hands off at a time.
+    pub(crate) close_concurrency: usize,
+    /// SQLite options of every ledger.
+    pub(crate) ledger: LedgerOptions,
+    /// Where events go.
+    pub(crate) events: EventSink,
+}
+
+impl Runtime {
+    /// Validates `config` and wraps its stores in deadlines.
+    pub(crate) fn new(config: RuntimeConfig) -> Result<Arc<Self>, Error> {
+        config.validate()?;
+        let leases: SharedLeaseStore =
+            Arc::new(Deadline::new(config.leases, config.store_deadline)?);
+        let durable: SharedDurableStore =
+            Arc::new(Deadline::new(config.durable, config.store_deadline)?);
+        Ok(Arc::new(Self {
+            replica: config.replica_id,
+            state_root: config.state_root,
+            leases,
+            durable,
+            clock: config.clock,
+            ttl: config.ttl,
+            margin: config.margin,
+            renew_every: config.renew_every,
+            snapshot_every: config.snapshot_every,
+            drain_timeout: config.drain_timeout,
+            close_concurrency: config.close_concurrency,
+            ledger: config.ledger,
+            events: EventSink::new(config.observer),
+        }))
+    }
+
+    /// The holder's clock, now.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+}

@@ -1,0 +1,317 @@
+//! The supervisor: one per replica. It opens tenants, keeps the table of their addresses, runs
+//! handoffs under the drain deadline, closes the replica `close_concurrency` tenants at a time,
+//! waits for forgets under way, and owns the arbiters and the lease actor.
+//!
+//! ```text
+//!   host ──> Supervisor (handle) ──> SupervisorActor ──┬──> LeaseActor  (one renewal chain)
+//!   host ──> TenantRef ─────────────────────────────┐  └──> TenantActor × n, on arbiters
+//!                                                   └────> TenantActor (runs, tickets, snapshots)
+//! ```
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use leasehold::{Error, LeaseKey, OrgId, TenantId};
+use tokio::sync::oneshot;
+
+mod close;
+mod open;
+
+use crate::config::RuntimeConfig;
+use crate::events::{Event, EventSink};
+use crate::lease_actor::{LeaseActor, RenewNow};
+use crate::runtime::Runtime;
+use crate::tenant::TenantRef;
+use crate::tenant::messages::{BeginDrain, CancelDrain, Flush, ForgetBegun, TenantGone};
+
+type SharedOpen = Shared<BoxFuture<'static, Result<TenantRef, Error>>>;
+
+/// The host's handle to a replica's supervisor tree. Cheap to clone.
+#[derive(Clone)]
+pub struct Supervisor {
+    /// The supervisor actor.
+    addr: Addr<SupervisorActor>,
+    /// The event sink, for `events_delivered`.
+    events: EventSink,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor").finish_non_exhaustive()
+    }
+}
+
+impl Supervisor {
+    /// Validates `config` and starts the supervisor, the lease actor and the arbiters tenants
+    /// live on. Call it inside a running actix system (`#[actix::main]`, `actix_rt::System`).
+    pub fn start(config: RuntimeConfig) -> Result<Self, Error> {
+        let arbiters = config.arbiters;
+        let rt = Runtime::new(config)?;
+        let events = rt.events.clone();
+        let lease_actor = LeaseActor::new(rt.clone()).start();
+        let arbiters = (0..arbiters).map(|_| Arbiter::new()).collect();
+        let addr = SupervisorActor {
+            rt,
+            lease_actor,
+            arbiters,
+            next_arbiter: 0,
+            table: HashMap::new(),
+            next_order: 0,
+            opening: HashMap::new(),
+            forgets: Vec::new(),
+            closing: false,
+        }
+        .start();
+        Ok(Self { addr, events })
+    }
+
+    /// Opens a tenant: acquires its lease, restores its head, and returns its handle. Opening a
+    /// tenant that is already open here returns the same tenant.
+    pub fn open(
+        &self,
+        org: &OrgId,
+        tenant: &TenantId,
+    ) -> impl Future<Output = Result<TenantRef, Error>> + use<> {
+        let request = self.addr.send(Open {
+            key: LeaseKey::new(org, tenant),
+        });
+        async move { request.await.map_err(|_| stopped())? }
+    }
+
+    /// The handle of a tenant open on this replica, if any.
+    pub async fn tenant(&self, org: &OrgId, tenant: &TenantId) -> Option<TenantRef> {
+        let key = LeaseKey::new(org, tenant);
+        self.addr.send(Lookup { key }).await.ok().flatten()
+    }
+
+    /// Hands off every open tenant, `close_concurrency` at a time, and waits for forgets under
+    /// way. Returns the tenants it could not flush, in the order they were opened; those stay
+    /// open. Opens are refused from now on.
+    pub fn close(&self) -> impl Future<Output = Result<Vec<LeaseKey>, Error>> + use<> {
+        let request = self.addr.send(Close);
+        async move { request.await.map_err(|_| stopped())? }
+    }
+
+    /// Runs one renewal of every lease now, or waits for the one under way. For tests with a
+    /// manual clock and for operators; the renewal chain does this by itself every `renew_every`.
+    pub async fn renew_now(&self) -> Result<(), Error> {
+        let lease_actor = self.addr.send(GetLeaseActor).await.map_err(|_| stopped())?;
+        lease_actor.send(RenewNow).await.map_err(|_| stopped())?
+    }
+
+    /// Waits until the observer has seen every event emitted so far (at most `limit`).
+    pub async fn events_delivered(&self, limit: Duration) -> bool {
+        self.events.delivered(limit).await
+    }
+
+    /// How many events the observer missed because it was too slow.
+    pub fn events_dropped(&self) -> u64 {
+        self.events.dropped()
+    }
+}
+
+fn stopped() -> Error {
+    Error::Closed("the supervisor has stopped".into())
+}
+
+/// A tenant in the table.
+#[derive(Clone)]
+struct Entry {
+    /// Its handle.
+    tenant: TenantRef,
+    /// When it was opened, for `close`'s order.
+    order: u64,
+}
+
+/// The supervisor actor; hosts use [`Supervisor`].
+pub struct SupervisorActor {
+    /// The shared runtime.
+    rt: Arc<Runtime>,
+    /// The renewal chain.
+    lease_actor: Addr<LeaseActor>,
+    /// Where tenant actors live, round robin.
+    arbiters: Vec<Arbiter>,
+    /// The next arbiter to place a tenant on.
+    next_arbiter: usize,
+    /// Open tenants.
+    table: HashMap<LeaseKey, Entry>,
+    /// The next open's order number.
+    next_order: u64,
+    /// Opens under way, shared by concurrent callers of the same tenant.
+    opening: HashMap<LeaseKey, SharedOpen>,
+    /// Forgets under way: `close` waits for them.
+    forgets: Vec<(LeaseKey, oneshot::Receiver<()>)>,
+    /// Set by `close`: no more opens.
+    closing: bool,
+}
+
+impl Actor for SupervisorActor {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        for arbiter in &self.arbiters {
+            arbiter.stop();
+        }
+    }
+}
+
+/// Opens a tenant.
+#[derive(Message)]
+#[rtype(result = "Result<TenantRef, Error>")]
+struct Open {
+    key: LeaseKey,
+}
+
+/// Looks a tenant up in the table.
+#[derive(Message)]
+#[rtype(result = "Option<TenantRef>")]
+struct Lookup {
+    key: LeaseKey,
+}
+
+/// Hands a tenant off under the drain deadline.
+#[derive(Message)]
+#[rtype(result = "Result<(), Error>")]
+pub(crate) struct Handoff {
+    /// The tenant.
+    pub(crate) tenant: TenantRef,
+}
+
+/// Closes the replica.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<LeaseKey>, Error>")]
+struct Close;
+
+/// The lease actor's address.
+#[derive(Message)]
+#[rtype(result = "Addr<LeaseActor>")]
+struct GetLeaseActor;
+
+impl Handler<Open> for SupervisorActor {
+    type Result = ResponseActFuture<Self, Result<TenantRef, Error>>;
+
+    fn handle(&mut self, msg: Open, ctx: &mut Context<Self>) -> Self::Result {
+        let key = msg.key;
+        if self.closing {
+            return Box::pin(actix::fut::ready(Err(Error::Closed(
+                "the replica is closing".into(),
+            ))));
+        }
+        if let Some(entry) = self.table.get(&key) {
+            return Box::pin(actix::fut::ready(Ok(entry.tenant.clone())));
+        }
+        if let Some(shared) = self.opening.get(&key) {
+            return Box::pin(shared.clone().into_actor(self));
+        }
+        let arbiter = self.arbiters[self.next_arbiter % self.arbiters.len()].handle();
+        self.next_arbiter += 1;
+        let plan = open::OpenPlan {
+            rt: self.rt.clone(),
+            key: key.clone(),
+            arbiter,
+            lease_actor: self.lease_actor.clone(),
+            supervisor: ctx.address(),
+        };
+        let shared = open::open_tenant(plan).boxed().shared();
+        self.opening.insert(key.clone(), shared.clone());
+        Box::pin(shared.into_actor(self).map(move |opened, act, _| {
+            act.opening.remove(&key);
+            if let Ok(tenant) = &opened {
+                let order = act.next_order;
+                act.next_order += 1;
+                act.table.insert(
+                    key,
+                    Entry {
+                        tenant: tenant.clone(),
+                        order,
+                    },
+                );
+            }
+            opened
+        }))
+    }
+}
+
+impl Handler<Lookup> for SupervisorActor {
+    type Result = Option<TenantRef>;
+
+    fn handle(&mut self, msg: Lookup, _ctx: &mut Context<Self>) -> Self::Result {
+        self.table.get(&msg.key).map(|e| e.tenant.clone())
+    }
+}
+
+impl Handler<GetLeaseActor> for SupervisorActor {
+    type Result = Addr<LeaseActor>;
+
+    fn handle(&mut self, _msg: GetLeaseActor, _ctx: &mut Context<Self>) -> Self::Result {
+        self.lease_actor.clone()
+    }
+}
+
+impl Handler<Handoff> for SupervisorActor {
+    type Result = ResponseFuture<Result<(), Error>>;
+
+    fn handle(&mut self, msg: Handoff, _ctx: &mut Context<Self>) -> Self::Result {
+        Box::pin(handoff(msg.tenant, self.rt.clone()))
+    }
+}
+
+/// The handoff choreography: drain under the deadline, then flush. The drain request is sent
+/// before this returns, so it reaches the tenant ahead of anything sent after.
+fn handoff(tenant: TenantRef, rt: Arc<Runtime>) -> impl Future<Output = Result<(), Error>> {
+    let begin = tenant.addr().send(BeginDrain);
+    async move {
+        let key = tenant.key().to_string();
+        let gone = || Error::Closed(format!("tenant {key} has stopped"));
+        let drained = begin.await.map_err(|_| gone())??;
+        match tokio::time::timeout(rt.drain_timeout, drained).await {
+            Err(_deadline) => {
+                let _ = tenant.addr().send(CancelDrain).await;
+                let after_ms = u64::try_from(rt.drain_timeout.as_millis()).unwrap_or(u64::MAX);
+                rt.events.emit(Event::DrainTimeout {
+                    key: key.clone(),
+                    after_ms,
+                });
+                return Err(Error::DrainTimeout { key, after_ms });
+            }
+            Ok(Err(_overtaken)) => {
+                return Err(Error::Draining {
+                    key,
+                    state: "stopped".into(),
+                });
+            }
+            Ok(Ok(drain)) => drain?,
+        }
+        tenant.addr().send(Flush).await.map_err(|_| gone())?
+    }
+}
+
+impl Handler<TenantGone> for SupervisorActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: TenantGone, _ctx: &mut Context<Self>) {
+        if self
+            .table
+            .get(&msg.key)
+            .is_some_and(|e| e.tenant.epoch() == msg.epoch)
+        {
+            self.table.remove(&msg.key);
+        }
+    }
+}
+
+impl Handler<ForgetBegun> for SupervisorActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ForgetBegun, _ctx: &mut Context<Self>) {
+        // The tenant leaves the table now: a forgotten tenant is not handed off by `close`.
+        self.table.remove(&msg.key);
+        self.forgets.retain(|(key, _)| key != &msg.key);
+        self.forgets.push((msg.key, msg.done));
+    }
+}

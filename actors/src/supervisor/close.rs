@@ -1,0 +1,64 @@
+//! Closing a replica: hand every open tenant off, `close_concurrency` at a time so that one stuck
+//! tenant holds only its own slot, wait for forgets under way, and report the tenants that could
+//! not be flushed in the order they were opened. Progress goes out as events.
+
+use actix::prelude::*;
+use futures::StreamExt;
+use leasehold::{Error, LeaseKey};
+
+use super::{Close, SupervisorActor, handoff};
+use crate::events::Event;
+
+impl Handler<Close> for SupervisorActor {
+    type Result = ResponseActFuture<Self, Result<Vec<LeaseKey>, Error>>;
+
+    fn handle(&mut self, _msg: Close, _ctx: &mut Context<Self>) -> Self::Result {
+        self.closing = true;
+        let mut entries: Vec<_> = self.table.values().cloned().collect();
+        entries.sort_by_key(|e| e.order);
+        let rt = self.rt.clone();
+        let total = entries.len();
+        let handoffs = async move {
+            let mut unflushed: Vec<(u64, LeaseKey)> = Vec::new();
+            let mut done = 0;
+            let mut results = futures::stream::iter(entries)
+                .map(|entry| {
+                    let flushing = handoff(entry.tenant.clone(), rt.clone());
+                    async move { (entry, flushing.await) }
+                })
+                .buffer_unordered(rt.close_concurrency);
+            while let Some((entry, outcome)) = results.next().await {
+                done += 1;
+                match outcome {
+                    Ok(()) => {}
+                    // A tenant that a forget took meanwhile is erased, not unflushed.
+                    Err(Error::Draining { state, .. }) if state == "forgetting" => {}
+                    Err(e) => {
+                        tracing::warn!(key = %entry.tenant.key(), error = %e, "not flushed at close");
+                        unflushed.push((entry.order, entry.tenant.key().clone()));
+                    }
+                }
+                rt.events.emit(Event::CloseProgress {
+                    done,
+                    total,
+                    unflushed: unflushed.len(),
+                });
+            }
+            unflushed.sort();
+            unflushed.into_iter().map(|(_, key)| key).collect::<Vec<_>>()
+        };
+        Box::pin(handoffs.into_actor(self).then(|unflushed, act, _| {
+            let forgets = std::mem::take(&mut act.forgets);
+            let limit = act.rt.drain_timeout;
+            async move {
+                for (key, done) in forgets {
+                    if tokio::time::timeout(limit, done).await.is_err() {
+                        tracing::warn!(%key, "close stopped waiting for a forget");
+                    }
+                }
+                Ok(unflushed)
+            }
+            .into_actor(act)
+        }))
+    }
+}

@@ -1,0 +1,160 @@
+//! Opening a tenant: acquire the lease, restore exactly the head read in that same operation,
+//! open the ledger, start the tenant actor on an arbiter, join the renewal chain, and sweep dead
+//! epochs beside the open (never in it).
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use leasehold::image;
+use leasehold::lease::{LeaseRecord, LeaseTerm};
+use leasehold::ledger::Ledger;
+use leasehold::sweep::sweep_dead_epochs;
+use leasehold::{Error, LeaseKey, paths};
+
+use super::SupervisorActor;
+use crate::events::Event;
+use crate::lease_actor::{LeaseActor, LeaseCell, Register};
+use crate::runtime::Runtime;
+use crate::tenant::publish::Publisher;
+use crate::tenant::{TenantActor, TenantParts, TenantRef};
+
+/// What an open needs from the supervisor.
+pub(super) struct OpenPlan {
+    /// The shared runtime.
+    pub(super) rt: Arc<Runtime>,
+    /// The tenant to open.
+    pub(super) key: LeaseKey,
+    /// The arbiter the tenant actor will live on.
+    pub(super) arbiter: ArbiterHandle,
+    /// The renewal chain.
+    pub(super) lease_actor: Addr<LeaseActor>,
+    /// The supervisor itself.
+    pub(super) supervisor: Addr<SupervisorActor>,
+}
+
+/// Runs a blocking step on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Closed(format!("blocking task failed: {e}")))?
+}
+
+/// Opens the tenant of `plan`. On any failure after the acquire, the lease is released.
+pub(super) async fn open_tenant(plan: OpenPlan) -> Result<TenantRef, Error> {
+    let rt = plan.rt.clone();
+    let sent_at = rt.now_ms();
+    let record = rt
+        .leases
+        .acquire(&plan.key, rt.replica.as_str(), rt.ttl)
+        .await?;
+    let term = LeaseTerm {
+        sent_at_ms: sent_at,
+        ttl: rt.ttl,
+        margin: rt.margin,
+    };
+    let cell = Arc::new(LeaseCell::new(plan.key.clone(), record.epoch, term));
+    match start(&plan, &record, cell.clone()).await {
+        Ok(tenant) => {
+            if record.floor > 0 {
+                sweep_beside(rt.clone(), plan.key.clone(), record.floor);
+            }
+            Ok(tenant)
+        }
+        Err(error) => {
+            cell.end();
+            let _ = rt
+                .leases
+                .release(&plan.key, rt.replica.as_str(), record.epoch)
+                .await;
+            Err(error)
+        }
+    }
+}
+
+/// Restores, opens and starts the tenant of an acquired lease.
+async fn start(
+    plan: &OpenPlan,
+    record: &LeaseRecord,
+    cell: Arc<LeaseCell>,
+) -> Result<TenantRef, Error> {
+    let rt = &plan.rt;
+    let (org, tenant) = (plan.key.org().clone(), plan.key.tenant().clone());
+    let root = rt.state_root.clone();
+    let dir = blocking(move || Ok(paths::ensure_tenant_dir(&root, &org, &tenant)?)).await?;
+    let db_path = dir.join(paths::LEDGER_FILE);
+    let restored =
+        image::fetch_restorable(rt.durable.as_ref(), &plan.key, record.head.as_ref(), record.floor)
+            .await?;
+    let head = restored.as_ref().map(|(m, _)| m.image_ref());
+    let (path, options) = (db_path.clone(), rt.ledger.clone());
+    let ledger = blocking(move || {
+        // The durable head is the authority: a local file left by an abandoned tenure is
+        // replaced, never recovered (L2).
+        match restored {
+            Some((_, bytes)) => image::install_image(&bytes, &path)?,
+            None => image::install_empty(&path)?,
+        }
+        Ok(Ledger::open(&path, &options)?)
+    })
+    .await?;
+    if !cell.holds(rt.now_ms()) {
+        return Err(Error::Fenced {
+            key: plan.key.to_string(),
+        });
+    }
+    let publisher = Arc::new(Publisher::new(
+        rt.clone(),
+        cell.clone(),
+        db_path,
+        dir,
+        head.clone(),
+    ));
+    let parts = TenantParts {
+        rt: rt.clone(),
+        cell: cell.clone(),
+        ledger,
+        publisher,
+        lease_actor: plan.lease_actor.clone(),
+        gone: plan.supervisor.clone().recipient(),
+        forgets: plan.supervisor.clone().recipient(),
+    };
+    let addr = TenantActor::start_in_arbiter(&plan.arbiter, move |_| TenantActor::new(parts));
+    plan.lease_actor
+        .send(Register {
+            cell,
+            on_lost: addr.clone().recipient(),
+        })
+        .await
+        .map_err(|_| Error::Closed("the lease actor stopped".into()))?;
+    rt.events.emit(Event::Opened {
+        key: plan.key.to_string(),
+        epoch: record.epoch,
+        restored: head,
+    });
+    Ok(TenantRef::new(
+        plan.key.clone(),
+        record.epoch,
+        addr,
+        plan.supervisor.clone(),
+    ))
+}
+
+/// Sweeps the dead epochs of `key` in the background; a failure is reported and retried at the
+/// next open.
+fn sweep_beside(rt: Arc<Runtime>, key: LeaseKey, floor: u64) {
+    actix::spawn(async move {
+        let event = match sweep_dead_epochs(rt.durable.as_ref(), &key, floor).await {
+            Ok(objects) => Event::Swept {
+                key: key.to_string(),
+                objects,
+            },
+            Err(e) => Event::SweepFailed {
+                key: key.to_string(),
+                error: e.to_string(),
+            },
+        };
+        rt.events.emit(event);
+    });
+}

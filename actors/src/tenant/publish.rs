@@ -1,0 +1,124 @@
+//! Publishing an image: take a consistent copy off the actor's thread, upload image and
+//! manifest, move the head by compare-and-set, and count it only if the lease still holds.
+//!
+//! One publish at a time per tenant (a lock), so images of one epoch form a chain in order.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use leasehold::image::{self, ImageFile};
+use leasehold::layout::ImageRef;
+use leasehold::{Error, LeaseKey};
+use tokio::sync::Mutex;
+
+use crate::lease_actor::LeaseCell;
+use crate::runtime::Runtime;
+
+/// Where the tenure's chain of images stands.
+#[derive(Debug)]
+struct Chain {
+    /// The head this tenure restored or last published.
+    head: Option<ImageRef>,
+    /// The next image's number in this epoch.
+    next_seq: u64,
+}
+
+/// Publishes images of one tenure.
+#[derive(Debug)]
+pub(crate) struct Publisher {
+    /// Stores, clock, replica name.
+    rt: Arc<Runtime>,
+    /// The tenure's standing.
+    cell: Arc<LeaseCell>,
+    /// The ledger file images are taken from.
+    db_path: PathBuf,
+    /// Where image files are written before upload.
+    scratch: PathBuf,
+    /// The chain, behind the one-publish-at-a-time lock.
+    chain: Mutex<Chain>,
+}
+
+impl Publisher {
+    /// A publisher for the tenure of `cell`, whose chain starts at `head`.
+    pub(crate) fn new(
+        rt: Arc<Runtime>,
+        cell: Arc<LeaseCell>,
+        db_path: PathBuf,
+        scratch: PathBuf,
+        head: Option<ImageRef>,
+    ) -> Self {
+        Self {
+            rt,
+            cell,
+            db_path,
+            scratch,
+            chain: Mutex::new(Chain { head, next_seq: 1 }),
+        }
+    }
+
+    fn key(&self) -> &LeaseKey {
+        &self.cell.key
+    }
+
+    fn fenced(&self) -> Error {
+        Error::Fenced {
+            key: self.key().to_string(),
+        }
+    }
+
+    /// The head as this tenure knows it: restored or last published.
+    pub(crate) async fn head(&self) -> Option<ImageRef> {
+        self.chain.lock().await.head.clone()
+    }
+
+    /// Takes, uploads and publishes an image of what is committed now. `Fenced` when the lease
+    /// is not held before the upload or after the head moved: such an image never counts.
+    pub(crate) async fn publish(&self) -> Result<ImageRef, Error> {
+        let mut chain = self.chain.lock().await;
+        if !self.cell.holds(self.rt.now_ms()) {
+            return Err(self.fenced());
+        }
+        let seq = chain.next_seq;
+        // A number once tried is never reused: a half-finished upload may have left its image.
+        chain.next_seq += 1;
+        let file = self.take(seq).await?;
+        let uploaded = image::upload_image(
+            self.rt.durable.as_ref(),
+            self.key(),
+            self.cell.epoch,
+            seq,
+            &file,
+            chain.head.clone(),
+            self.rt.now_ms(),
+        )
+        .await;
+        let _ = std::fs::remove_file(&file.path);
+        let image = uploaded?.image_ref();
+        self.rt
+            .leases
+            .publish_head(
+                self.key(),
+                self.rt.replica.as_str(),
+                self.cell.epoch,
+                &image,
+            )
+            .await?;
+        if !self.cell.holds(self.rt.now_ms()) {
+            return Err(self.fenced());
+        }
+        chain.head = Some(image.clone());
+        Ok(image)
+    }
+
+    /// Takes image `seq` into the scratch directory, off the async threads.
+    async fn take(&self, seq: u64) -> Result<ImageFile, Error> {
+        let db = self.db_path.clone();
+        let dest = self
+            .scratch
+            .join(format!("image-e{:08}-{seq:06}.tmp", self.cell.epoch));
+        tokio::task::spawn_blocking(move || image::take_image(&db, &dest))
+            .await
+            .map_err(|e| Error::Closed(format!("image task failed: {e}")))?
+            .map_err(Error::from)
+    }
+}

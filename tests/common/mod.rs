@@ -1,0 +1,284 @@
+//! The runtime tests' fleet: replicas sharing one SQLite lease file and one durable directory,
+//! behind fault-injecting wrappers, with manual clocks that a test moves by hand (or real time
+//! where real time is the point).
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use leasehold::clock::SharedClock;
+use leasehold::durable::dir::DirStore;
+use leasehold::lease::sqlite::SqliteLeaseStore;
+use leasehold::ledger::{LedgerError, NewEvent};
+use leasehold::testkit::{FaultyLeaseStore, FaultyStore, Hook};
+use leasehold::{
+    Clock, Error, LeaseKey, ManualClock, OrgId, ReplicaId, SystemClock, TenantId, derive_tenant_id,
+};
+use leasehold_actors::{Event, EventLog, RuntimeConfig, Supervisor, TenantRef};
+use tempfile::TempDir;
+
+/// Lease duration of the manual-clock fleets.
+pub const TTL: Duration = Duration::from_secs(10);
+/// Margin of the manual-clock fleets.
+pub const MARGIN: Duration = Duration::from_secs(2);
+
+pub fn org() -> OrgId {
+    OrgId::new("acme").unwrap()
+}
+
+fn derived(subject: &str) -> TenantId {
+    derive_tenant_id(&[9u8; 32], "https://idp.example/acme", subject).unwrap()
+}
+
+/// The tenant most tests use.
+pub fn tenant() -> TenantId {
+    derived("handoff-user")
+}
+
+/// A second tenant.
+pub fn tenant2() -> TenantId {
+    derived("handoff-user-2")
+}
+
+pub fn key() -> LeaseKey {
+    LeaseKey::new(&org(), &tenant())
+}
+
+pub fn key2() -> LeaseKey {
+    LeaseKey::new(&org(), &tenant2())
+}
+
+/// Replicas sharing a lease file and a durable directory.
+pub struct Fleet {
+    /// Holds every file of the fleet.
+    pub dir: TempDir,
+    /// The lease store's clock (manual fleets).
+    pub store_clock: ManualClock,
+    /// The shared lease store, with its faults.
+    pub leases: FaultyLeaseStore,
+    /// The shared durable store, with its faults.
+    pub durable: FaultyStore,
+    /// Every replica's clock, so that time passes everywhere at once.
+    clocks: Mutex<Vec<ManualClock>>,
+    /// `Some((ttl, margin))` for a fleet on real time.
+    real_time: Option<(Duration, Duration)>,
+}
+
+/// One replica of a fleet.
+pub struct Replica {
+    /// Its supervisor.
+    pub sup: Supervisor,
+    /// Its clock, on a manual fleet.
+    pub clock: Option<ManualClock>,
+    /// Its state root.
+    pub state_root: PathBuf,
+    /// Every event it emitted.
+    pub log: EventLog,
+}
+
+impl Fleet {
+    /// A fleet on manual clocks: nothing renews or snapshots unless a test says so.
+    pub fn new() -> Self {
+        Self::build(None)
+    }
+
+    /// A fleet on real time with the given lease timings.
+    pub fn real_time(ttl: Duration, margin: Duration) -> Self {
+        Self::build(Some((ttl, margin)))
+    }
+
+    fn build(real_time: Option<(Duration, Duration)>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store_clock = ManualClock::new(1_000_000);
+        let clock: SharedClock = match real_time {
+            Some(_) => Arc::new(SystemClock),
+            None => Arc::new(store_clock.clone()),
+        };
+        let sqlite =
+            SqliteLeaseStore::open_with(&dir.path().join("leases.db"), clock, "boot-1".into())
+                .unwrap();
+        let leases = FaultyLeaseStore::new(Arc::new(sqlite));
+        let durable = FaultyStore::new(Arc::new(DirStore::open(&dir.path().join("durable")).unwrap()));
+        Self {
+            dir,
+            store_clock,
+            leases,
+            durable,
+            clocks: Mutex::new(Vec::new()),
+            real_time,
+        }
+    }
+
+    /// A replica with the fleet's defaults, its state root named after it.
+    pub fn replica(&self, id: &str) -> Replica {
+        self.replica_with(id, id, |_| {})
+    }
+
+    /// A replica whose state root is `node` (two replicas given one node share it) and whose
+    /// configuration `tweak` adjusts.
+    pub fn replica_with(
+        &self,
+        id: &str,
+        node: &str,
+        tweak: impl FnOnce(&mut RuntimeConfig),
+    ) -> Replica {
+        let state_root = self.dir.path().join("nodes").join(node);
+        let mut cfg = RuntimeConfig::new(
+            ReplicaId::new(id).unwrap(),
+            &state_root,
+            self.leases.shared(),
+            self.durable.shared(),
+        );
+        let clock = match self.real_time {
+            Some((ttl, margin)) => {
+                cfg.ttl = ttl;
+                cfg.margin = margin;
+                cfg.renew_every = Some((ttl - margin) / 3);
+                None
+            }
+            None => {
+                let clock = ManualClock::new(5_000);
+                self.clocks.lock().unwrap().push(clock.clone());
+                cfg.clock = Arc::new(clock.clone());
+                cfg.ttl = TTL;
+                cfg.margin = MARGIN;
+                cfg.renew_every = None;
+                Some(clock)
+            }
+        };
+        cfg.snapshot_every = None;
+        cfg.arbiters = 2;
+        let log = EventLog::new();
+        cfg.observer = Some(Arc::new(log.clone()));
+        tweak(&mut cfg);
+        Replica {
+            sup: Supervisor::start(cfg).unwrap(),
+            clock,
+            state_root,
+            log,
+        }
+    }
+
+    /// Time passes everywhere: the store's clock and every replica's.
+    pub fn advance(&self, by: Duration) {
+        self.store_clock.advance(by);
+        for clock in self.clocks.lock().unwrap().iter() {
+            clock.advance(by);
+        }
+    }
+
+    /// Every key the durable store holds under `prefix`, looked at behind the faults.
+    pub async fn stored(&self, prefix: &str) -> Vec<String> {
+        self.durable.inner().list(prefix).await.unwrap()
+    }
+
+    /// Every key of the main tenant in the durable store.
+    pub async fn stored_of_tenant(&self) -> Vec<String> {
+        self.stored(&key().prefix()).await
+    }
+}
+
+impl Replica {
+    /// Opens the main tenant.
+    pub async fn open(&self) -> TenantRef {
+        self.sup.open(&org(), &tenant()).await.unwrap()
+    }
+
+    /// Opens the second tenant.
+    pub async fn open2(&self) -> TenantRef {
+        self.sup.open(&org(), &tenant2()).await.unwrap()
+    }
+
+    /// Every event so far, once the observer has caught up.
+    pub async fn events(&self) -> Vec<Event> {
+        assert!(self.sup.events_delivered(Duration::from_secs(5)).await);
+        self.log.events()
+    }
+
+    /// Whether any event so far satisfies `pred`.
+    pub async fn saw(&self, pred: impl Fn(&Event) -> bool) -> bool {
+        self.events().await.iter().any(pred)
+    }
+
+    /// Whether a `released { flushed: true }` of `key` was emitted.
+    pub async fn flushed(&self, key: &LeaseKey) -> bool {
+        let key = key.to_string();
+        self.saw(|e| matches!(e, Event::Released { key: k, flushed: true, .. } if *k == key))
+            .await
+    }
+
+    /// The local ledger file of the main tenant.
+    pub fn ledger_file(&self) -> PathBuf {
+        leasehold::paths::ledger_path(&self.state_root, &org(), &tenant())
+    }
+}
+
+/// Inserts one test event with idempotency key `idem`.
+pub async fn insert(t: &TenantRef, idem: &str) -> Result<i64, Error> {
+    let event = NewEvent::new("test", idem);
+    t.run(move |l| {
+        l.insert_event(&event)?
+            .ok_or_else(|| LedgerError::Host("duplicate".into()))
+    })
+    .await
+}
+
+/// The idempotency keys of the tenant's test events, in order.
+pub async fn keys_of(t: &TenantRef) -> Vec<String> {
+    t.run(|l| Ok(l.events_after(0, 10_000)?.into_iter().map(|e| e.idem_key).collect()))
+        .await
+        .unwrap()
+}
+
+/// `fut`, which has to settle within `ms`: the test fails with `what` instead of hanging.
+pub async fn within<T>(ms: u64, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_millis(ms), fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what} did not settle within {ms} ms"),
+    }
+}
+
+/// Waits (real time, polling) until `cond` holds, failing after `ms`.
+pub async fn eventually<F, Fut>(ms: u64, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let until = std::time::Instant::now() + Duration::from_millis(ms);
+    while !cond().await {
+        assert!(std::time::Instant::now() < until, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A store hook from an async block.
+pub fn hook<F>(f: F) -> Hook
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    Box::new(move || f.boxed())
+}
+
+/// A hook that waits until `gate` is opened.
+pub fn gated() -> (Hook, tokio::sync::oneshot::Sender<()>) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    (
+        hook(async move {
+            let _ = rx.await;
+        }),
+        tx,
+    )
+}
+
+/// True for image keys.
+pub fn is_image(key: &str) -> bool {
+    key.ends_with(".db")
+}
+
+/// The clock type used in assertions.
+pub fn now(c: &ManualClock) -> u64 {
+    c.now_ms()
+}
