@@ -32,15 +32,25 @@ async fn h1_a_write_after_the_final_image_is_taken_is_refused_so_nothing_acknowl
         }),
     );
     t.handoff().await.unwrap();
-    let late = late.lock().unwrap().take().expect("the hook ran during the final upload");
+    let late = late
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the hook ran during the final upload");
     if late.is_ok() {
         acknowledged.push("late-1".into());
     }
     let restored = keys_of(&b.open().await).await;
     for k in &acknowledged {
-        assert!(restored.contains(k), "{k} was acknowledged; the successor holds {restored:?}");
+        assert!(
+            restored.contains(k),
+            "{k} was acknowledged; the successor holds {restored:?}"
+        );
     }
-    assert!(matches!(late, Err(ref e) if e.is_draining()), "the late write is refused with Draining, got {late:?}");
+    assert!(
+        matches!(late, Err(ref e) if e.is_draining()),
+        "the late write is refused with Draining, got {late:?}"
+    );
 }
 
 #[actix_rt::test]
@@ -60,15 +70,28 @@ async fn h2_reads_are_refused_during_the_final_flush_and_work_again_when_the_flu
         }),
     );
     let failed = t.handoff().await;
-    assert!(matches!(failed, Err(Error::Store(_))), "the flush fails for want of a store: {failed:?}");
+    assert!(
+        matches!(failed, Err(Error::Store(_))),
+        "the flush fails for want of a store: {failed:?}"
+    );
     let read = read.lock().unwrap().take().expect("the hook ran");
-    assert!(matches!(read, Err(ref e) if e.is_draining()), "a read during the flush is refused with Draining, got {read:?}");
+    assert!(
+        matches!(read, Err(ref e) if e.is_draining()),
+        "a read during the flush is refused with Draining, got {read:?}"
+    );
     fleet.durable.set_down(false);
-    assert_eq!(t.status().await, TenantStatus::Serving, "a failed flush leaves the tenant serving");
+    assert_eq!(
+        t.status().await,
+        TenantStatus::Serving,
+        "a failed flush leaves the tenant serving"
+    );
     insert(&t, "k-2").await.unwrap();
     assert_eq!(keys_of(&t).await, ["k-1", "k-2"]);
     let ticket = t.admit().await.unwrap();
-    ticket.run(|l| l.insert_event(&leasehold::ledger::NewEvent::new("test", "k-3"))).await.unwrap();
+    ticket
+        .run(|l| l.insert_event(&leasehold::ledger::NewEvent::new("test", "k-3")))
+        .await
+        .unwrap();
     drop(ticket);
     t.handoff().await.unwrap();
 }
@@ -81,11 +104,23 @@ async fn h3_a_flush_whose_lease_lapsed_during_the_upload_is_reported_failed_not_
     insert(&t, "k-1").await.unwrap();
     let f = fleet.clone();
     // The upload outlasts the lease: when it lands, the replica no longer provably holds the tenant.
-    fleet.durable.before_next_put_matching(is_image, hook(async move { f.advance(TTL + Duration::from_millis(1)) }));
+    fleet.durable.before_next_put_matching(
+        is_image,
+        hook(async move { f.advance(TTL + Duration::from_millis(1)) }),
+    );
     let outcome = t.handoff().await;
-    assert!(matches!(outcome, Err(ref e) if e.is_fenced()), "got {outcome:?}");
-    assert!(!a.flushed(&key()).await, "nothing claims the tenant was flushed");
-    assert!(a.saw(|e| matches!(e, Event::SnapshotFailed { .. })).await, "the failed snapshot is told apart");
+    assert!(
+        matches!(outcome, Err(ref e) if e.is_fenced()),
+        "got {outcome:?}"
+    );
+    assert!(
+        !a.flushed(&key()).await,
+        "nothing claims the tenant was flushed"
+    );
+    assert!(
+        a.saw(|e| matches!(e, Event::SnapshotFailed { .. })).await,
+        "the failed snapshot is told apart"
+    );
 }
 
 #[actix_rt::test]
@@ -108,10 +143,24 @@ async fn h3b_a_successor_that_took_over_during_the_upload_keeps_what_it_pinned()
         }),
     );
     let outcome = t.handoff().await;
-    assert!(matches!(outcome, Err(ref e) if e.is_fenced()), "got {outcome:?}");
-    assert!(!a.flushed(&key()).await, "nothing claims the tenant was flushed");
-    let successor = successor.lock().unwrap().take().expect("the successor took over");
-    assert_eq!(keys_of(&successor).await, ["k-1"], "the late image is above the pinned head and is never read");
+    assert!(
+        matches!(outcome, Err(ref e) if e.is_fenced()),
+        "got {outcome:?}"
+    );
+    assert!(
+        !a.flushed(&key()).await,
+        "nothing claims the tenant was flushed"
+    );
+    let successor = successor
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the successor took over");
+    assert_eq!(
+        keys_of(&successor).await,
+        ["k-1"],
+        "the late image is above the pinned head and is never read"
+    );
 }
 
 #[actix_rt::test]
@@ -131,8 +180,15 @@ async fn h4_the_lease_is_renewed_while_a_handoff_drains_so_work_longer_than_the_
     tokio::time::sleep(Duration::from_millis(100)).await;
     within(10_000, "the handoff", t.handoff()).await.unwrap();
     work.await.unwrap().unwrap();
-    assert!(!a.saw(|e| matches!(e, Event::Lost { .. })).await, "the lease was never lost while the drain waited");
-    assert_eq!(keys_of(&b.open().await).await, ["k-1", "k-2"], "the work that outlived the lease is in the final image");
+    assert!(
+        !a.saw(|e| matches!(e, Event::Lost { .. })).await,
+        "the lease was never lost while the drain waited"
+    );
+    assert_eq!(
+        keys_of(&b.open().await).await,
+        ["k-1", "k-2"],
+        "the work that outlived the lease is in the final image"
+    );
 }
 
 async fn insert_with(ticket: &leasehold_actors::Ticket, idem: &str) -> Result<Option<i64>, Error> {
@@ -143,7 +199,9 @@ async fn insert_with(ticket: &leasehold_actors::Ticket, idem: &str) -> Result<Op
 #[actix_rt::test]
 async fn h5_a_handoff_that_resumes_service_after_a_failed_flush_does_not_double_the_renewals() {
     let fleet = Fleet::real_time(Duration::from_millis(900), Duration::from_millis(100));
-    let a = fleet.replica_with("replica-a", "replica-a", |c| c.renew_every = Some(Duration::from_millis(300)));
+    let a = fleet.replica_with("replica-a", "replica-a", |c| {
+        c.renew_every = Some(Duration::from_millis(300))
+    });
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     for _ in 0..3 {
@@ -154,8 +212,16 @@ async fn h5_a_handoff_that_resumes_service_after_a_failed_flush_does_not_double_
     a.events().await;
     a.log.clear();
     tokio::time::sleep(Duration::from_millis(1_300)).await;
-    let renewals = a.events().await.iter().filter(|e| matches!(e, Event::Renewed { .. })).count();
-    assert!((2..=6).contains(&renewals), "one chain renews every 300 ms: saw {renewals} renewals in 1.3 s");
+    let renewals = a
+        .events()
+        .await
+        .iter()
+        .filter(|e| matches!(e, Event::Renewed { .. }))
+        .count();
+    assert!(
+        (2..=6).contains(&renewals),
+        "one chain renews every 300 ms: saw {renewals} renewals in 1.3 s"
+    );
     t.handoff().await.unwrap();
 }
 
@@ -171,9 +237,18 @@ async fn h6_a_handoff_overtaken_by_an_abandon_stays_abandoned_and_flushes_nothin
     t.abandon().await.unwrap();
     drop(ticket);
     let outcome = within(3_000, "the handoff", handing_off).await.unwrap();
-    assert!(matches!(outcome, Err(ref e) if e.is_draining()), "got {outcome:?}");
-    assert!(!t.is_open().await, "the abandoned tenant does not serve again");
+    assert!(
+        matches!(outcome, Err(ref e) if e.is_draining()),
+        "got {outcome:?}"
+    );
+    assert!(
+        !t.is_open().await,
+        "the abandoned tenant does not serve again"
+    );
     assert!(a.sup.tenant(&org(), &tenant()).await.is_none());
     let stored = fleet.stored_of_tenant().await;
-    assert!(stored.iter().all(|k| !k.contains("snap-")), "nothing was flushed after the abandon: {stored:?}");
+    assert!(
+        stored.iter().all(|k| !k.contains("snap-")),
+        "nothing was flushed after the abandon: {stored:?}"
+    );
 }

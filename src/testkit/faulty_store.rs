@@ -1,1 +1,311 @@
-//! STUB
+//! [`FaultyStore`]: a durable store that wraps another and fails, slows or pauses on command.
+//!
+//! Every call goes through the same steps:
+//!
+//! ```text
+//! call ──► one-shot hook for its op (if any) ──► outage? ──► put: hang / slow ──► outage? ──► inner store
+//!                                                            delete: fail_next_delete?
+//! ```
+//!
+//! The outage is checked after the hook, so a hook can switch it on for the very call it
+//! precedes, and again after a put was held back, so an outage that starts while an upload is
+//! "in flight" fails it. The store is `Clone` (an `Arc` inside): a test keeps one handle to
+//! steer the faults while the runtime owns another.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+
+use crate::DurableStore;
+use crate::durable::{Put, SharedDurableStore, StoreError};
+
+/// What an injected outage says.
+pub const INJECTED_OUTAGE: &str = "injected outage";
+
+/// What an injected delete failure says.
+pub const INJECTED_DELETE_FAILURE: &str = "injected delete failure";
+
+/// A one-shot hook: runs (and is awaited) before the call it was set for, which then proceeds.
+pub type Hook = Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>;
+
+/// Which keys a fault applies to.
+type KeyMatch = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// A durable-store operation, to name the call a hook runs before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreOp {
+    /// `put_if_absent`.
+    Put,
+    /// `get`.
+    Get,
+    /// `list`.
+    List,
+    /// `delete`.
+    Delete,
+    /// `delete_prefix`.
+    DeletePrefix,
+}
+
+impl StoreOp {
+    /// The operation's name as [`StoreError`]s carry it (`put_if_absent`, `get`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreOp::Put => "put_if_absent",
+            StoreOp::Get => "get",
+            StoreOp::List => "list",
+            StoreOp::Delete => "delete",
+            StoreOp::DeletePrefix => "delete_prefix",
+        }
+    }
+}
+
+/// A hook waiting for its call.
+struct PendingHook {
+    /// The operation it runs before.
+    op: StoreOp,
+    /// If set, only a call whose key (or prefix) matches takes the hook.
+    matching: Option<KeyMatch>,
+    /// The hook.
+    hook: Hook,
+}
+
+/// Puts of matching keys wait before they go on.
+struct SlowPut {
+    /// Which keys are slow.
+    matching: KeyMatch,
+    /// How long they wait.
+    delay: Duration,
+}
+
+/// The faults and counters every clone of one [`FaultyStore`] shares.
+struct Faults {
+    /// The wrapped store.
+    inner: SharedDurableStore,
+    /// Every call fails with [`INJECTED_OUTAGE`] while set.
+    down: AtomicBool,
+    /// The next `delete` or `delete_prefix` fails and deletes nothing.
+    fail_next_delete: AtomicBool,
+    /// Puts wait while this holds `true`.
+    hang_puts: watch::Sender<bool>,
+    /// Puts of matching keys sleep first.
+    slow_put: Mutex<Option<SlowPut>>,
+    /// One-shot hooks, in the order they were set.
+    hooks: Mutex<Vec<PendingHook>>,
+    /// Puts handed to the wrapped store.
+    puts: AtomicUsize,
+    /// Deletes (`delete` and `delete_prefix`) handed to the wrapped store.
+    deletes: AtomicUsize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A durable store with an outage switch, slow and hanging puts, a failing delete and one-shot
+/// hooks before named operations. See the module docs for the order of the steps.
+#[derive(Clone)]
+pub struct FaultyStore {
+    /// The shared state of every clone.
+    faults: Arc<Faults>,
+}
+
+impl fmt::Debug for FaultyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let faults = &self.faults;
+        f.debug_struct("FaultyStore")
+            .field("inner", &faults.inner)
+            .field("down", &faults.down.load(Ordering::SeqCst))
+            .field("hang_puts", &*faults.hang_puts.borrow())
+            .field("pending_hooks", &lock(&faults.hooks).len())
+            .field("puts", &self.puts())
+            .field("deletes", &self.deletes())
+            .finish()
+    }
+}
+
+impl FaultyStore {
+    /// Wraps `inner`, with no fault set.
+    pub fn new(inner: SharedDurableStore) -> Self {
+        let faults = Faults {
+            inner,
+            down: AtomicBool::new(false),
+            fail_next_delete: AtomicBool::new(false),
+            hang_puts: watch::Sender::new(false),
+            slow_put: Mutex::new(None),
+            hooks: Mutex::new(Vec::new()),
+            puts: AtomicUsize::new(0),
+            deletes: AtomicUsize::new(0),
+        };
+        Self {
+            faults: Arc::new(faults),
+        }
+    }
+
+    /// Another handle to this store, as the runtime takes it.
+    pub fn shared(&self) -> SharedDurableStore {
+        Arc::new(self.clone())
+    }
+
+    /// The wrapped store, to look behind the faults.
+    pub fn inner(&self) -> &SharedDurableStore {
+        &self.faults.inner
+    }
+
+    /// While `down`, every call fails with [`StoreError::Unavailable`] saying [`INJECTED_OUTAGE`].
+    pub fn set_down(&self, down: bool) {
+        self.faults.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Puts of keys for which `matching` is true sleep `delay` (real time) before they go on.
+    pub fn slow_put(
+        &self,
+        matching: impl Fn(&str) -> bool + Send + Sync + 'static,
+        delay: Duration,
+    ) {
+        *lock(&self.faults.slow_put) = Some(SlowPut {
+            matching: Arc::new(matching),
+            delay,
+        });
+    }
+
+    /// Puts go at full speed again.
+    pub fn clear_slow_put(&self) {
+        *lock(&self.faults.slow_put) = None;
+    }
+
+    /// The next `delete` or `delete_prefix` fails with [`StoreError::Unavailable`] and deletes
+    /// nothing.
+    pub fn fail_next_delete(&self) {
+        self.faults.fail_next_delete.store(true, Ordering::SeqCst);
+    }
+
+    /// While `hang`, puts do not return; those waiting go on when it is cleared.
+    pub fn hang_puts(&self, hang: bool) {
+        self.faults.hang_puts.send_replace(hang);
+    }
+
+    /// Runs `hook` before the next call of `op`, which then proceeds. Hooks for one op run one
+    /// per call, in the order they were set.
+    pub fn before_next(&self, op: StoreOp, hook: Hook) {
+        self.push_hook(op, None, hook);
+    }
+
+    /// Runs `hook` before the next put whose key matches `matching` (an image `.db`, say); puts
+    /// of other keys pass it by.
+    pub fn before_next_put_matching(
+        &self,
+        matching: impl Fn(&str) -> bool + Send + Sync + 'static,
+        hook: Hook,
+    ) {
+        self.push_hook(StoreOp::Put, Some(Arc::new(matching)), hook);
+    }
+
+    /// How many puts reached the wrapped store.
+    pub fn puts(&self) -> usize {
+        self.faults.puts.load(Ordering::SeqCst)
+    }
+
+    /// How many `delete` and `delete_prefix` calls reached the wrapped store.
+    pub fn deletes(&self) -> usize {
+        self.faults.deletes.load(Ordering::SeqCst)
+    }
+
+    fn push_hook(&self, op: StoreOp, matching: Option<KeyMatch>, hook: Hook) {
+        lock(&self.faults.hooks).push(PendingHook { op, matching, hook });
+    }
+}
+
+impl Faults {
+    /// The first pending hook for `op` whose key filter (if any) accepts `key`, taken.
+    fn take_hook(&self, op: StoreOp, key: &str) -> Option<Hook> {
+        let mut hooks = lock(&self.hooks);
+        let at = hooks
+            .iter()
+            .position(|h| h.op == op && h.matching.as_ref().is_none_or(|m| m(key)))?;
+        Some(hooks.remove(at).hook)
+    }
+
+    /// Runs the call's hook, then checks the outage.
+    async fn enter(&self, op: StoreOp, key: &str) -> Result<(), StoreError> {
+        if let Some(hook) = self.take_hook(op, key) {
+            hook().await;
+        }
+        self.check_up(op)
+    }
+
+    fn check_up(&self, op: StoreOp) -> Result<(), StoreError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(unavailable(op, INJECTED_OUTAGE));
+        }
+        Ok(())
+    }
+
+    /// Holds a put back while puts hang, then for its slow-put delay.
+    async fn hold_put(&self, key: &str) {
+        let mut hang = self.hang_puts.subscribe();
+        // The sender lives as long as `self`, so this only returns once puts no longer hang.
+        let _ = hang.wait_for(|hanging| !*hanging).await;
+        let delay = lock(&self.slow_put)
+            .as_ref()
+            .filter(|slow| (slow.matching)(key))
+            .map(|slow| slow.delay);
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Fails the call if a failed delete was asked for.
+    fn check_delete(&self, op: StoreOp) -> Result<(), StoreError> {
+        if self.fail_next_delete.swap(false, Ordering::SeqCst) {
+            return Err(unavailable(op, INJECTED_DELETE_FAILURE));
+        }
+        self.deletes.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+fn unavailable(op: StoreOp, message: &str) -> StoreError {
+    StoreError::Unavailable {
+        op: op.as_str(),
+        message: message.to_string(),
+    }
+}
+
+#[async_trait]
+impl DurableStore for FaultyStore {
+    async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
+        let faults = &self.faults;
+        faults.enter(StoreOp::Put, key).await?;
+        faults.hold_put(key).await;
+        faults.check_up(StoreOp::Put)?;
+        faults.puts.fetch_add(1, Ordering::SeqCst);
+        faults.inner.put_if_absent(key, bytes).await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.faults.enter(StoreOp::Get, key).await?;
+        self.faults.inner.get(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        self.faults.enter(StoreOp::List, prefix).await?;
+        self.faults.inner.list(prefix).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.faults.enter(StoreOp::Delete, key).await?;
+        self.faults.check_delete(StoreOp::Delete)?;
+        self.faults.inner.delete(key).await
+    }
+
+    async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
+        self.faults.enter(StoreOp::DeletePrefix, prefix).await?;
+        self.faults.check_delete(StoreOp::DeletePrefix)?;
+        self.faults.inner.delete_prefix(prefix).await
+    }
+}

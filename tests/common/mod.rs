@@ -101,7 +101,9 @@ impl Fleet {
             SqliteLeaseStore::open_with(&dir.path().join("leases.db"), clock, "boot-1".into())
                 .unwrap();
         let leases = FaultyLeaseStore::new(Arc::new(sqlite));
-        let durable = FaultyStore::new(Arc::new(DirStore::open(&dir.path().join("durable")).unwrap()));
+        let durable = FaultyStore::new(Arc::new(
+            DirStore::open(&dir.path().join("durable")).unwrap(),
+        ));
         Self {
             dir,
             store_clock,
@@ -228,9 +230,14 @@ pub async fn insert(t: &TenantRef, idem: &str) -> Result<i64, Error> {
 
 /// The idempotency keys of the tenant's test events, in order.
 pub async fn keys_of(t: &TenantRef) -> Vec<String> {
-    t.run(|l| Ok(l.events_after(0, 10_000)?.into_iter().map(|e| e.idem_key).collect()))
-        .await
-        .unwrap()
+    t.run(|l| {
+        Ok(l.events_after(0, 10_000)?
+            .into_iter()
+            .map(|e| e.idem_key)
+            .collect())
+    })
+    .await
+    .unwrap()
 }
 
 /// `fut`, which has to settle within `ms`: the test fails with `what` instead of hanging.
@@ -249,7 +256,10 @@ where
 {
     let until = std::time::Instant::now() + Duration::from_millis(ms);
     while !cond().await {
-        assert!(std::time::Instant::now() < until, "timed out waiting for {what}");
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -1,0 +1,256 @@
+//! F — forget (CONTRACT promise 5): an upload under way cannot leave the tenant's image behind,
+//! forget wins against a handoff, and deletes only what is at or below the floor it raised.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use leasehold::testkit::LeaseOp;
+use leasehold_actors::{Event, TenantRef};
+
+#[actix_rt::test]
+async fn f1_a_snapshot_upload_under_way_cannot_outlive_forget() {
+    let fleet = Fleet::new();
+    let a = fleet.replica("replica-a");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    let (held, gate) = gated();
+    fleet.durable.before_next_put_matching(is_image, held);
+    let uploading = actix_rt::spawn(t.snapshot());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let forgetting = actix_rt::spawn(t.forget());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.send(()).unwrap();
+    let _ = within(3_000, "the snapshot", uploading).await;
+    within(3_000, "forget", forgetting).await.unwrap().unwrap();
+    assert_eq!(
+        fleet.stored_of_tenant().await,
+        Vec::<String>::new(),
+        "no image or manifest is left"
+    );
+    let root = leasehold::ids::tenant_root(&a.state_root, &org(), &tenant());
+    assert!(!root.exists(), "and no local file");
+}
+
+#[actix_rt::test]
+async fn f2_a_snapshot_requested_after_forget_has_begun_is_refused_and_uploads_nothing() {
+    let fleet = Fleet::new();
+    let a = fleet.replica("replica-a");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    let forgetting = t.forget();
+    let snapshot = t.snapshot().await;
+    assert!(
+        matches!(snapshot, Err(ref e) if e.is_draining()),
+        "got {snapshot:?}"
+    );
+    forgetting.await.unwrap();
+    assert_eq!(fleet.stored_of_tenant().await, Vec::<String>::new());
+}
+
+#[actix_rt::test]
+async fn f3_forget_during_the_final_flush_wins_and_nothing_of_the_tenant_stays() {
+    let fleet = Fleet::new();
+    let a = fleet.replica("replica-a");
+    let b = fleet.replica("replica-b");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    insert(&t, "k-2").await.unwrap();
+    let (held, gate) = gated();
+    fleet.durable.before_next_put_matching(is_image, held);
+    let handing_off = actix_rt::spawn(t.handoff());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let forgetting = actix_rt::spawn(t.forget());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.send(()).unwrap();
+    let handoff = within(3_000, "the handoff", handing_off).await.unwrap();
+    let forgotten = within(3_000, "forget", forgetting).await.unwrap();
+    assert!(forgotten.is_ok(), "forget resolved: {forgotten:?}");
+    assert!(
+        matches!(handoff, Err(ref e) if e.is_draining()),
+        "the handoff is refused with Draining: {handoff:?}"
+    );
+    assert_eq!(
+        fleet.stored_of_tenant().await,
+        Vec::<String>::new(),
+        "nothing of the tenant is left"
+    );
+    assert!(
+        !a.flushed(&key()).await,
+        "nothing claims the tenant was flushed"
+    );
+    assert_eq!(
+        keys_of(&b.open().await).await,
+        Vec::<String>::new(),
+        "the successor starts empty"
+    );
+}
+
+#[actix_rt::test]
+async fn f4_forget_keeps_the_lease_renewed_while_it_waits_for_a_slow_upload() {
+    let fleet = Fleet::real_time(Duration::from_millis(1_000), Duration::from_millis(150));
+    let a = fleet.replica_with("replica-a", "replica-a", |c| {
+        c.renew_every = Some(Duration::from_millis(250))
+    });
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    t.snapshot().await.unwrap();
+    insert(&t, "k-2").await.unwrap();
+    fleet
+        .durable
+        .slow_put(is_image, Duration::from_millis(2_000));
+    let uploading = actix_rt::spawn(t.snapshot());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let forgotten = within(10_000, "forget over a slow upload", t.forget()).await;
+    let _ = uploading.await;
+    assert!(forgotten.is_ok(), "forget resolved: {forgotten:?}");
+    assert_eq!(
+        fleet.stored_of_tenant().await,
+        Vec::<String>::new(),
+        "the image that was uploading went with the rest"
+    );
+}
+
+#[actix_rt::test]
+async fn f5_while_forget_waits_for_an_upload_every_call_is_refused_with_draining() {
+    let fleet = Fleet::new();
+    let a = fleet.replica("replica-a");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    let (held, gate) = gated();
+    fleet.durable.before_next_put_matching(is_image, held);
+    let uploading = actix_rt::spawn(t.snapshot());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let forgetting = actix_rt::spawn(t.forget());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let write = insert(&t, "late-1").await;
+    assert!(
+        matches!(write, Err(ref e) if e.is_draining()),
+        "a write: {write:?}"
+    );
+    let untouched = t.run(|_| Ok(1)).await;
+    assert!(
+        matches!(untouched, Err(ref e) if e.is_draining()),
+        "a closure that never touches the ledger: {untouched:?}"
+    );
+    let admitted = t.admit().await;
+    assert!(
+        matches!(admitted, Err(ref e) if e.is_draining()),
+        "an admission: {admitted:?}"
+    );
+    gate.send(()).unwrap();
+    let _ = uploading.await;
+    within(3_000, "forget", forgetting).await.unwrap().unwrap();
+}
+
+#[actix_rt::test]
+async fn f6_while_forget_waits_an_abandon_does_not_take_the_lease_and_a_second_forget_is_refused() {
+    let fleet = Fleet::new();
+    let a = fleet.replica("replica-a");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    let (held, gate) = gated();
+    fleet.durable.before_next_put_matching(is_image, held);
+    let uploading = actix_rt::spawn(t.snapshot());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let forgetting = actix_rt::spawn(t.forget());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    t.abandon().await.unwrap();
+    let second = within(1_000, "a second forget", t.forget()).await;
+    assert!(
+        matches!(second, Err(ref e) if e.is_draining()),
+        "got {second:?}"
+    );
+    gate.send(()).unwrap();
+    let _ = uploading.await;
+    let forgotten = within(3_000, "forget", forgetting).await.unwrap();
+    assert!(
+        forgotten.is_ok(),
+        "forget finished what it began: {forgotten:?}"
+    );
+    assert_eq!(fleet.stored_of_tenant().await, Vec::<String>::new());
+}
+
+#[actix_rt::test]
+async fn f7_forget_deletes_only_at_or_below_its_floor_and_a_successor_keeps_what_it_wrote() {
+    let fleet = Arc::new(Fleet::new());
+    let a = fleet.replica("replica-a");
+    let b = Arc::new(fleet.replica("replica-b"));
+    let c = fleet.replica("replica-c");
+    let t = a.open().await;
+    insert(&t, "a-1").await.unwrap();
+    t.snapshot().await.unwrap();
+    let successor: Arc<Mutex<Option<TenantRef>>> = Arc::default();
+    let (f, b2, slot) = (fleet.clone(), b.clone(), successor.clone());
+    // The forgetting owner pauses right after raising the floor, past its lease; a successor
+    // takes over, writes and publishes above the floor.
+    fleet
+        .leases
+        .after_next(LeaseOp::MarkForgotten, move || async move {
+            f.advance(TTL + Duration::from_millis(1));
+            let s = b2.open().await;
+            insert(&s, "b-1").await.unwrap();
+            s.snapshot().await.unwrap();
+            *slot.lock().unwrap() = Some(s);
+        });
+    t.forget().await.unwrap();
+    let successor = successor
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the successor took over");
+    let kept = fleet.stored(&format!("{}e00000002/", key().prefix())).await;
+    assert!(
+        kept.iter().any(|k| is_image(k)),
+        "the successor's image is still there: {kept:?}"
+    );
+    let dead = fleet.stored(&format!("{}e00000001/", key().prefix())).await;
+    assert_eq!(
+        dead,
+        Vec::<String>::new(),
+        "what the forgotten tenure left is gone"
+    );
+    successor.abandon().await.unwrap();
+    assert_eq!(
+        keys_of(&c.open().await).await,
+        ["b-1"],
+        "the successor's crash loses nothing it published"
+    );
+}
+
+#[actix_rt::test]
+async fn f8_closing_waits_for_a_forget_under_way_though_the_tenant_left_the_table() {
+    let fleet = Fleet::new();
+    let a = fleet.replica("replica-a");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    let (held, gate) = gated();
+    fleet.durable.before_next_put_matching(is_image, held);
+    let uploading = actix_rt::spawn(t.snapshot());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let forgetting = actix_rt::spawn(t.forget());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let closing = actix_rt::spawn(a.sup.close());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        !closing.is_finished(),
+        "close is still waiting for the forget"
+    );
+    gate.send(()).unwrap();
+    let unflushed = within(3_000, "close", closing).await.unwrap().unwrap();
+    assert!(unflushed.is_empty(), "nothing unflushed: {unflushed:?}");
+    assert_eq!(
+        fleet.stored_of_tenant().await,
+        Vec::<String>::new(),
+        "the forget finished before close returned"
+    );
+    assert!(
+        a.saw(|e| matches!(e, Event::Released { flushed: false, .. }))
+            .await,
+        "and it handed the lease back"
+    );
+    within(3_000, "forget", forgetting).await.unwrap().unwrap();
+    let _ = uploading.await;
+}

@@ -1,0 +1,585 @@
+//! Lease store (CONTRACT, "Lease store"): the SQLite backend passes the conformance suite, the
+//! suite catches broken stores, two stores on one file agree on a single winner, a reboot expires
+//! every lease of the old boot, and the fault-injecting and deadline wrappers behave.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::FutureExt;
+use futures::future::join_all;
+use leasehold::clock::{Clock, ManualClock};
+use leasehold::deadline::Deadline;
+use leasehold::durable::StoreError;
+use leasehold::ids::{LeaseKey, OrgId, TenantId};
+use leasehold::layout::ImageRef;
+use leasehold::lease::sqlite::{SqliteLeaseStore, current_boot_id};
+use leasehold::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, SharedLeaseStore};
+use leasehold::testkit::{self, FaultyLeaseStore, LeaseHarness, LeaseOp};
+use tokio::sync::{Barrier, Notify};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn key(org: &str, tenant: &str) -> LeaseKey {
+    LeaseKey::new(&OrgId::new(org).unwrap(), &TenantId::new(tenant).unwrap())
+}
+
+fn harness(store: SharedLeaseStore, clock: &ManualClock, org: &str) -> LeaseHarness {
+    let clock = clock.clone();
+    LeaseHarness {
+        store,
+        ttl: TTL,
+        advance: Box::new(move |by| {
+            clock.advance(by);
+            async {}.boxed()
+        }),
+        org: OrgId::new(org).unwrap(),
+    }
+}
+
+/// A SQLite store on a fresh file, its manual clock, and the directory that holds the file.
+fn sqlite_store(boot: &str) -> (SqliteLeaseStore, ManualClock, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000_000);
+    let path = dir.path().join("leases.db");
+    let store = SqliteLeaseStore::open_with(&path, Arc::new(clock.clone()), boot.into()).unwrap();
+    (store, clock, dir)
+}
+
+/// The panic message of `check`, which must panic.
+async fn violation(check: impl Future<Output = ()>) -> String {
+    match AssertUnwindSafe(check).catch_unwind().await {
+        Ok(()) => panic!("the conformance check passed a broken store"),
+        Err(panic) => panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default(),
+    }
+}
+
+#[tokio::test]
+async fn sqlite_store_passes_the_lease_conformance_suite() {
+    let (store, clock, _dir) = sqlite_store("boot-test");
+    testkit::lease_store_conformance(&harness(Arc::new(store), &clock, "conformance")).await;
+}
+
+#[tokio::test]
+async fn deadline_and_faulty_wrappers_pass_the_suite_when_nothing_goes_wrong() {
+    let (store, clock, _dir) = sqlite_store("boot-test");
+    let faulty = FaultyLeaseStore::new(Arc::new(store));
+    let wrapped = Deadline::new(faulty.shared(), Duration::from_secs(30)).unwrap();
+    testkit::lease_store_conformance(&harness(Arc::new(wrapped), &clock, "wrapped")).await;
+}
+
+#[tokio::test]
+async fn the_in_memory_model_passes_the_suite_so_the_suite_is_not_sqlite_shaped() {
+    let clock = ManualClock::new(0);
+    let model = ModelStore::new(&clock, Flaw::None);
+    testkit::lease_store_conformance(&harness(Arc::new(model), &clock, "model")).await;
+}
+
+#[tokio::test]
+async fn the_suite_fails_a_store_whose_renew_ignores_the_epoch() {
+    let (store, clock, _dir) = sqlite_store("boot-test");
+    let broken = Arc::new(RenewIgnoresEpoch(store));
+    let h = harness(broken, &clock, "broken-renew");
+    let message = violation(testkit::conformance_renew_refuses_a_wrong_tenure(&h)).await;
+    assert!(
+        message.contains("renew refuses a wrong tenure"),
+        "{message}"
+    );
+    assert!(message.contains("renew with a later epoch"), "{message}");
+    violation(testkit::lease_store_conformance(&h)).await;
+}
+
+#[tokio::test]
+async fn the_suite_fails_a_store_whose_acquire_ignores_expiry_by_the_store_clock() {
+    let clock = ManualClock::new(0);
+    let h = harness(
+        Arc::new(ModelStore::new(&clock, Flaw::AcquireIgnoresExpiry)),
+        &clock,
+        "m",
+    );
+    let message = violation(testkit::conformance_expiry_by_store_time_frees_the_key(&h)).await;
+    assert!(
+        message.contains("expiry by store time frees the key"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn the_suite_fails_a_store_that_reuses_an_epoch_after_a_forget() {
+    let clock = ManualClock::new(0);
+    let h = harness(
+        Arc::new(ModelStore::new(&clock, Flaw::ReuseEpochAfterForget)),
+        &clock,
+        "m",
+    );
+    let message = violation(testkit::conformance_epochs_are_never_reused(&h)).await;
+    assert!(message.contains("epochs are never reused"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_on_one_file_grant_each_epoch_to_exactly_one_of_eight_racers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let processes = [
+        Arc::new(SqliteLeaseStore::open(&path).unwrap()),
+        Arc::new(SqliteLeaseStore::open(&path).unwrap()),
+    ];
+    let k = key("race", "t1");
+    for round in 1..=50u64 {
+        let start = Arc::new(Barrier::new(8));
+        let racers = (0..8).map(|i| {
+            let (store, k, start) = (Arc::clone(&processes[i % 2]), k.clone(), Arc::clone(&start));
+            tokio::spawn(async move {
+                start.wait().await;
+                store
+                    .acquire(&k, &format!("racer-{i}"), Duration::from_secs(60))
+                    .await
+            })
+        });
+        let results: Vec<_> = join_all(racers)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let winners: Vec<&LeaseRecord> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert_eq!(winners.len(), 1, "round {round}: {results:?}");
+        let winner = winners[0];
+        assert_eq!(
+            winner.epoch, round,
+            "one acquisition per round, epochs consecutive"
+        );
+        for lost in results.iter().filter_map(|r| r.as_ref().err()) {
+            let want = LeaseError::Held {
+                key: k.to_string(),
+                owner: winner.owner.clone(),
+                epoch: round,
+            };
+            assert_eq!(lost, &want, "round {round}");
+        }
+        processes[0]
+            .release(&k, &winner.owner, round)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_lease_written_in_another_boot_is_expired() {
+    let (before, clock, dir) = sqlite_store("boot-a");
+    let k = key("reboot", "t1");
+    let old = before
+        .acquire(&k, "old-owner", Duration::from_secs(3_600))
+        .await
+        .unwrap();
+    assert_eq!(old.epoch, 1);
+    let path = dir.path().join("leases.db");
+    let after =
+        SqliteLeaseStore::open_with(&path, Arc::new(clock.clone()), "boot-b".into()).unwrap();
+    let refused = after.renew(&k, "old-owner", 1, TTL).await;
+    assert!(
+        matches!(refused, Err(LeaseError::NotHeld { .. })),
+        "{refused:?}"
+    );
+    let next = after.acquire(&k, "new-owner", TTL).await.unwrap();
+    assert_eq!((next.owner.as_str(), next.epoch), ("new-owner", 2));
+}
+
+#[tokio::test]
+async fn the_default_store_judges_expiry_by_the_real_monotonic_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let store = SqliteLeaseStore::open(&path).unwrap();
+    assert_eq!(store.boot_id(), current_boot_id());
+    let k = key("real-clock", "t1");
+    let ttl = Duration::from_millis(300);
+    let first = store.acquire(&k, "a", ttl).await.unwrap();
+    let now = leasehold::SystemClock.now_ms();
+    assert!(
+        first.expires_at_ms > now && first.expires_at_ms <= now + 300,
+        "{first:?} at {now}"
+    );
+    let other = SqliteLeaseStore::open(&path).unwrap();
+    assert!(matches!(
+        other.acquire(&k, "b", ttl).await,
+        Err(LeaseError::Held { .. })
+    ));
+    tokio::time::sleep(Duration::from_millis(400)).await; // real time is the point here
+    assert_eq!(other.acquire(&k, "b", ttl).await.unwrap().epoch, 2);
+}
+
+#[tokio::test]
+async fn epochs_floor_and_head_survive_reopening_the_file() {
+    let (store, clock, dir) = sqlite_store("boot-test");
+    let k = key("reopen", "t1");
+    store.acquire(&k, "a", TTL).await.unwrap();
+    store.mark_forgotten(&k, "a", 1).await.unwrap();
+    store.release(&k, "a", 1).await.unwrap();
+    drop(store);
+    let path = dir.path().join("leases.db");
+    let reopened = SqliteLeaseStore::open_with(&path, Arc::new(clock), "boot-test".into()).unwrap();
+    let next = reopened.acquire(&k, "b", TTL).await.unwrap();
+    assert_eq!((next.epoch, next.floor), (2, 1));
+}
+
+#[tokio::test]
+async fn opening_a_file_that_cannot_exist_is_an_io_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = SqliteLeaseStore::open(&dir.path().join("missing-dir").join("leases.db"));
+    match refused {
+        Err(LeaseError::Store(StoreError::Io { op: "open", .. })) => {}
+        other => panic!("want an i/o error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn debug_output_names_the_file_and_stays_short() {
+    let (store, _clock, _dir) = sqlite_store("boot-test");
+    let shown = format!("{store:?}");
+    assert!(shown.contains("leases.db") && shown.len() < 300, "{shown}");
+}
+
+#[tokio::test]
+async fn an_outage_fails_every_call_without_reaching_the_store() {
+    let (store, _clock, _dir) = sqlite_store("boot-test");
+    let faulty = FaultyLeaseStore::new(Arc::new(store));
+    let k = key("outage", "t1");
+    faulty.set_down(true);
+    let refused = faulty.acquire(&k, "a", TTL).await;
+    let want = |op| StoreError::Unavailable {
+        op,
+        message: "outage injected by FaultyLeaseStore".into(),
+    };
+    assert_eq!(refused, Err(LeaseError::Store(want("acquire"))));
+    assert_eq!(faulty.read(&k).await, Err(LeaseError::Store(want("read"))));
+    assert_eq!(
+        faulty.inner().read(&k).await,
+        Ok(None),
+        "nothing reached the store"
+    );
+    faulty.set_down(false);
+    assert_eq!(faulty.acquire(&k, "a", TTL).await.unwrap().epoch, 1);
+    assert_eq!(LeaseOp::ALL.len(), 7);
+}
+
+#[tokio::test]
+async fn held_renewals_wait_and_are_counted_until_released() {
+    let (store, _clock, _dir) = sqlite_store("boot-test");
+    let faulty = FaultyLeaseStore::new(Arc::new(store));
+    let k = key("held", "t1");
+    faulty.acquire(&k, "a", TTL).await.unwrap();
+    faulty.hold_renewals();
+    let (one, many) = (faulty.clone(), faulty.clone());
+    let (k1, k2) = (k.clone(), k.clone());
+    let renew = tokio::spawn(async move { one.renew(&k1, "a", 1, TTL).await });
+    let renew_many = tokio::spawn(async move { many.renew_many("a", &[(k2, 1)], TTL).await });
+    while faulty.renewals_started() < 2 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !renew.is_finished() && !renew_many.is_finished(),
+        "renewals wait while held"
+    );
+    faulty.release_renewals();
+    assert_eq!(renew.await.unwrap().unwrap().epoch, 1);
+    assert_eq!(
+        renew_many.await.unwrap().unwrap(),
+        vec![RenewOutcome::Renewed]
+    );
+    assert_eq!(faulty.renewals_started(), 2);
+}
+
+#[tokio::test]
+async fn an_after_hook_pauses_the_forgetting_owner_while_a_successor_takes_over() {
+    let (store, clock, _dir) = sqlite_store("boot-test");
+    let faulty = FaultyLeaseStore::new(Arc::new(store));
+    let k = key("after-hook", "t1");
+    faulty.acquire(&k, "a", TTL).await.unwrap();
+    let (paused, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (p, r) = (Arc::clone(&paused), Arc::clone(&resume));
+    faulty.after_next(LeaseOp::MarkForgotten, move || async move {
+        p.notify_one();
+        r.notified().await;
+    });
+    let forgetter = faulty.clone();
+    let k1 = k.clone();
+    let forget = tokio::spawn(async move { forgetter.mark_forgotten(&k1, "a", 1).await });
+    paused.notified().await;
+    clock.advance(TTL);
+    let successor = faulty.acquire(&k, "b", TTL).await.unwrap();
+    assert_eq!(
+        (successor.epoch, successor.floor),
+        (2, 1),
+        "the forget committed first"
+    );
+    resume.notify_one();
+    assert_eq!(
+        forget.await.unwrap().unwrap().floor,
+        1,
+        "the inner result is handed back"
+    );
+    let again = faulty.mark_forgotten(&k, "b", 2).await.unwrap();
+    assert_eq!(
+        again.floor, 2,
+        "the hook ran once; the second call went straight through"
+    );
+}
+
+#[tokio::test]
+async fn a_before_hook_runs_once_before_the_call_and_can_start_an_outage() {
+    let (store, _clock, _dir) = sqlite_store("boot-test");
+    let faulty = FaultyLeaseStore::new(Arc::new(store));
+    let k = key("before-hook", "t1");
+    let record = faulty.acquire(&k, "a", TTL).await.unwrap();
+    let switch = faulty.clone();
+    faulty.before_next(LeaseOp::PublishHead, move || async move {
+        switch.set_down(true)
+    });
+    let image = ImageRef {
+        epoch: 1,
+        seq: 1,
+        sha256: "00".repeat(32),
+    };
+    let refused = faulty.publish_head(&k, "a", 1, &image).await;
+    assert!(matches!(
+        refused,
+        Err(LeaseError::Store(StoreError::Unavailable {
+            op: "publish_head",
+            ..
+        }))
+    ));
+    faulty.set_down(false);
+    assert_eq!(
+        faulty.read(&k).await.unwrap(),
+        Some(record),
+        "the head did not move"
+    );
+    assert_eq!(
+        faulty.publish_head(&k, "a", 1, &image).await.unwrap().head,
+        Some(image)
+    );
+}
+
+/// A broken store: `renew` renews whatever tenure of `owner` is live, ignoring the epoch asked.
+#[derive(Debug)]
+struct RenewIgnoresEpoch(SqliteLeaseStore);
+
+#[async_trait]
+impl LeaseStore for RenewIgnoresEpoch {
+    async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
+        self.0.read(key).await
+    }
+    async fn acquire(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.0.acquire(key, owner, ttl).await
+    }
+    async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let live = self.0.read(key).await?.map_or(epoch, |r| r.epoch);
+        self.0.renew(key, owner, live, ttl).await
+    }
+    async fn renew_many(
+        &self,
+        owner: &str,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<Vec<RenewOutcome>, LeaseError> {
+        self.0.renew_many(owner, leases, ttl).await
+    }
+    async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError> {
+        self.0.release(key, owner, epoch).await
+    }
+    async fn publish_head(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        image: &ImageRef,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.0.publish_head(key, owner, epoch, image).await
+    }
+    async fn mark_forgotten(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.0.mark_forgotten(key, owner, epoch).await
+    }
+}
+
+/// What is wrong with a [`ModelStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flaw {
+    /// Nothing: a correct store.
+    None,
+    /// `acquire` treats every unreleased lease as held, however old.
+    AcquireIgnoresExpiry,
+    /// `acquire` after a forget hands out the forgotten epoch again.
+    ReuseEpochAfterForget,
+}
+
+/// A lease store in memory, correct unless given a [`Flaw`]; its clock is a [`ManualClock`].
+#[derive(Debug)]
+struct ModelStore {
+    clock: ManualClock,
+    rows: Mutex<HashMap<String, LeaseRecord>>,
+    flaw: Flaw,
+}
+
+impl ModelStore {
+    fn new(clock: &ManualClock, flaw: Flaw) -> Self {
+        let rows = Mutex::default();
+        Self {
+            clock: clock.clone(),
+            rows,
+            flaw,
+        }
+    }
+
+    fn is_live(&self, r: &LeaseRecord) -> bool {
+        !r.released
+            && (self.flaw == Flaw::AcquireIgnoresExpiry || self.clock.now_ms() < r.expires_at_ms)
+    }
+
+    /// Applies `change` to the live record of `(owner, epoch)`, or refuses with `NotHeld`.
+    fn change(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        change: impl FnOnce(&mut LeaseRecord) -> bool,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let mut rows = self.rows.lock().unwrap();
+        let now = self.clock.now_ms();
+        let held = rows.get_mut(key.as_str()).filter(|r| {
+            !r.released && now < r.expires_at_ms && r.owner == owner && r.epoch == epoch
+        });
+        if let Some(r) = held
+            && change(r)
+        {
+            return Ok(r.clone());
+        }
+        Err(LeaseError::NotHeld {
+            key: key.to_string(),
+            owner: owner.into(),
+            epoch,
+        })
+    }
+}
+
+#[async_trait]
+impl LeaseStore for ModelStore {
+    async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
+        Ok(self.rows.lock().unwrap().get(key.as_str()).cloned())
+    }
+    async fn acquire(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let mut rows = self.rows.lock().unwrap();
+        let old = rows.get(key.as_str()).cloned();
+        if let Some(live) = old.as_ref().filter(|r| self.is_live(r)) {
+            return Err(LeaseError::Held {
+                key: key.to_string(),
+                owner: live.owner.clone(),
+                epoch: live.epoch,
+            });
+        }
+        let last = old.as_ref().map_or(0, |r| r.epoch);
+        let floor = old.as_ref().map_or(0, |r| r.floor);
+        let reuse = self.flaw == Flaw::ReuseEpochAfterForget && floor == last && last > 0;
+        let record = LeaseRecord {
+            key: key.to_string(),
+            owner: owner.into(),
+            epoch: if reuse { last } else { last + 1 },
+            expires_at_ms: self.clock.now_ms() + ttl.as_millis() as u64,
+            released: false,
+            floor,
+            head: old.and_then(|r| r.head),
+        };
+        rows.insert(key.to_string(), record.clone());
+        Ok(record)
+    }
+    async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let end = self.clock.now_ms() + ttl.as_millis() as u64;
+        self.change(key, owner, epoch, |r| {
+            r.expires_at_ms = end;
+            true
+        })
+    }
+    async fn renew_many(
+        &self,
+        owner: &str,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<Vec<RenewOutcome>, LeaseError> {
+        let mut outcomes = Vec::new();
+        for (key, epoch) in leases {
+            let renewed = self.renew(key, owner, *epoch, ttl).await.is_ok();
+            outcomes.push(if renewed {
+                RenewOutcome::Renewed
+            } else {
+                RenewOutcome::Lost
+            });
+        }
+        Ok(outcomes)
+    }
+    async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError> {
+        self.change(key, owner, epoch, |r| {
+            r.released = true;
+            true
+        })
+        .map(|_| ())
+    }
+    async fn publish_head(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        image: &ImageRef,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.change(key, owner, epoch, |r| {
+            let allowed = epoch > r.floor && image.epoch == epoch;
+            if allowed {
+                r.head = Some(image.clone());
+            }
+            allowed
+        })
+    }
+    async fn mark_forgotten(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.change(key, owner, epoch, |r| {
+            r.floor = epoch;
+            r.head = None;
+            true
+        })
+    }
+}

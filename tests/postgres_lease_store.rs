@@ -1,0 +1,331 @@
+//! Lease store on PostgreSQL (CONTRACT, "Lease store"; promises 4 and 6): `PostgresLeaseStore`
+//! against a real server passes the conformance suite, grants each epoch of a key to exactly one
+//! of eight replicas racing for it, and reports a server that went away or hangs as unavailable
+//! (the lease unknown, never held), then recovers.
+//!
+//! The server comes from `LEASEHOLD_TEST_PG_URL`, which `scripts/test.sh` sets after starting a
+//! throwaway cluster; without it the tests that need a server fail and say so.
+#![cfg(feature = "postgres")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::FutureExt;
+use futures::future::join_all;
+use leasehold::Error;
+use leasehold::durable::StoreError;
+use leasehold::ids::{LeaseKey, OrgId, TenantId};
+use leasehold::lease::postgres::{PgOptions, PostgresLeaseStore};
+use leasehold::lease::{LeaseError, LeaseStore, RenewOutcome};
+use leasehold::testkit::{LeaseHarness, lease_store_conformance};
+use tokio::io::copy_bidirectional;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::Barrier;
+use tokio::task::JoinHandle;
+
+/// The table every test of this file shares; orgs are unique per run, so runs can share it too.
+const TABLE: &str = "leasehold_test_leases";
+
+/// The ttl of the conformance suite: short, so that its real sleeps stay fast.
+const SUITE_TTL: Duration = Duration::from_millis(400);
+
+/// The server's URL, or a failure that says how to get one.
+fn pg_url() -> String {
+    std::env::var("LEASEHOLD_TEST_PG_URL").unwrap_or_else(|_| {
+        panic!(
+            "LEASEHOLD_TEST_PG_URL is not set: these tests need a PostgreSQL server. Run them \
+             through scripts/test.sh (or scripts/with-servers.sh <cargo command>), which starts a \
+             throwaway one on a loopback port"
+        )
+    })
+}
+
+/// An org id no other run uses.
+fn fresh_org(what: &str) -> OrgId {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    OrgId::new(format!("{what}-{}-{nanos}-{n}", std::process::id())).unwrap()
+}
+
+fn key(org: &OrgId, tenant: &str) -> LeaseKey {
+    LeaseKey::new(org, &TenantId::new(tenant).unwrap())
+}
+
+async fn store() -> PostgresLeaseStore {
+    PostgresLeaseStore::connect(&pg_url(), TABLE)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {TABLE}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_passes_the_lease_conformance_suite() {
+    let started = Instant::now();
+    let harness = LeaseHarness {
+        store: Arc::new(store().await),
+        ttl: SUITE_TTL,
+        advance: Box::new(|by| tokio::time::sleep(by).boxed()),
+        org: fresh_org("pg-conformance"),
+    };
+    lease_store_conformance(&harness).await;
+    eprintln!("postgres conformance suite: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_replicas_racing_for_one_key_have_exactly_one_winner_every_round() {
+    const REPLICAS: usize = 8;
+    const ROUNDS: u64 = 50;
+    const TTL: Duration = Duration::from_millis(300);
+    let url = pg_url();
+    let stores = join_all((0..REPLICAS).map(|_| PostgresLeaseStore::connect(&url, TABLE))).await;
+    let stores: Vec<Arc<PostgresLeaseStore>> = stores
+        .into_iter()
+        .map(|s| Arc::new(s.expect("connect a replica")))
+        .collect();
+    let key = key(&fresh_org("pg-race"), "contested");
+    let started = Instant::now();
+    for round in 1..=ROUNDS {
+        let barrier = Arc::new(Barrier::new(REPLICAS));
+        let racers = stores.iter().enumerate().map(|(i, store)| {
+            let (store, barrier, key) = (store.clone(), barrier.clone(), key.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.acquire(&key, &format!("replica-{i}"), TTL).await
+            })
+        });
+        let results: Vec<_> = join_all(racers)
+            .await
+            .into_iter()
+            .map(|r| r.expect("racer task"))
+            .collect();
+        let winners: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        let [winner] = winners[..] else {
+            panic!("round {round}: {} winners: {results:?}", winners.len());
+        };
+        assert_eq!(winner.epoch, round, "round {round}: the epoch grows by one");
+        for lost in results.iter().filter_map(|r| r.as_ref().err()) {
+            let named = LeaseError::Held {
+                key: key.to_string(),
+                owner: winner.owner.clone(),
+                epoch: winner.epoch,
+            };
+            assert_eq!(
+                lost, &named,
+                "round {round}: a loser is told who holds the lease"
+            );
+        }
+        let holder: usize = winner.owner["replica-".len()..].parse().unwrap();
+        if round % 10 == 0 {
+            // Let the lease lapse by the server's clock instead of releasing it.
+            tokio::time::sleep(TTL + Duration::from_millis(50)).await;
+        } else {
+            stores[holder]
+                .release(&key, &winner.owner, winner.epoch)
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: release: {e}"));
+        }
+    }
+    eprintln!(
+        "{ROUNDS} rounds of {REPLICAS} racers: {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn invalid_table_names_are_refused_before_connecting() {
+    // Port 1 on loopback: nothing listens, and nothing is asked anyway.
+    for bad in ["", "Leases", "1x", "a-b", "x;drop table y", &"a".repeat(64)] {
+        let got = PostgresLeaseStore::connect("postgres://u@127.0.0.1:1/db", bad).await;
+        assert!(
+            matches!(got, Err(Error::InvalidOption { name: "table", .. })),
+            "{bad:?}: {got:?}"
+        );
+    }
+    let got = PostgresLeaseStore::connect("not a url", TABLE).await;
+    assert!(
+        matches!(got, Err(Error::InvalidOption { name: "url", .. })),
+        "{got:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_unavailable() {
+    let port = closed_port().await;
+    let got =
+        PostgresLeaseStore::connect(&format!("postgres://u@127.0.0.1:{port}/db"), TABLE).await;
+    assert!(
+        matches!(got, Err(Error::Store(StoreError::Unavailable { .. }))),
+        "{got:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_goes_away_is_unavailable_never_held_and_the_store_recovers() {
+    let upstream = pg_upstream();
+    let proxy = Proxy::start(&upstream, None).await;
+    let opts = PgOptions {
+        connect_timeout: Duration::from_millis(500),
+        wait_timeout: Duration::from_millis(500),
+        op_timeout: Duration::from_secs(2),
+        ..PgOptions::default()
+    };
+    let store = PostgresLeaseStore::connect_with(&proxy.url(), TABLE, opts)
+        .await
+        .expect("connect through the proxy");
+    let key = key(&fresh_org("pg-outage"), "t1");
+    let held = store
+        .acquire(&key, "a", Duration::from_secs(30))
+        .await
+        .unwrap();
+
+    let port = proxy.port;
+    proxy.stop().await;
+    let leases = [(key.clone(), held.epoch)];
+    for (what, got) in [
+        ("read", store.read(&key).await.map(|_| ())),
+        (
+            "renew",
+            store
+                .renew(&key, "a", held.epoch, Duration::from_secs(30))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "renew_many",
+            store
+                .renew_many("a", &leases, Duration::from_secs(30))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "acquire",
+            store
+                .acquire(&key, "b", Duration::from_secs(30))
+                .await
+                .map(|_| ()),
+        ),
+    ] {
+        assert!(
+            matches!(got, Err(LeaseError::Store(StoreError::Unavailable { .. }))),
+            "{what} during the outage: {got:?}"
+        );
+    }
+
+    let _back = Proxy::start(&upstream, Some(port)).await;
+    let renewed = store
+        .renew_many("a", &leases, Duration::from_secs(30))
+        .await
+        .expect("renew_many after the outage");
+    assert_eq!(
+        renewed,
+        vec![RenewOutcome::Renewed],
+        "the lease outlived the outage"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_settles_when_the_server_hangs() {
+    // A listener that accepts and never answers: connecting hangs in the startup handshake.
+    let hang = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = hang.local_addr().unwrap().port();
+    let _accepting = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = hang.accept().await {
+            held.push(socket);
+        }
+    });
+    let opts = PgOptions {
+        connect_timeout: Duration::from_millis(300),
+        wait_timeout: Duration::from_millis(300),
+        op_timeout: Duration::from_millis(600),
+        ..PgOptions::default()
+    };
+    let started = Instant::now();
+    let url = format!("postgres://u@127.0.0.1:{port}/db");
+    let got = PostgresLeaseStore::connect_with(&url, TABLE, opts).await;
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            got,
+            Err(Error::Store(
+                StoreError::Unavailable { .. } | StoreError::Timeout { .. }
+            ))
+        ),
+        "{got:?}"
+    );
+    assert!(took < Duration::from_secs(2), "settled only after {took:?}");
+}
+
+/// A loopback port nothing listens on.
+async fn closed_port() -> u16 {
+    let probe = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    probe.local_addr().unwrap().port()
+}
+
+/// `host:port` of the test server, from its URL.
+fn pg_upstream() -> String {
+    let url = pg_url();
+    let config: tokio_postgres::Config = url.parse().expect("LEASEHOLD_TEST_PG_URL parses");
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        other => panic!("LEASEHOLD_TEST_PG_URL must name a TCP host, not {other:?}"),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}")
+}
+
+/// A TCP proxy in front of the test server; stopping it drops every connection through it and
+/// closes its port, as a server going away would.
+struct Proxy {
+    /// Its loopback port.
+    port: u16,
+    /// The accept loop, which owns every forwarding task.
+    task: JoinHandle<()>,
+    /// The URL of the test server with host and port replaced by the proxy's.
+    url: String,
+}
+
+impl Proxy {
+    async fn start(upstream: &str, port: Option<u16>) -> Proxy {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.set_reuseaddr(true).unwrap();
+        socket
+            .bind(format!("127.0.0.1:{}", port.unwrap_or(0)).parse().unwrap())
+            .unwrap();
+        let listener = socket.listen(64).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let upstream = upstream.to_string();
+        let task = tokio::spawn(async move {
+            let mut links = tokio::task::JoinSet::new();
+            while let Ok((mut client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                links.spawn(async move {
+                    if let Ok(mut server) = TcpStream::connect(&upstream).await {
+                        let _ = copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+        });
+        let url = pg_url().replacen(&pg_upstream(), &format!("127.0.0.1:{port}"), 1);
+        assert!(
+            url.contains(&format!(":{port}")),
+            "cannot point {url} at the proxy"
+        );
+        Proxy { port, task, url }
+    }
+
+    fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// Drops the listener and every link (the `JoinSet` aborts its tasks when dropped), and
+    /// returns once they are gone.
+    async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
