@@ -1,1 +1,378 @@
-//! STUB — `Deadline<S>`: every call of the wrapped lease or durable store settles within a limit.
+//! [`Deadline`]: every call of the wrapped lease or durable store settles within a limit
+//! (CONTRACT promise 6, "every store call has a deadline").
+//!
+//! `Deadline<S>` is a [`LeaseStore`] when `S` is one and a [`DurableStore`] when `S` is one, so it
+//! stacks on any backend or wrapper, including `Arc<dyn LeaseStore>` and `Arc<dyn DurableStore>`.
+//! A call that has not answered when the limit runs out is dropped and reported as
+//! [`StoreError::Timeout`]; its effect on the backend is unknown, and a lease must then be
+//! treated as not held.
+
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::clock::duration_ms;
+use crate::durable::{DurableStore, Put, StoreError};
+use crate::error::Error;
+use crate::ids::LeaseKey;
+use crate::layout::ImageRef;
+use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome};
+
+/// A store whose every call settles within `limit`.
+#[derive(Debug, Clone)]
+pub struct Deadline<S> {
+    /// The wrapped store.
+    inner: S,
+    /// How long one call may take; never zero.
+    limit: Duration,
+}
+
+impl<S> Deadline<S> {
+    /// Wraps `inner` so that each call gets at most `limit`. A zero `limit` would fail every call
+    /// and is refused with [`Error::InvalidOption`] (`store_deadline`).
+    pub fn new(inner: S, limit: Duration) -> Result<Self, Error> {
+        if limit.is_zero() {
+            return Err(Error::InvalidOption {
+                name: "store_deadline",
+                reason: "must be greater than zero".to_owned(),
+            });
+        }
+        Ok(Self { inner, limit })
+    }
+
+    /// How long one call may take.
+    pub fn limit(&self) -> Duration {
+        self.limit
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// Unwraps the store.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// Runs `call`, or gives up with [`StoreError::Timeout`] once `limit` has passed.
+    async fn settle<T, E: From<StoreError>>(
+        &self,
+        op: &'static str,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        match tokio::time::timeout(self.limit, call).await {
+            Ok(answer) => answer,
+            Err(_elapsed) => Err(StoreError::Timeout {
+                op,
+                after_ms: duration_ms(self.limit),
+            }
+            .into()),
+        }
+    }
+}
+
+#[async_trait]
+impl<S: DurableStore> DurableStore for Deadline<S> {
+    async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
+        self.settle("put_if_absent", self.inner.put_if_absent(key, bytes))
+            .await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.settle("get", self.inner.get(key)).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        self.settle("list", self.inner.list(prefix)).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.settle("delete", self.inner.delete(key)).await
+    }
+    async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
+        self.settle("delete_prefix", self.inner.delete_prefix(prefix))
+            .await
+    }
+}
+
+#[async_trait]
+impl<S: LeaseStore> LeaseStore for Deadline<S> {
+    async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
+        self.settle("read", self.inner.read(key)).await
+    }
+    async fn acquire(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.settle("acquire", self.inner.acquire(key, owner, ttl))
+            .await
+    }
+    async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.settle("renew", self.inner.renew(key, owner, epoch, ttl))
+            .await
+    }
+    async fn renew_many(
+        &self,
+        owner: &str,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<Vec<RenewOutcome>, LeaseError> {
+        self.settle("renew_many", self.inner.renew_many(owner, leases, ttl))
+            .await
+    }
+    async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError> {
+        self.settle("release", self.inner.release(key, owner, epoch))
+            .await
+    }
+    async fn publish_head(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        image: &ImageRef,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.settle(
+            "publish_head",
+            self.inner.publish_head(key, owner, epoch, image),
+        )
+        .await
+    }
+    async fn mark_forgotten(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.settle(
+            "mark_forgotten",
+            self.inner.mark_forgotten(key, owner, epoch),
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::durable::SharedDurableStore;
+    use crate::ids::{OrgId, TenantId};
+    use crate::lease::SharedLeaseStore;
+
+    /// A store that answers after `answer_after`, or never when it is `None`. Its lease answers
+    /// are refusals, so the tests can see errors pass through untouched.
+    #[derive(Debug)]
+    struct Stalled {
+        answer_after: Option<Duration>,
+    }
+
+    impl Stalled {
+        async fn wait(&self) {
+            match self.answer_after {
+                Some(after) => tokio::time::sleep(after).await,
+                None => futures::future::pending().await,
+            }
+        }
+    }
+
+    fn held(key: &LeaseKey) -> LeaseError {
+        LeaseError::Held {
+            key: key.to_string(),
+            owner: "other".into(),
+            epoch: 7,
+        }
+    }
+
+    #[async_trait]
+    impl DurableStore for Stalled {
+        async fn put_if_absent(&self, _: &str, _: Vec<u8>) -> Result<Put, StoreError> {
+            self.wait().await;
+            Ok(Put::Created)
+        }
+        async fn get(&self, _: &str) -> Result<Option<Vec<u8>>, StoreError> {
+            self.wait().await;
+            Ok(Some(b"bytes".to_vec()))
+        }
+        async fn list(&self, _: &str) -> Result<Vec<String>, StoreError> {
+            self.wait().await;
+            Ok(vec!["a/b".into()])
+        }
+        async fn delete(&self, _: &str) -> Result<(), StoreError> {
+            self.wait().await;
+            Ok(())
+        }
+        async fn delete_prefix(&self, _: &str) -> Result<usize, StoreError> {
+            self.wait().await;
+            Ok(2)
+        }
+    }
+
+    #[async_trait]
+    impl LeaseStore for Stalled {
+        async fn read(&self, _: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
+            self.wait().await;
+            Ok(None)
+        }
+        async fn acquire(
+            &self,
+            key: &LeaseKey,
+            _: &str,
+            _: Duration,
+        ) -> Result<LeaseRecord, LeaseError> {
+            self.wait().await;
+            Err(held(key))
+        }
+        async fn renew(
+            &self,
+            key: &LeaseKey,
+            _: &str,
+            _: u64,
+            _: Duration,
+        ) -> Result<LeaseRecord, LeaseError> {
+            self.wait().await;
+            Err(held(key))
+        }
+        async fn renew_many(
+            &self,
+            _: &str,
+            leases: &[(LeaseKey, u64)],
+            _: Duration,
+        ) -> Result<Vec<RenewOutcome>, LeaseError> {
+            self.wait().await;
+            Ok(vec![RenewOutcome::Lost; leases.len()])
+        }
+        async fn release(&self, key: &LeaseKey, _: &str, _: u64) -> Result<(), LeaseError> {
+            self.wait().await;
+            Err(held(key))
+        }
+        async fn publish_head(
+            &self,
+            key: &LeaseKey,
+            _: &str,
+            _: u64,
+            _: &ImageRef,
+        ) -> Result<LeaseRecord, LeaseError> {
+            self.wait().await;
+            Err(held(key))
+        }
+        async fn mark_forgotten(
+            &self,
+            key: &LeaseKey,
+            _: &str,
+            _: u64,
+        ) -> Result<LeaseRecord, LeaseError> {
+            self.wait().await;
+            Err(held(key))
+        }
+    }
+
+    const LIMIT: Duration = Duration::from_millis(250);
+
+    fn key() -> LeaseKey {
+        LeaseKey::new(&OrgId::new("acme").unwrap(), &TenantId::new("t1").unwrap())
+    }
+
+    fn image() -> ImageRef {
+        ImageRef {
+            epoch: 1,
+            seq: 1,
+            sha256: "00".repeat(32),
+        }
+    }
+
+    fn timeout(op: &'static str) -> StoreError {
+        StoreError::Timeout { op, after_ms: 250 }
+    }
+
+    #[test]
+    fn a_zero_limit_is_refused() {
+        let refused = Deadline::new(Stalled { answer_after: None }, Duration::ZERO).unwrap_err();
+        assert!(matches!(
+            refused,
+            Error::InvalidOption {
+                name: "store_deadline",
+                ..
+            }
+        ));
+        assert_eq!(refused.code(), "LEASEHOLD_INVALID_OPTION");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_durable_call_to_a_store_that_never_answers_times_out_at_the_limit() {
+        let inner: SharedDurableStore = Arc::new(Stalled { answer_after: None });
+        let store = Deadline::new(inner, LIMIT).unwrap();
+        let start = Instant::now();
+        assert_eq!(
+            store.put_if_absent("a/b", vec![1]).await,
+            Err(timeout("put_if_absent"))
+        );
+        assert_eq!(
+            start.elapsed(),
+            LIMIT,
+            "the call gave up exactly at its limit"
+        );
+        assert_eq!(store.get("a/b").await, Err(timeout("get")));
+        assert_eq!(store.list("a/").await, Err(timeout("list")));
+        assert_eq!(store.delete("a/b").await, Err(timeout("delete")));
+        assert_eq!(
+            store.delete_prefix("a/").await,
+            Err(timeout("delete_prefix"))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_lease_call_to_a_store_that_never_answers_times_out_at_the_limit() {
+        let inner: SharedLeaseStore = Arc::new(Stalled { answer_after: None });
+        let store = Deadline::new(inner, LIMIT).unwrap();
+        let (k, ttl) = (key(), Duration::from_secs(10));
+        let expired = |op| LeaseError::Store(timeout(op));
+        let start = Instant::now();
+        assert_eq!(store.read(&k).await, Err(expired("read")));
+        assert_eq!(start.elapsed(), LIMIT);
+        assert_eq!(store.acquire(&k, "a", ttl).await, Err(expired("acquire")));
+        assert_eq!(store.renew(&k, "a", 1, ttl).await, Err(expired("renew")));
+        let many = store.renew_many("a", &[(k.clone(), 1)], ttl).await;
+        assert_eq!(many, Err(expired("renew_many")));
+        assert_eq!(store.release(&k, "a", 1).await, Err(expired("release")));
+        let published = store.publish_head(&k, "a", 1, &image()).await;
+        assert_eq!(published, Err(expired("publish_head")));
+        let forgotten = store.mark_forgotten(&k, "a", 1).await;
+        assert_eq!(forgotten, Err(expired("mark_forgotten")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_within_the_limit_pass_through_unchanged() {
+        let inner = Stalled {
+            answer_after: Some(LIMIT / 2),
+        };
+        let store = Deadline::new(inner, LIMIT).unwrap();
+        assert_eq!(store.get("a/b").await, Ok(Some(b"bytes".to_vec())));
+        assert_eq!(store.delete_prefix("a/").await, Ok(2));
+        let k = key();
+        assert_eq!(store.read(&k).await, Ok(None));
+        assert_eq!(store.acquire(&k, "a", LIMIT).await, Err(held(&k)));
+        assert_eq!(store.limit(), LIMIT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_later_than_the_limit_is_a_timeout() {
+        let inner = Stalled {
+            answer_after: Some(LIMIT * 2),
+        };
+        let store = Deadline::new(inner, LIMIT).unwrap();
+        assert_eq!(store.get("a/b").await, Err(timeout("get")));
+        let ttl = Duration::from_secs(1);
+        let renewed = store.renew(&key(), "a", 1, ttl).await;
+        assert_eq!(renewed, Err(LeaseError::Store(timeout("renew"))));
+    }
+}

@@ -1,1 +1,850 @@
-//! STUB — `SqliteLeaseStore`, the embedded lease store.
+//! [`SqliteLeaseStore`]: the embedded lease store, one SQLite file shared by the processes of one
+//! host.
+//!
+//! How it keeps the "Lease store" section of the contract:
+//!
+//! - **One clock.** Expiry is judged by the store's clock only: by default the host's
+//!   `CLOCK_MONOTONIC` ([`SystemClock`]), which every process on the host reads alike. That clock
+//!   starts again at every boot, so each row also records the boot it was written in
+//!   ([`current_boot_id`]); a row of another boot counts as expired.
+//! - **One writer at a time.** Every write runs in `BEGIN IMMEDIATE`, which takes the file's write
+//!   lock *before* the row is read, so read–check–update is atomic across processes. The clock is
+//!   read after the lock is taken.
+//! - **Epochs survive a crash.** WAL with `synchronous=FULL`: a granted epoch is on disk before the
+//!   caller hears of it, so a power cut never lets the same epoch be granted twice. Rows are never
+//!   deleted, also not after a forget.
+//! - **Bounded waits.** A busy timeout of [`BUSY_TIMEOUT`] and at most [`MAX_ATTEMPTS`] attempts on
+//!   `SQLITE_BUSY`/`SQLITE_LOCKED`; then the call fails with [`StoreError::Unavailable`].
+//! - **Off the async threads.** Every SQLite call runs in `tokio::task::spawn_blocking`.
+//!
+//! The decisions (who may take, renew, release, publish or forget) are pure functions of the row
+//! and the store's time, at the bottom of this file; the store only loads and saves rows.
+//!
+//! A `ttl` is not validated here: a zero `ttl` grants a lease that is already expired. The runtime
+//! validates its `ttl` option before it calls a store.
+//!
+//! ```text
+//! leases(key PRIMARY KEY, owner, epoch, expires_at_ms, boot_id, released, floor,
+//!        head_epoch, head_seq, head_sha256)            -- PRAGMA user_version = 1
+//! ```
+
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::types::Type;
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+
+use crate::clock::{SharedClock, SystemClock, duration_ms};
+use crate::durable::StoreError;
+use crate::ids::LeaseKey;
+use crate::layout::ImageRef;
+use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome};
+
+/// Where Linux publishes the id of the current boot.
+pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+/// The boot id used when [`BOOT_ID_PATH`] cannot be read. Every store that falls back to it
+/// believes it runs in the same boot, so after a reboot the leases of the previous boot are judged
+/// by the new monotonic clock alone: they look live until that clock passes their end. That delays
+/// a takeover; it never lets two holders overlap, because the old holders died with the boot.
+pub const UNKNOWN_BOOT_ID: &str = "unknown-boot";
+
+/// How long one SQLite call waits for another connection's lock before it reports `SQLITE_BUSY`.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How many times a call is tried on `SQLITE_BUSY`/`SQLITE_LOCKED` before it fails.
+pub const MAX_ATTEMPTS: u32 = 3;
+
+/// The pause before the second attempt; it grows linearly with the attempt number.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// The schema version this build writes and reads (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 1;
+
+/// The largest time SQLite can store (an `INTEGER` is an `i64`); expiries saturate here.
+const LAST_MS: u64 = i64::MAX.unsigned_abs();
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leases (
+    key           TEXT PRIMARY KEY NOT NULL,
+    owner         TEXT NOT NULL,
+    epoch         INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    boot_id       TEXT NOT NULL,
+    released      INTEGER NOT NULL,
+    floor         INTEGER NOT NULL,
+    head_epoch    INTEGER,
+    head_seq      INTEGER,
+    head_sha256   TEXT
+) STRICT";
+
+const SELECT_ROW: &str = "SELECT owner, epoch, expires_at_ms, boot_id, released, floor, \
+    head_epoch, head_seq, head_sha256 FROM leases WHERE key = ?1";
+
+const UPSERT_ROW: &str = "INSERT INTO leases (key, owner, epoch, expires_at_ms, boot_id, \
+    released, floor, head_epoch, head_seq, head_sha256) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+    ON CONFLICT(key) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, \
+    expires_at_ms = excluded.expires_at_ms, boot_id = excluded.boot_id, \
+    released = excluded.released, floor = excluded.floor, head_epoch = excluded.head_epoch, \
+    head_seq = excluded.head_seq, head_sha256 = excluded.head_sha256";
+
+/// The id of the current boot, from [`BOOT_ID_PATH`]; [`UNKNOWN_BOOT_ID`] if it cannot be read.
+pub fn current_boot_id() -> String {
+    match std::fs::read_to_string(BOOT_ID_PATH) {
+        Ok(text) if !text.trim().is_empty() => text.trim().to_owned(),
+        other => {
+            tracing::warn!(
+                path = BOOT_ID_PATH,
+                error = ?other.err(),
+                "cannot read the boot id; leases of an earlier boot will be judged by this boot's clock"
+            );
+            UNKNOWN_BOOT_ID.to_owned()
+        }
+    }
+}
+
+/// The embedded lease store: one SQLite file, shared safely by the processes of one host.
+///
+/// Clones share one connection. See the module documentation for how it keeps the contract.
+#[derive(Clone)]
+pub struct SqliteLeaseStore {
+    /// The connection; one call at a time, always on a blocking thread.
+    conn: Arc<Mutex<Connection>>,
+    /// The store's clock, which alone judges expiry.
+    clock: SharedClock,
+    /// The boot the clock counts in; rows of another boot are expired.
+    boot_id: Arc<str>,
+    /// The database file, for `Debug`.
+    path: Arc<Path>,
+}
+
+impl fmt::Debug for SqliteLeaseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteLeaseStore")
+            .field("path", &self.path)
+            .field("boot_id", &self.boot_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteLeaseStore {
+    /// Opens (creating if needed) the lease file at `path`, judging expiry by the host's
+    /// `CLOCK_MONOTONIC` in the current boot. Blocks briefly while it opens the file.
+    pub fn open(path: &Path) -> Result<Self, LeaseError> {
+        Self::open_with(path, Arc::new(SystemClock), current_boot_id())
+    }
+
+    /// Opens the lease file at `path` with an injected clock and boot id (tests move the clock
+    /// by hand and simulate reboots). Every store sharing a file must read the same clock.
+    pub fn open_with(path: &Path, clock: SharedClock, boot_id: String) -> Result<Self, LeaseError> {
+        let conn = open_connection(path)?;
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+            clock,
+            boot_id: boot_id.into(),
+            path: path.into(),
+        })
+    }
+
+    /// The lease file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The boot id this store writes and judges rows by.
+    pub fn boot_id(&self) -> &str {
+        &self.boot_id
+    }
+
+    /// Runs `work` on a blocking thread with the connection.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        work: impl FnOnce(&mut Connection) -> Result<T, LeaseError> + Send + 'static,
+    ) -> Result<T, LeaseError> {
+        let conn = Arc::clone(&self.conn);
+        let joined = tokio::task::spawn_blocking(move || {
+            let mut guard = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            work(&mut guard)
+        })
+        .await;
+        joined.map_err(|e| StoreError::Backend {
+            op,
+            message: format!("the blocking SQLite task failed: {e}"),
+        })?
+    }
+
+    /// Runs `step` in a `BEGIN IMMEDIATE` transaction, retried on busy; commits only if `step`
+    /// returns `Ok(Ok(_))`. `step` reads the store's time inside the transaction.
+    async fn write<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        step: impl Fn(&Connection, &StoreTime) -> rusqlite::Result<Result<T, LeaseError>>
+        + Send
+        + 'static,
+    ) -> Result<T, LeaseError> {
+        let clock = Arc::clone(&self.clock);
+        let boot_id = Arc::clone(&self.boot_id);
+        self.blocking(op, move |conn| {
+            let outcome = with_retries(|| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let at = StoreTime {
+                    now_ms: clock.now_ms(),
+                    boot_id: Arc::clone(&boot_id),
+                };
+                let outcome = step(&tx, &at)?;
+                if outcome.is_ok() {
+                    tx.commit()?;
+                }
+                Ok(outcome)
+            });
+            outcome.map_err(|e| store_error(op, &e))?
+        })
+        .await
+    }
+
+    /// Loads the row of `key`, applies `rule` for the caller's `tenure`, saves and returns the
+    /// new record, or refuses and changes nothing.
+    async fn transition(
+        &self,
+        op: &'static str,
+        key: &LeaseKey,
+        tenure: Tenure,
+        rule: impl Fn(Option<&LeaseRow>, &Tenure, &StoreTime) -> Decision + Send + 'static,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let key = key.as_str().to_owned();
+        self.write(op, move |conn, at| {
+            let row = load(conn, &key)?;
+            match rule(row.as_ref(), &tenure, at) {
+                Ok(next) => {
+                    save(conn, &key, &next)?;
+                    Ok(Ok(next.record(&key)))
+                }
+                Err(refusal) => Ok(Err(refusal.into_error(&key, &tenure))),
+            }
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for SqliteLeaseStore {
+    async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
+        let key = key.as_str().to_owned();
+        self.blocking("read", move |conn| {
+            let row = with_retries(|| load(conn, &key)).map_err(|e| store_error("read", &e))?;
+            Ok(row.map(|row| row.record(&key)))
+        })
+        .await
+    }
+
+    async fn acquire(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let ttl_ms = duration_ms(ttl);
+        let tenure = Tenure::new(owner, 0);
+        let rule = move |row: Option<&_>, t: &_, at: &_| take(row, t, ttl_ms, at);
+        self.transition("acquire", key, tenure, rule).await
+    }
+
+    async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let ttl_ms = duration_ms(ttl);
+        let tenure = Tenure::new(owner, epoch);
+        let rule = move |row: Option<&_>, t: &_, at: &_| extend(row, t, ttl_ms, at);
+        self.transition("renew", key, tenure, rule).await
+    }
+
+    async fn renew_many(
+        &self,
+        owner: &str,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<Vec<RenewOutcome>, LeaseError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ttl_ms = duration_ms(ttl);
+        let asked: Vec<(String, Tenure)> = leases
+            .iter()
+            .map(|(key, epoch)| (key.as_str().to_owned(), Tenure::new(owner, *epoch)))
+            .collect();
+        self.write("renew_many", move |conn, at| {
+            let outcomes = asked
+                .iter()
+                .map(|(key, tenure)| renew_one(conn, key, tenure, ttl_ms, at))
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(Ok(outcomes))
+        })
+        .await
+    }
+
+    async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError> {
+        let tenure = Tenure::new(owner, epoch);
+        self.transition("release", key, tenure, hand_back)
+            .await
+            .map(|_| ())
+    }
+
+    async fn publish_head(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        image: &ImageRef,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let image = image.clone();
+        let tenure = Tenure::new(owner, epoch);
+        let rule = move |row: Option<&_>, t: &_, at: &_| move_head(row, t, &image, at);
+        self.transition("publish_head", key, tenure, rule).await
+    }
+
+    async fn mark_forgotten(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let tenure = Tenure::new(owner, epoch);
+        self.transition("mark_forgotten", key, tenure, forget).await
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SQLite plumbing
+
+/// Opens the file, switches it to WAL with full syncs, and creates the schema if absent.
+fn open_connection(path: &Path) -> Result<Connection, StoreError> {
+    let fail = |e: rusqlite::Error| store_error("open", &e);
+    let mut conn = Connection::open(path).map_err(fail)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
+    let mode: String = with_retries(|| {
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+    })
+    .map_err(fail)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Backend {
+            op: "open",
+            message: format!(
+                "{}: journal_mode is {mode:?}, WAL is required",
+                path.display()
+            ),
+        });
+    }
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(fail)?;
+    with_retries(|| create_schema(&mut conn)).map_err(fail)??;
+    Ok(conn)
+}
+
+/// Creates the table in one immediate transaction; refuses a file of a newer schema.
+fn create_schema(conn: &mut Connection) -> rusqlite::Result<Result<(), StoreError>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Ok(Err(StoreError::Backend {
+            op: "open",
+            message: format!(
+                "the lease file has schema {version}; this build knows {SCHEMA_VERSION}"
+            ),
+        }));
+    }
+    tx.execute_batch(SCHEMA)?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()?;
+    Ok(Ok(()))
+}
+
+/// Runs `attempt` until it succeeds, fails with something other than busy/locked, or
+/// [`MAX_ATTEMPTS`] are used up.
+fn with_retries<T>(mut attempt: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let mut tries = 1;
+    loop {
+        match attempt() {
+            Err(e) if is_busy(&e) && tries < MAX_ATTEMPTS => {
+                std::thread::sleep(RETRY_PAUSE * tries);
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Maps a SQLite error to the store error a caller can act on.
+fn store_error(op: &'static str, e: &rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Unavailable {
+            op,
+            message: format!("the lease file stayed locked after {MAX_ATTEMPTS} attempts: {e}"),
+        },
+        Some(
+            ErrorCode::CannotOpen
+            | ErrorCode::SystemIoFailure
+            | ErrorCode::DiskFull
+            | ErrorCode::PermissionDenied
+            | ErrorCode::ReadOnly,
+        ) => StoreError::Io {
+            op,
+            message: e.to_string(),
+        },
+        _ => StoreError::Backend {
+            op,
+            message: e.to_string(),
+        },
+    }
+}
+
+fn load(conn: &Connection, key: &str) -> rusqlite::Result<Option<LeaseRow>> {
+    conn.prepare_cached(SELECT_ROW)?
+        .query_row([key], row_from_sql)
+        .optional()
+}
+
+fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseRow> {
+    let head = match (opt_u64(r, 6)?, opt_u64(r, 7)?, r.get(8)?) {
+        (Some(epoch), Some(seq), Some(sha256)) => Some(ImageRef { epoch, seq, sha256 }),
+        _ => None,
+    };
+    Ok(LeaseRow {
+        owner: r.get(0)?,
+        epoch: get_u64(r, 1)?,
+        expires_at_ms: get_u64(r, 2)?,
+        boot_id: r.get(3)?,
+        released: r.get(4)?,
+        floor: get_u64(r, 5)?,
+        head,
+    })
+}
+
+fn save(conn: &Connection, key: &str, row: &LeaseRow) -> rusqlite::Result<()> {
+    let head = row.head.as_ref();
+    conn.prepare_cached(UPSERT_ROW)?.execute(params![
+        key,
+        row.owner,
+        sql_int(row.epoch)?,
+        sql_int(row.expires_at_ms)?,
+        row.boot_id,
+        row.released,
+        sql_int(row.floor)?,
+        head.map(|h| sql_int(h.epoch)).transpose()?,
+        head.map(|h| sql_int(h.seq)).transpose()?,
+        head.map(|h| h.sha256.as_str()),
+    ])?;
+    Ok(())
+}
+
+/// A `u64` as a SQLite integer; values above `i64::MAX` are refused, never wrapped.
+fn sql_int(value: u64) -> rusqlite::Result<i64> {
+    i64::try_from(value).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
+/// A nullable column holding a non-negative integer.
+fn opt_u64(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<u64>> {
+    let value: Option<i64> = r.get(idx)?;
+    value.map(|v| non_negative(idx, v)).transpose()
+}
+
+/// A non-null column holding a non-negative integer.
+fn get_u64(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
+    non_negative(idx, r.get(idx)?)
+}
+
+fn non_negative(idx: usize, value: i64) -> rusqlite::Result<u64> {
+    u64::try_from(value)
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, Type::Integer, Box::new(e)))
+}
+
+fn renew_one(
+    conn: &Connection,
+    key: &str,
+    tenure: &Tenure,
+    ttl_ms: u64,
+    at: &StoreTime,
+) -> rusqlite::Result<RenewOutcome> {
+    let row = load(conn, key)?;
+    match extend(row.as_ref(), tenure, ttl_ms, at) {
+        Ok(next) => save(conn, key, &next).map(|()| RenewOutcome::Renewed),
+        Err(_) => Ok(RenewOutcome::Lost),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decisions: pure functions of the row and the store's time
+
+/// The store's time, read inside the write transaction.
+#[derive(Debug, Clone)]
+struct StoreTime {
+    /// The store clock's reading.
+    now_ms: u64,
+    /// The boot that reading counts in.
+    boot_id: Arc<str>,
+}
+
+/// One row of `leases`, without its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LeaseRow {
+    /// The holder, or last holder.
+    owner: String,
+    /// The epoch of the last acquisition.
+    epoch: u64,
+    /// The end of the lease, on the store's clock in boot `boot_id`.
+    expires_at_ms: u64,
+    /// The boot `expires_at_ms` counts in.
+    boot_id: String,
+    /// Whether the holder handed the lease back.
+    released: bool,
+    /// The highest forgotten epoch.
+    floor: u64,
+    /// The newest published image.
+    head: Option<ImageRef>,
+}
+
+impl LeaseRow {
+    /// Live: not released, written in this boot, and not yet at its end.
+    fn is_live(&self, at: &StoreTime) -> bool {
+        !self.released && self.boot_id == *at.boot_id && at.now_ms < self.expires_at_ms
+    }
+
+    fn record(&self, key: &str) -> LeaseRecord {
+        LeaseRecord {
+            key: key.to_owned(),
+            owner: self.owner.clone(),
+            epoch: self.epoch,
+            expires_at_ms: self.expires_at_ms,
+            released: self.released,
+            floor: self.floor,
+            head: self.head.clone(),
+        }
+    }
+}
+
+/// The `(owner, epoch)` a call names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Tenure {
+    /// The caller's owner name.
+    owner: String,
+    /// The epoch the caller believes it holds (0 for an acquire).
+    epoch: u64,
+}
+
+impl Tenure {
+    fn new(owner: &str, epoch: u64) -> Self {
+        Self {
+            owner: owner.to_owned(),
+            epoch,
+        }
+    }
+}
+
+/// Why a change was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Refusal {
+    /// A live lease of `(owner, epoch)` stands in the way of an acquire.
+    Held {
+        /// The holder.
+        owner: String,
+        /// Its epoch.
+        epoch: u64,
+    },
+    /// The caller's tenure does not hold a live lease (or may not do this with it).
+    NotHeld,
+}
+
+impl Refusal {
+    fn into_error(self, key: &str, caller: &Tenure) -> LeaseError {
+        let key = key.to_owned();
+        match self {
+            Refusal::Held { owner, epoch } => LeaseError::Held { key, owner, epoch },
+            Refusal::NotHeld => LeaseError::NotHeld {
+                key,
+                owner: caller.owner.clone(),
+                epoch: caller.epoch,
+            },
+        }
+    }
+}
+
+/// What a rule decided: the row to save, or why nothing changes.
+type Decision = Result<LeaseRow, Refusal>;
+
+fn ends_at(ttl_ms: u64, at: &StoreTime) -> u64 {
+    at.now_ms.saturating_add(ttl_ms).min(LAST_MS)
+}
+
+/// The row, if the caller's tenure holds it live.
+fn held<'r>(
+    row: Option<&'r LeaseRow>,
+    t: &Tenure,
+    at: &StoreTime,
+) -> Result<&'r LeaseRow, Refusal> {
+    row.filter(|r| r.is_live(at) && r.owner == t.owner && r.epoch == t.epoch)
+        .ok_or(Refusal::NotHeld)
+}
+
+/// Acquire: a free, released or expired key goes to the caller at the next epoch; floor and head
+/// stay.
+fn take(row: Option<&LeaseRow>, t: &Tenure, ttl_ms: u64, at: &StoreTime) -> Decision {
+    if let Some(live) = row.filter(|r| r.is_live(at)) {
+        let (owner, epoch) = (live.owner.clone(), live.epoch);
+        return Err(Refusal::Held { owner, epoch });
+    }
+    Ok(LeaseRow {
+        owner: t.owner.clone(),
+        epoch: row.map_or(0, |r| r.epoch) + 1,
+        expires_at_ms: ends_at(ttl_ms, at),
+        boot_id: at.boot_id.to_string(),
+        released: false,
+        floor: row.map_or(0, |r| r.floor),
+        head: row.and_then(|r| r.head.clone()),
+    })
+}
+
+/// Renew: the caller's live lease now ends `ttl` from now.
+fn extend(row: Option<&LeaseRow>, t: &Tenure, ttl_ms: u64, at: &StoreTime) -> Decision {
+    let expires_at_ms = ends_at(ttl_ms, at);
+    held(row, t, at).map(|r| LeaseRow {
+        expires_at_ms,
+        ..r.clone()
+    })
+}
+
+/// Release: the caller's live lease can be acquired at once.
+fn hand_back(row: Option<&LeaseRow>, t: &Tenure, at: &StoreTime) -> Decision {
+    held(row, t, at).map(|r| LeaseRow {
+        released: true,
+        ..r.clone()
+    })
+}
+
+/// Publish: the head moves to `image` for a live tenure above the floor, if `image` belongs to
+/// that epoch.
+fn move_head(row: Option<&LeaseRow>, t: &Tenure, image: &ImageRef, at: &StoreTime) -> Decision {
+    let row = held(row, t, at)?;
+    if t.epoch <= row.floor || image.epoch != t.epoch {
+        return Err(Refusal::NotHeld);
+    }
+    let head = Some(image.clone());
+    Ok(LeaseRow {
+        head,
+        ..row.clone()
+    })
+}
+
+/// Forget: the floor rises to the caller's live epoch and the head goes; the lease stays held.
+fn forget(row: Option<&LeaseRow>, t: &Tenure, at: &StoreTime) -> Decision {
+    let row = held(row, t, at)?;
+    let floor = row.floor.max(t.epoch);
+    Ok(LeaseRow {
+        floor,
+        head: None,
+        ..row.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOOT: &str = "boot-1";
+
+    fn at(now_ms: u64) -> StoreTime {
+        StoreTime {
+            now_ms,
+            boot_id: BOOT.into(),
+        }
+    }
+
+    fn t(owner: &str, epoch: u64) -> Tenure {
+        Tenure::new(owner, epoch)
+    }
+
+    /// A live row of `a` at epoch 3 that ends at 100.
+    fn live() -> LeaseRow {
+        let owner = "a".to_owned();
+        let (epoch, expires_at_ms, floor, released) = (3, 100, 0, false);
+        LeaseRow {
+            owner,
+            epoch,
+            expires_at_ms,
+            boot_id: BOOT.into(),
+            released,
+            floor,
+            head: None,
+        }
+    }
+
+    fn image(epoch: u64, seq: u64) -> ImageRef {
+        ImageRef {
+            epoch,
+            seq,
+            sha256: "ab".repeat(32),
+        }
+    }
+
+    #[test]
+    fn a_free_key_is_taken_at_epoch_one() {
+        let taken = take(None, &t("a", 0), 100, &at(5)).unwrap();
+        assert_eq!(
+            (taken.owner.as_str(), taken.epoch, taken.expires_at_ms),
+            ("a", 1, 105)
+        );
+        assert_eq!((taken.floor, taken.head, taken.released), (0, None, false));
+    }
+
+    #[test]
+    fn a_live_lease_is_refused_and_an_ended_or_released_one_is_taken_at_the_next_epoch() {
+        let held = Refusal::Held {
+            owner: "a".into(),
+            epoch: 3,
+        };
+        assert_eq!(take(Some(&live()), &t("b", 0), 10, &at(99)), Err(held));
+        assert_eq!(
+            take(Some(&live()), &t("b", 0), 10, &at(100)).unwrap().epoch,
+            4
+        );
+        let released = LeaseRow {
+            released: true,
+            ..live()
+        };
+        assert_eq!(
+            take(Some(&released), &t("b", 0), 10, &at(0)).unwrap().epoch,
+            4
+        );
+    }
+
+    #[test]
+    fn a_row_of_another_boot_is_expired_whatever_its_time() {
+        let old = LeaseRow {
+            boot_id: "boot-0".into(),
+            expires_at_ms: u64::MAX,
+            ..live()
+        };
+        let taken = take(Some(&old), &t("b", 0), 10, &at(1)).unwrap();
+        assert_eq!((taken.epoch, taken.boot_id.as_str()), (4, BOOT));
+        assert_eq!(
+            extend(Some(&old), &t("a", 3), 10, &at(1)),
+            Err(Refusal::NotHeld)
+        );
+    }
+
+    #[test]
+    fn taking_keeps_floor_and_head() {
+        let head = Some(image(3, 1));
+        let forgotten = LeaseRow {
+            floor: 2,
+            head: head.clone(),
+            released: true,
+            ..live()
+        };
+        let taken = take(Some(&forgotten), &t("b", 0), 10, &at(0)).unwrap();
+        assert_eq!((taken.floor, taken.head), (2, head));
+    }
+
+    #[test]
+    fn only_the_live_owner_and_epoch_may_renew_release_publish_or_forget() {
+        let (row, now) = (live(), at(50));
+        for wrong in [t("b", 3), t("a", 2), t("a", 4)] {
+            let img = image(wrong.epoch, 1);
+            assert_eq!(extend(Some(&row), &wrong, 10, &now), Err(Refusal::NotHeld));
+            assert_eq!(hand_back(Some(&row), &wrong, &now), Err(Refusal::NotHeld));
+            assert_eq!(forget(Some(&row), &wrong, &now), Err(Refusal::NotHeld));
+            assert_eq!(
+                move_head(Some(&row), &wrong, &img, &now),
+                Err(Refusal::NotHeld)
+            );
+        }
+        let right = t("a", 3);
+        assert_eq!(extend(None, &right, 10, &now), Err(Refusal::NotHeld));
+        assert_eq!(
+            extend(Some(&row), &right, 10, &at(100)),
+            Err(Refusal::NotHeld)
+        );
+        assert_eq!(
+            extend(Some(&row), &right, 70, &now).unwrap().expires_at_ms,
+            120
+        );
+        assert!(hand_back(Some(&row), &right, &now).unwrap().released);
+    }
+
+    #[test]
+    fn publish_needs_an_epoch_above_the_floor_and_an_image_of_that_epoch() {
+        let (me, now) = (t("a", 3), at(50));
+        let refused = move_head(Some(&live()), &me, &image(2, 1), &now);
+        assert_eq!(refused, Err(Refusal::NotHeld));
+        let moved = move_head(Some(&live()), &me, &image(3, 1), &now).unwrap();
+        assert_eq!(moved.head, Some(image(3, 1)));
+        let forgotten = forget(Some(&moved), &me, &now).unwrap();
+        assert_eq!((forgotten.floor, forgotten.head.clone()), (3, None));
+        assert!(
+            forgotten.is_live(&now),
+            "the lease stays held after a forget"
+        );
+        let buried = move_head(Some(&forgotten), &me, &image(3, 2), &now);
+        assert_eq!(buried, Err(Refusal::NotHeld));
+    }
+
+    #[test]
+    fn expiries_saturate_at_what_sqlite_can_store() {
+        assert_eq!(ends_at(u64::MAX, &at(5)), LAST_MS);
+        assert!(
+            sql_int(u64::MAX).is_err(),
+            "an out-of-range value is refused, never wrapped"
+        );
+    }
+
+    fn sqlite_failure(code: std::ffi::c_int) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
+    }
+
+    #[test]
+    fn busy_and_locked_become_unavailable_and_file_errors_become_io() {
+        use rusqlite::ffi::{SQLITE_BUSY, SQLITE_CORRUPT, SQLITE_IOERR, SQLITE_LOCKED};
+        let unavailable = |e| matches!(e, StoreError::Unavailable { op: "acquire", .. });
+        assert!(unavailable(store_error(
+            "acquire",
+            &sqlite_failure(SQLITE_BUSY)
+        )));
+        assert!(unavailable(store_error(
+            "acquire",
+            &sqlite_failure(SQLITE_LOCKED)
+        )));
+        let io = store_error("renew", &sqlite_failure(SQLITE_IOERR));
+        assert!(matches!(io, StoreError::Io { op: "renew", .. }));
+        let corrupt = store_error("read", &sqlite_failure(SQLITE_CORRUPT));
+        assert!(matches!(corrupt, StoreError::Backend { op: "read", .. }));
+    }
+
+    #[test]
+    fn retries_stop_after_max_attempts() {
+        let mut calls = 0;
+        let busy = with_retries(|| -> rusqlite::Result<()> {
+            calls += 1;
+            Err(sqlite_failure(rusqlite::ffi::SQLITE_BUSY))
+        });
+        assert!(busy.is_err());
+        assert_eq!(calls, MAX_ATTEMPTS);
+    }
+
+    #[test]
+    fn the_boot_id_is_never_empty() {
+        assert!(!current_boot_id().is_empty());
+    }
+}

@@ -1,0 +1,101 @@
+//! Promise 1 beyond the predecessor's checks: a run whose lease lapses before its commit is rolled
+//! back (nothing reaches the local file) and its caller gets `Fenced`; runs that wait together
+//! commit together, each in its own savepoint; every store call is bounded by its deadline.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use leasehold::Error;
+use leasehold::ledger::{LedgerError, NewEvent};
+
+fn count_on_disk(file: &std::path::Path, idem: &str) -> i64 {
+    let conn = rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap();
+    conn.query_row("SELECT count(*) FROM events WHERE idem_key = ?1", [idem], |r| r.get(0))
+        .unwrap()
+}
+
+#[actix_rt::test]
+async fn a_run_whose_lease_lapses_before_commit_is_rolled_back_and_fenced() {
+    let fleet = Fleet::new();
+    let a = fleet.replica("replica-a");
+    let t = a.open().await;
+    insert(&t, "kept").await.unwrap();
+    let clock = a.clock.clone().unwrap();
+    let outcome = t
+        .run(move |l| {
+            l.insert_event(&NewEvent::new("test", "doomed"))?;
+            // The lease runs out while the run is inside its bracket.
+            clock.advance(TTL);
+            Ok(())
+        })
+        .await;
+    assert!(matches!(outcome, Err(Error::Fenced { .. })), "got {outcome:?}");
+    let file = a.ledger_file();
+    assert_eq!(count_on_disk(&file, "doomed"), 0, "nothing of the fenced run was committed");
+    assert_eq!(count_on_disk(&file, "kept"), 1);
+}
+
+#[actix_rt::test]
+async fn concurrent_runs_each_commit_atomically_and_a_failing_one_rolls_back_alone() {
+    let fleet = Fleet::new();
+    let a = fleet.replica("replica-a");
+    let t = a.open().await;
+    let calls: Vec<_> = (0..32)
+        .map(|i| {
+            let event = NewEvent::new("test", format!("k-{i:02}"));
+            t.run(move |l| {
+                l.insert_event(&event)?;
+                if i == 7 {
+                    return Err(LedgerError::Host("run 7 gives up".into()));
+                }
+                Ok(i)
+            })
+        })
+        .collect();
+    let outcomes = futures::future::join_all(calls).await;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        match i {
+            7 => assert!(matches!(outcome, Err(Error::Ledger(LedgerError::Host(_))))),
+            _ => assert_eq!(outcome.as_ref().ok(), Some(&i)),
+        }
+    }
+    let keys = keys_of(&t).await;
+    assert_eq!(keys.len(), 31);
+    assert!(!keys.contains(&"k-07".to_string()), "only the failing run was rolled back");
+}
+
+#[actix_rt::test]
+async fn a_store_call_that_never_returns_is_bounded_by_its_deadline() {
+    let fleet = Fleet::new();
+    let a = fleet.replica_with("replica-a", "replica-a", |c| c.store_deadline = Duration::from_millis(200));
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    fleet.durable.hang_puts(true);
+    let started = Instant::now();
+    let outcome = within(5_000, "a snapshot over a hung store", t.snapshot()).await;
+    assert!(matches!(outcome, Err(Error::Store(leasehold::durable::StoreError::Timeout { .. }))), "got {outcome:?}");
+    assert!(started.elapsed() < Duration::from_secs(3), "settled by the deadline, took {:?}", started.elapsed());
+    let handoff = within(5_000, "a handoff over a hung store", t.handoff()).await;
+    assert!(handoff.is_err(), "the handoff fails and the tenant serves again");
+    fleet.durable.hang_puts(false);
+    insert(&t, "k-2").await.unwrap();
+    t.handoff().await.unwrap();
+}
+
+#[actix_rt::test]
+async fn a_zero_store_deadline_is_refused() {
+    let fleet = Arc::new(Fleet::new());
+    let mut cfg = leasehold_actors::RuntimeConfig::new(
+        leasehold::ReplicaId::new("replica-x").unwrap(),
+        fleet.dir.path().join("x"),
+        fleet.leases.shared(),
+        fleet.durable.shared(),
+    );
+    cfg.store_deadline = Duration::ZERO;
+    let refused = leasehold_actors::Supervisor::start(cfg).map(|_| ());
+    assert!(matches!(refused, Err(Error::InvalidOption { name: "store_deadline", .. })), "{refused:?}");
+}
