@@ -191,7 +191,9 @@ mod tests {
         for good in ["acme/t1/e00000001/snap-000001.db", "a", "a.b/c_d-e"] {
             assert_eq!(check_key(good), Ok(()), "{good}");
         }
-        for bad in ["", "/a", "a/", "a//b", "a/../b", "a/./b", "a/b\0", "a b", "a\\b"] {
+        for bad in [
+            "", "/a", "a/", "a//b", "a/../b", "a/./b", "a/b\0", "a b", "a\\b",
+        ] {
             assert!(check_key(bad).is_err(), "{bad:?}");
         }
     }

@@ -33,7 +33,9 @@ pub enum Error {
         state: String,
     },
     /// A handoff waited `after_ms` for admitted work to finish, gave up, and the tenant serves again.
-    #[error("drain timeout: tenant {key} still had work running after {after_ms} ms; it serves again")]
+    #[error(
+        "drain timeout: tenant {key} still had work running after {after_ms} ms; it serves again"
+    )]
     DrainTimeout {
         /// The tenant's lease key.
         key: String,

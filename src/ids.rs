@@ -47,7 +47,9 @@ pub enum IdError {
         at: usize,
     },
     /// The key given to [`derive_tenant_id`] is too short to be a secret.
-    #[error("the tenant-id derivation key is {len} bytes; at least {MIN_DERIVATION_KEY_LEN} are required")]
+    #[error(
+        "the tenant-id derivation key is {len} bytes; at least {MIN_DERIVATION_KEY_LEN} are required"
+    )]
     WeakKey {
         /// Its length in bytes.
         len: usize,
@@ -267,14 +269,24 @@ mod tests {
         let key = [9u8; 32];
         let a = derive_tenant_id(&key, "https://idp.example/acme", "user").unwrap();
         assert_eq!(a.as_str().len(), 64);
-        assert!(a.as_str().chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
-        assert_eq!(a, derive_tenant_id(&key, "https://idp.example/acme", "user").unwrap());
+        assert!(
+            a.as_str()
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
+        assert_eq!(
+            a,
+            derive_tenant_id(&key, "https://idp.example/acme", "user").unwrap()
+        );
         // The same concatenation split differently is a different identity.
         assert_ne!(
             derive_tenant_id(&key, "ab", "c").unwrap(),
             derive_tenant_id(&key, "a", "bc").unwrap()
         );
-        assert_ne!(a, derive_tenant_id(&[8u8; 32], "https://idp.example/acme", "user").unwrap());
+        assert_ne!(
+            a,
+            derive_tenant_id(&[8u8; 32], "https://idp.example/acme", "user").unwrap()
+        );
         assert_eq!(
             derive_tenant_id(&[1u8; 4], "i", "s"),
             Err(IdError::WeakKey { len: 4 })

@@ -60,13 +60,19 @@ mod tests {
     #[test]
     fn names_follow_the_contract_layout() {
         assert_eq!(image_key(&key(), 3, 1), "acme/t1/e00000003/snap-000001.db");
-        assert_eq!(manifest_key(&key(), 3, 1), "acme/t1/e00000003/snap-000001.json");
+        assert_eq!(
+            manifest_key(&key(), 3, 1),
+            "acme/t1/e00000003/snap-000001.json"
+        );
         assert_eq!(epoch_prefix(&key(), 12), "acme/t1/e00000012/");
     }
 
     #[test]
     fn epochs_are_read_back_only_from_keys_of_the_layout() {
-        assert_eq!(epoch_of(&key(), "acme/t1/e00000003/snap-000001.db"), Some(3));
+        assert_eq!(
+            epoch_of(&key(), "acme/t1/e00000003/snap-000001.db"),
+            Some(3)
+        );
         assert_eq!(epoch_of(&key(), "acme/t1/e123456789/x"), Some(123_456_789));
         assert_eq!(epoch_of(&key(), "acme/t10/e00000003/x"), None);
         assert_eq!(epoch_of(&key(), "acme/t1/base.json"), None);

@@ -20,9 +20,9 @@ use crate::durable::StoreError;
 use crate::ids::LeaseKey;
 use crate::layout::ImageRef;
 
-pub mod sqlite;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod sqlite;
 
 /// A lease as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,7 +259,11 @@ mod tests {
     fn a_renewal_never_shortens_the_term() {
         let t = term(5_000);
         assert_eq!(t.renewed(7_000).valid_until_ms(), 15_000);
-        assert_eq!(t.renewed(1_000), t, "a late answer to an older renewal changes nothing");
+        assert_eq!(
+            t.renewed(1_000),
+            t,
+            "a late answer to an older renewal changes nothing"
+        );
     }
 
     #[test]

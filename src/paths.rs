@@ -100,15 +100,20 @@ pub fn ensure_tenant_dir(
         Some(root) => root,
         None => {
             std::fs::create_dir_all(state_root).map_err(|e| io_error(state_root, &e))?;
-            resolve_root(state_root)?.ok_or_else(|| refused(state_root, "the state root vanished"))?
+            resolve_root(state_root)?
+                .ok_or_else(|| refused(state_root, "the state root vanished"))?
         }
     };
     // Check what exists before creating the rest, so nothing is created through a symlink.
     checked_tenant_dir(&root, org, tenant)?;
     let wanted = tenant_root(&root, org, tenant);
     std::fs::create_dir_all(&wanted).map_err(|e| io_error(&wanted, &e))?;
-    checked_tenant_dir(&root, org, tenant)?
-        .ok_or_else(|| refused(&wanted, "the tenant directory vanished while it was created"))
+    checked_tenant_dir(&root, org, tenant)?.ok_or_else(|| {
+        refused(
+            &wanted,
+            "the tenant directory vanished while it was created",
+        )
+    })
 }
 
 /// The tenant's ledger file, `<tenant dir>/ledger.db` (not checked: use it to open, not to delete).

@@ -33,7 +33,11 @@ async fn close_of_many_tenants_hands_each_off_and_reports_progress_in_order() {
             _ => None,
         })
         .collect();
-    assert_eq!(progress, (1..=N).collect::<Vec<_>>(), "one progress event per tenant, counting up");
+    assert_eq!(
+        progress,
+        (1..=N).collect::<Vec<_>>(),
+        "one progress event per tenant, counting up"
+    );
     let opened = a.sup.open(&org(), &tenants[0]).await;
     assert!(opened.is_err(), "a closing replica opens nothing");
     for (i, id) in tenants.iter().enumerate() {

@@ -12,10 +12,15 @@ use leasehold::Error;
 use leasehold::ledger::{LedgerError, NewEvent};
 
 fn count_on_disk(file: &std::path::Path, idem: &str) -> i64 {
-    let conn = rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .unwrap();
-    conn.query_row("SELECT count(*) FROM events WHERE idem_key = ?1", [idem], |r| r.get(0))
-        .unwrap()
+    let conn =
+        rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    conn.query_row(
+        "SELECT count(*) FROM events WHERE idem_key = ?1",
+        [idem],
+        |r| r.get(0),
+    )
+    .unwrap()
 }
 
 #[actix_rt::test]
@@ -33,9 +38,16 @@ async fn a_run_whose_lease_lapses_before_commit_is_rolled_back_and_fenced() {
             Ok(())
         })
         .await;
-    assert!(matches!(outcome, Err(Error::Fenced { .. })), "got {outcome:?}");
+    assert!(
+        matches!(outcome, Err(Error::Fenced { .. })),
+        "got {outcome:?}"
+    );
     let file = a.ledger_file();
-    assert_eq!(count_on_disk(&file, "doomed"), 0, "nothing of the fenced run was committed");
+    assert_eq!(
+        count_on_disk(&file, "doomed"),
+        0,
+        "nothing of the fenced run was committed"
+    );
     assert_eq!(count_on_disk(&file, "kept"), 1);
 }
 
@@ -65,22 +77,40 @@ async fn concurrent_runs_each_commit_atomically_and_a_failing_one_rolls_back_alo
     }
     let keys = keys_of(&t).await;
     assert_eq!(keys.len(), 31);
-    assert!(!keys.contains(&"k-07".to_string()), "only the failing run was rolled back");
+    assert!(
+        !keys.contains(&"k-07".to_string()),
+        "only the failing run was rolled back"
+    );
 }
 
 #[actix_rt::test]
 async fn a_store_call_that_never_returns_is_bounded_by_its_deadline() {
     let fleet = Fleet::new();
-    let a = fleet.replica_with("replica-a", "replica-a", |c| c.store_deadline = Duration::from_millis(200));
+    let a = fleet.replica_with("replica-a", "replica-a", |c| {
+        c.store_deadline = Duration::from_millis(200)
+    });
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     fleet.durable.hang_puts(true);
     let started = Instant::now();
     let outcome = within(5_000, "a snapshot over a hung store", t.snapshot()).await;
-    assert!(matches!(outcome, Err(Error::Store(leasehold::durable::StoreError::Timeout { .. }))), "got {outcome:?}");
-    assert!(started.elapsed() < Duration::from_secs(3), "settled by the deadline, took {:?}", started.elapsed());
+    assert!(
+        matches!(
+            outcome,
+            Err(Error::Store(leasehold::durable::StoreError::Timeout { .. }))
+        ),
+        "got {outcome:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "settled by the deadline, took {:?}",
+        started.elapsed()
+    );
     let handoff = within(5_000, "a handoff over a hung store", t.handoff()).await;
-    assert!(handoff.is_err(), "the handoff fails and the tenant serves again");
+    assert!(
+        handoff.is_err(),
+        "the handoff fails and the tenant serves again"
+    );
     fleet.durable.hang_puts(false);
     insert(&t, "k-2").await.unwrap();
     t.handoff().await.unwrap();
@@ -97,5 +127,14 @@ async fn a_zero_store_deadline_is_refused() {
     );
     cfg.store_deadline = Duration::ZERO;
     let refused = leasehold_actors::Supervisor::start(cfg).map(|_| ());
-    assert!(matches!(refused, Err(Error::InvalidOption { name: "store_deadline", .. })), "{refused:?}");
+    assert!(
+        matches!(
+            refused,
+            Err(Error::InvalidOption {
+                name: "store_deadline",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
 }

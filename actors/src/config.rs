@@ -102,7 +102,10 @@ impl RuntimeConfig {
     pub fn validate(&self) -> Result<(), Error> {
         positive("ttl", self.ttl)?;
         if self.margin >= self.ttl {
-            return invalid("margin", "must be shorter than ttl, or the lease never holds");
+            return invalid(
+                "margin",
+                "must be shorter than ttl, or the lease never holds",
+            );
         }
         if let Some(every) = self.renew_every {
             positive("renew_every", every)?;

@@ -161,20 +161,23 @@ impl LeaseActor {
                 .await;
             (batch, outcomes)
         };
-        ctx.spawn(call.into_actor(self).map(move |(batch, outcomes), act, ctx| {
-            act.in_flight = false;
-            match outcomes {
-                Ok(outcomes) => act.apply(sent_at, &batch, &outcomes),
-                Err(e) => {
-                    let error = Error::from(e);
-                    act.rt.events.emit(Event::RenewFailed {
-                        error: error.to_string(),
-                    });
-                    act.settle_waiters(Err(error));
-                }
-            }
-            act.schedule(ctx);
-        }));
+        ctx.spawn(
+            call.into_actor(self)
+                .map(move |(batch, outcomes), act, ctx| {
+                    act.in_flight = false;
+                    match outcomes {
+                        Ok(outcomes) => act.apply(sent_at, &batch, &outcomes),
+                        Err(e) => {
+                            let error = Error::from(e);
+                            act.rt.events.emit(Event::RenewFailed {
+                                error: error.to_string(),
+                            });
+                            act.settle_waiters(Err(error));
+                        }
+                    }
+                    act.schedule(ctx);
+                }),
+        );
     }
 
     /// Extends renewed tenures and ends lost ones. Tenures unregistered meanwhile are skipped.

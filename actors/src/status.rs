@@ -45,8 +45,14 @@ impl TenantStatus {
             (self, to),
             (Opening, Serving | Abandoning | Abandoned)
                 | (Serving, Draining | Abandoning | Abandoned | Forgetting)
-                | (Draining, Flushing | Serving | Abandoning | Abandoned | Forgetting)
-                | (Flushing, Released | Serving | Abandoning | Abandoned | Forgetting)
+                | (
+                    Draining,
+                    Flushing | Serving | Abandoning | Abandoned | Forgetting
+                )
+                | (
+                    Flushing,
+                    Released | Serving | Abandoning | Abandoned | Forgetting
+                )
                 | (Abandoning, Abandoned)
                 | (Forgetting, Forgotten)
         )
@@ -135,9 +141,21 @@ mod tests {
         for from in ALL.into_iter().filter(|s| s.is_final()) {
             assert!(ALL.iter().all(|&to| !from.can_move_to(to)), "{from}");
         }
-        assert_eq!(ALL.iter().filter(|&&to| Abandoning.can_move_to(to)).count(), 1);
-        assert_eq!(ALL.iter().filter(|&&to| Forgetting.can_move_to(to)).count(), 1);
-        assert!(!Abandoning.can_move_to(Forgetting), "a forget never overtakes an abandon");
-        assert!(!Forgetting.can_move_to(Abandoning), "an abandon never overtakes a forget");
+        assert_eq!(
+            ALL.iter().filter(|&&to| Abandoning.can_move_to(to)).count(),
+            1
+        );
+        assert_eq!(
+            ALL.iter().filter(|&&to| Forgetting.can_move_to(to)).count(),
+            1
+        );
+        assert!(
+            !Abandoning.can_move_to(Forgetting),
+            "a forget never overtakes an abandon"
+        );
+        assert!(
+            !Forgetting.can_move_to(Abandoning),
+            "an abandon never overtakes a forget"
+        );
     }
 }

@@ -45,7 +45,10 @@ impl Handler<Close> for SupervisorActor {
                 });
             }
             unflushed.sort();
-            unflushed.into_iter().map(|(_, key)| key).collect::<Vec<_>>()
+            unflushed
+                .into_iter()
+                .map(|(_, key)| key)
+                .collect::<Vec<_>>()
         };
         Box::pin(handoffs.into_actor(self).then(|unflushed, act, _| {
             let forgets = std::mem::take(&mut act.forgets);

@@ -84,9 +84,13 @@ async fn start(
     let root = rt.state_root.clone();
     let dir = blocking(move || Ok(paths::ensure_tenant_dir(&root, &org, &tenant)?)).await?;
     let db_path = dir.join(paths::LEDGER_FILE);
-    let restored =
-        image::fetch_restorable(rt.durable.as_ref(), &plan.key, record.head.as_ref(), record.floor)
-            .await?;
+    let restored = image::fetch_restorable(
+        rt.durable.as_ref(),
+        &plan.key,
+        record.head.as_ref(),
+        record.floor,
+    )
+    .await?;
     let head = restored.as_ref().map(|(m, _)| m.image_ref());
     let (path, options) = (db_path.clone(), rt.ledger.clone());
     let ledger = blocking(move || {

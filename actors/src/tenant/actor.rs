@@ -223,7 +223,9 @@ impl TenantActor {
     }
 
     /// Publishes an image if anything changed; a periodic tick and `Snapshot` both come here.
-    fn snapshot(&mut self) -> ResponseActFuture<Self, Result<Option<leasehold::layout::ImageRef>, Error>> {
+    fn snapshot(
+        &mut self,
+    ) -> ResponseActFuture<Self, Result<Option<leasehold::layout::ImageRef>, Error>> {
         self.commit_batch();
         if let Err(e) = self.admission(None) {
             return Box::pin(actix::fut::ready(Err(e)));
@@ -305,7 +307,9 @@ impl Handler<Run> for TenantActor {
             return msg.job.refuse(e);
         }
         let Some(ledger) = self.ledger.as_mut() else {
-            return msg.job.refuse(Error::Closed("the ledger was closed".into()));
+            return msg
+                .job
+                .refuse(Error::Closed("the ledger was closed".into()));
         };
         if !self.batch_open {
             if let Err(e) = ledger.begin() {

@@ -108,9 +108,7 @@ impl TenantActor {
             Ok(published) => {
                 if let Some((image, commits)) = published {
                     self.published_commits = commits;
-                    self.rt
-                        .events
-                        .emit(Event::SnapshotPublished { key, image });
+                    self.rt.events.emit(Event::SnapshotPublished { key, image });
                 }
                 self.release(true)
             }
