@@ -51,6 +51,68 @@ async fn a_run_whose_lease_lapses_before_commit_is_rolled_back_and_fenced() {
     assert_eq!(count_on_disk(&file, "kept"), 1);
 }
 
+/// A manual clock that, once armed, reads normally `n` more times and then jumps past the lease.
+#[derive(Debug, Clone)]
+struct JumpClock {
+    base: leasehold::ManualClock,
+    reads_left: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl JumpClock {
+    fn arm(&self, n: i64) {
+        self.reads_left
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl leasehold::Clock for JumpClock {
+    fn now_ms(&self) -> u64 {
+        let left = self
+            .reads_left
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        let jump = if left <= 0 && left > i64::MIN / 2 {
+            TTL.as_millis() as u64
+        } else {
+            0
+        };
+        self.base.now_ms() + jump
+    }
+}
+
+#[actix_rt::test]
+async fn a_run_whose_lease_lapses_during_its_commit_is_reported_fenced_and_ends_the_tenure() {
+    let fleet = Fleet::new();
+    let clock = JumpClock {
+        base: leasehold::ManualClock::new(5_000),
+        reads_left: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
+    };
+    let c2 = clock.clone();
+    let a = fleet.replica_with("replica-a", "replica-a", move |c| c.clock = Arc::new(c2));
+    let t = a.open().await;
+    insert(&t, "kept").await.unwrap();
+    // Reads: the admission check and the check before COMMIT see the lease; the one after does not.
+    clock.arm(2);
+    let outcome = insert(&t, "late").await;
+    assert!(
+        matches!(outcome, Err(Error::Fenced { .. })),
+        "got {outcome:?}"
+    );
+    assert!(
+        a.saw(|e| matches!(e, leasehold_actors::Event::Lost { .. }))
+            .await,
+        "the tenure ended"
+    );
+    assert_eq!(t.status().await, leasehold_actors::TenantStatus::Abandoned);
+    let b = fleet.replica("replica-b");
+    fleet.advance(TTL + Duration::from_millis(1));
+    let next = b.open().await;
+    assert_eq!(
+        keys_of(&next).await,
+        Vec::<String>::new(),
+        "nothing of the lapsed tenure counts"
+    );
+}
+
 #[actix_rt::test]
 async fn concurrent_runs_each_commit_atomically_and_a_failing_one_rolls_back_alone() {
     let fleet = Fleet::new();

@@ -164,6 +164,8 @@ impl TenantActor {
     }
 
     /// Commits the open batch if the lease still holds, else rolls it back; answers its callers.
+    /// The lease is checked again after the commit: a caller is told `Ok` only if the lease held
+    /// when its write became durable locally.
     pub(super) fn commit_batch(&mut self) {
         if !self.batch_open {
             return;
@@ -182,11 +184,27 @@ impl TenantActor {
                 Err(self.fenced())
             }
         };
+        let lapsed = outcome.is_ok() && !self.cell.holds(self.rt.now_ms());
+        let outcome = if lapsed {
+            // Committed locally, but the lease ran out meanwhile: nothing of this tenure may
+            // count from here on, so the tenure ends and these writes never reach an image.
+            self.cell.end();
+            Err(self.fenced())
+        } else {
+            outcome
+        };
         if outcome.is_ok() {
             self.commits += 1;
         }
         for caller in callers {
             caller(outcome.clone());
+        }
+        if lapsed {
+            self.rt.events.emit(Event::Lost {
+                key: self.key().to_string(),
+                epoch: self.cell.epoch,
+            });
+            self.lose();
         }
     }
 

@@ -56,7 +56,7 @@ impl TenantActor {
     }
 
     /// Stops after the lease was lost: nothing is flushed, the local file stays.
-    fn lose(&mut self) {
+    pub(super) fn lose(&mut self) {
         self.end_tenure();
         self.settle_drain();
         self.tickets.clear();
