@@ -52,6 +52,21 @@ pub struct RuntimeConfig {
     pub ledger: LedgerOptions,
     /// Who hears the runtime's events, besides `tracing`. Default: nobody.
     pub observer: Option<Arc<dyn Observer>>,
+    /// Deliberate bugs, to prove that the test harnesses catch a broken promise.
+    #[cfg(feature = "fault-switches")]
+    pub breakage: Breakage,
+}
+
+/// Deliberate bugs (feature `fault-switches`): each breaks one promise on purpose so that a
+/// test can show the drill's checker and the simulation's model catch it. Never in production.
+#[cfg(feature = "fault-switches")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Breakage {
+    /// Commit and acknowledge without checking the lease (breaks promise 1).
+    pub skip_commit_check: bool,
+    /// Finish a handoff without publishing the final image, yet report it flushed (breaks
+    /// promise 2).
+    pub skip_final_image: bool,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -95,6 +110,8 @@ impl RuntimeConfig {
             arbiters: std::thread::available_parallelism().map_or(2, |n| n.get()),
             ledger: LedgerOptions::default(),
             observer: None,
+            #[cfg(feature = "fault-switches")]
+            breakage: Breakage::default(),
         }
     }
 

@@ -28,6 +28,8 @@ pub mod status;
 mod supervisor;
 mod tenant;
 
+#[cfg(feature = "fault-switches")]
+pub use config::Breakage;
 pub use config::RuntimeConfig;
 pub use events::{Event, EventLog, Observer};
 pub use status::TenantStatus;

@@ -44,6 +44,9 @@ pub(crate) struct Runtime {
     pub(crate) ledger: LedgerOptions,
     /// Where events go.
     pub(crate) events: EventSink,
+    /// Deliberate bugs, for harness tests.
+    #[cfg(feature = "fault-switches")]
+    pub(crate) breakage: crate::config::Breakage,
 }
 
 impl Runtime {
@@ -68,7 +71,25 @@ impl Runtime {
             close_concurrency: config.close_concurrency,
             ledger: config.ledger,
             events: EventSink::new(config.observer),
+            #[cfg(feature = "fault-switches")]
+            breakage: config.breakage,
         }))
+    }
+
+    /// Whether the lease check at commit is switched off (a deliberate bug).
+    pub(crate) fn skips_commit_check(&self) -> bool {
+        #[cfg(feature = "fault-switches")]
+        return self.breakage.skip_commit_check;
+        #[cfg(not(feature = "fault-switches"))]
+        false
+    }
+
+    /// Whether a flush skips its final image (a deliberate bug).
+    pub(crate) fn skips_final_image(&self) -> bool {
+        #[cfg(feature = "fault-switches")]
+        return self.breakage.skip_final_image;
+        #[cfg(not(feature = "fault-switches"))]
+        false
     }
 
     /// The holder's clock, now.

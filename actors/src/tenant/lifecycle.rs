@@ -174,7 +174,8 @@ impl Handler<Flush> for TenantActor {
             return ready(Err(self.refusal()));
         }
         self.move_to(TenantStatus::Flushing);
-        let upload = self.dirty().then(|| self.begin_upload());
+        let needed = self.dirty() && !self.rt.skips_final_image();
+        let upload = needed.then(|| self.begin_upload());
         let uploading = upload.is_some();
         let work = async move {
             match upload {
