@@ -60,6 +60,9 @@ pub enum Event {
         key: String,
         /// The new head.
         image: ImageRef,
+        /// Holder-clock time (ms) just before the image was taken: every write acknowledged
+        /// before it is in the image.
+        taken_at_ms: u64,
     },
     /// An image could not be published; the head did not move.
     SnapshotFailed {

@@ -18,7 +18,7 @@ use leasehold::{Error, LeaseKey};
 use tokio::sync::oneshot;
 
 use super::messages::*;
-use super::publish::Publisher;
+use super::publish::{Published, Publisher};
 use crate::events::Event;
 use crate::lease_actor::{LeaseActor, LeaseCell};
 use crate::runtime::Runtime;
@@ -197,15 +197,16 @@ impl TenantActor {
         if outcome.is_ok() {
             self.commits += 1;
         }
-        for caller in callers {
-            caller(outcome.clone());
-        }
         if lapsed {
             self.rt.events.emit(Event::Lost {
                 key: self.key().to_string(),
                 epoch: self.cell.epoch,
             });
             self.lose();
+        }
+        // Callers hear the outcome only once the tenant's state says the same.
+        for caller in callers {
+            caller(outcome.clone());
         }
     }
 
@@ -266,16 +267,17 @@ impl TenantActor {
 
     fn after_snapshot(
         &mut self,
-        outcome: Result<leasehold::layout::ImageRef, Error>,
+        outcome: Result<Published, Error>,
         commits: u64,
     ) -> Result<Option<leasehold::layout::ImageRef>, Error> {
         let key = self.key().to_string();
         match outcome {
-            Ok(image) => {
+            Ok(Published { image, taken_at_ms }) => {
                 self.published_commits = self.published_commits.max(commits);
                 self.rt.events.emit(Event::SnapshotPublished {
                     key,
                     image: image.clone(),
+                    taken_at_ms,
                 });
                 if self.status.is_leaving() || self.status.is_final() {
                     return Err(self.draining());

@@ -3,13 +3,13 @@
 //! back, so a verb that overtook it (an abandon, a forget, a lost lease) wins.
 
 use actix::prelude::*;
-use leasehold::layout::ImageRef;
 use leasehold::sweep::sweep_dead_epochs;
 use leasehold::{Error, paths};
 use tokio::sync::oneshot;
 
 use super::actor::TenantActor;
 use super::messages::*;
+use super::publish::Published;
 use crate::events::Event;
 use crate::lease_actor::{LeaseLost, Unregister};
 use crate::status::TenantStatus;
@@ -98,7 +98,7 @@ impl TenantActor {
     }
 
     /// What a flush does once its upload is back (or was not needed).
-    fn after_flush(&mut self, outcome: Result<Option<(ImageRef, u64)>, Error>) -> Reply<()> {
+    fn after_flush(&mut self, outcome: Result<Option<(Published, u64)>, Error>) -> Reply<()> {
         let key = self.key().to_string();
         if self.status != TenantStatus::Flushing {
             // An abandon, a forget or a lost lease took the tenant while the upload ran.
@@ -106,9 +106,13 @@ impl TenantActor {
         }
         match outcome {
             Ok(published) => {
-                if let Some((image, commits)) = published {
+                if let Some((Published { image, taken_at_ms }, commits)) = published {
                     self.published_commits = commits;
-                    self.rt.events.emit(Event::SnapshotPublished { key, image });
+                    self.rt.events.emit(Event::SnapshotPublished {
+                        key,
+                        image,
+                        taken_at_ms,
+                    });
                 }
                 self.release(true)
             }

@@ -23,6 +23,16 @@ struct Chain {
     next_seq: u64,
 }
 
+/// An image this tenure published.
+#[derive(Debug, Clone)]
+pub(crate) struct Published {
+    /// The new head.
+    pub(crate) image: ImageRef,
+    /// Holder-clock time just before the image was taken: every write acknowledged before it
+    /// is in the image.
+    pub(crate) taken_at_ms: u64,
+}
+
 /// Publishes images of one tenure.
 #[derive(Debug)]
 pub(crate) struct Publisher {
@@ -73,7 +83,7 @@ impl Publisher {
 
     /// Takes, uploads and publishes an image of what is committed now. `Fenced` when the lease
     /// is not held before the upload or after the head moved: such an image never counts.
-    pub(crate) async fn publish(&self) -> Result<ImageRef, Error> {
+    pub(crate) async fn publish(&self) -> Result<Published, Error> {
         let mut chain = self.chain.lock().await;
         if !self.cell.holds(self.rt.now_ms()) {
             return Err(self.fenced());
@@ -81,6 +91,7 @@ impl Publisher {
         let seq = chain.next_seq;
         // A number once tried is never reused: a half-finished upload may have left its image.
         chain.next_seq += 1;
+        let taken_at_ms = self.rt.now_ms();
         let file = self.take(seq).await?;
         let uploaded = image::upload_image(
             self.rt.durable.as_ref(),
@@ -107,7 +118,7 @@ impl Publisher {
             return Err(self.fenced());
         }
         chain.head = Some(image.clone());
-        Ok(image)
+        Ok(Published { image, taken_at_ms })
     }
 
     /// Takes image `seq` into the scratch directory, off the async threads.
