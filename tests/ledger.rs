@@ -166,6 +166,18 @@ fn an_idempotency_key_hit_returns_none_and_leaves_the_first_event() {
 }
 
 #[test]
+fn an_idempotency_key_hit_inside_a_call_keeps_the_calls_other_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ledger = open(dir.path());
+    ledger.run(|tx| insert(tx, "k-0")).unwrap();
+    let seqs = ledger
+        .run(|tx| Ok((insert(tx, "k-1")?, insert(tx, "k-0")?, insert(tx, "k-2")?)))
+        .unwrap();
+    assert_eq!(seqs, (Some(2), None, Some(3)), "no seq is spent on the hit");
+    assert_eq!(keys(&mut ledger), ["k-0", "k-1", "k-2"]);
+}
+
+#[test]
 fn empty_kinds_and_keys_are_refused_by_the_schema() {
     let dir = tempfile::tempdir().unwrap();
     let mut ledger = open(dir.path());

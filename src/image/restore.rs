@@ -1,0 +1,272 @@
+//! Publishing an image to the durable store, and fetching the one to restore.
+//!
+//! Publishing is `put_if_absent` of the image, then of its manifest; the caller then moves the
+//! head by compare-and-set in the lease store (CONTRACT promise 4). Restoring reads exactly what
+//! the head names — never a listing — and falls back along the manifests' `base` references
+//! when an image is missing or fails its checks, never to the floor or below.
+
+use super::manifest::{check_fields, image_name, parse_manifest, verify};
+use super::{FORMAT_VERSION, ImageError, ImageFile, Manifest, has_sqlite_header, sha256_hex};
+use crate::durable::{DurableStore, Put};
+use crate::ids::LeaseKey;
+use crate::layout::{ImageRef, image_key, manifest_key};
+
+/// Uploads `image` as `(epoch, seq)` of `key`: the image, then its manifest, each with
+/// `put_if_absent`. Returns the manifest. It does **not** move the head; the caller does the
+/// compare-and-set in the lease store.
+///
+/// The file is read back and must still match `image` (size, SHA-256, SQLite header), else
+/// [`ImageError::Corrupt`] and nothing is uploaded. An object already under either key is
+/// [`ImageError::AlreadyExists`]: objects are never overwritten, and the same `(epoch, seq)`
+/// taken twice is a bug or a zombie. After any failure, publish under the next `seq`.
+///
+/// The file is read with `tokio::fs`; hashing it runs inline (about 90 ms per 100 MB on the
+/// benchmark machine), as does verifying in [`fetch_restorable`].
+pub async fn upload_image(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    epoch: u64,
+    seq: u64,
+    image: &ImageFile,
+    base: Option<ImageRef>,
+    created_at_ms: u64,
+) -> Result<Manifest, ImageError> {
+    let bytes = tokio::fs::read(&image.path)
+        .await
+        .map_err(|e| super::io_error("read", &image.path, &e))?;
+    check_local_image(image, &bytes)?;
+    let manifest = Manifest {
+        format: FORMAT_VERSION,
+        key: key.to_string(),
+        epoch,
+        seq,
+        size: image.size,
+        sha256: image.sha256.clone(),
+        base,
+        created_at_ms,
+    };
+    let mkey = manifest_key(key, epoch, seq);
+    check_fields(&manifest).map_err(|reason| ImageError::Corrupt {
+        what: mkey.clone(),
+        reason,
+    })?;
+    let json = manifest.to_json()?;
+    put_new(store, &image_key(key, epoch, seq), bytes).await?;
+    put_new(store, &mkey, json).await?;
+    Ok(manifest)
+}
+
+fn check_local_image(image: &ImageFile, bytes: &[u8]) -> Result<(), ImageError> {
+    let corrupt = |reason: &str| ImageError::Corrupt {
+        what: image.path.display().to_string(),
+        reason: reason.to_string(),
+    };
+    if bytes.len() as u64 != image.size || sha256_hex(bytes) != image.sha256 {
+        return Err(corrupt("the file changed since the image was taken"));
+    }
+    if !has_sqlite_header(bytes) {
+        return Err(corrupt("it does not start with the SQLite header"));
+    }
+    Ok(())
+}
+
+async fn put_new(store: &dyn DurableStore, key: &str, bytes: Vec<u8>) -> Result<(), ImageError> {
+    match store.put_if_absent(key, bytes).await? {
+        Put::Created => Ok(()),
+        Put::AlreadyExists => Err(ImageError::AlreadyExists {
+            key: key.to_string(),
+        }),
+    }
+}
+
+/// The image to try after `failed`'s image was missing or failed its checks: the one its
+/// manifest was built on, if there is one and its epoch is above the floor (and it is older than
+/// `failed`, so a walk along the chain always ends).
+pub fn next_candidate(failed: &Manifest, floor: u64) -> Option<ImageRef> {
+    failed
+        .base
+        .as_ref()
+        .filter(|b| b.epoch > floor && (b.epoch, b.seq) < (failed.epoch, failed.seq))
+        .cloned()
+}
+
+/// Fetches the image to restore for a tenant whose lease record names `head` and `floor`.
+///
+/// - No head: `Ok(None)` — the tenant has never published an image; start empty.
+/// - Otherwise the manifest and image the head names (by key, never by a listing). The manifest
+///   must parse and match the head (epoch, seq, SHA-256); the image must verify. If the image
+///   is missing or fails its checks, the manifest's `base` is tried, and so on down the chain
+///   ([`next_candidate`]), never to an image whose epoch is at or below `floor`.
+///
+/// **An image was expected, so an empty ledger is never the answer:** when the chain runs out or
+/// reaches the floor with nothing valid, when a manifest on it is missing or corrupt, or when
+/// the head itself lies at or below the floor, the result is [`ImageError::Corrupt`] naming
+/// every failure, and the caller must not serve the tenant. A store error (an outage, a
+/// timeout) is returned as it is and is never a reason to fall back.
+pub async fn fetch_restorable(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    head: Option<&ImageRef>,
+    floor: u64,
+) -> Result<Option<(Manifest, Vec<u8>)>, ImageError> {
+    let Some(head) = head else {
+        return Ok(None);
+    };
+    let mut failures = Vec::new();
+    if head.epoch <= floor {
+        failures.push(format!(
+            "the head {} is at or below the floor {floor} and may not be read",
+            ref_name(key, head)
+        ));
+        return Err(chain_failed(key, head, floor, &failures));
+    }
+    let mut wanted = head.clone();
+    loop {
+        let manifest = match fetch_manifest(store, key, &wanted).await {
+            Ok(m) => m,
+            Err(ImageError::Corrupt { what, reason }) => {
+                failures.push(format!("{what}: {reason}"));
+                return Err(chain_failed(key, head, floor, &failures));
+            }
+            Err(other) => return Err(other),
+        };
+        match fetch_image(store, key, &manifest).await? {
+            Ok(bytes) => return Ok(Some((manifest, bytes))),
+            Err(failure) => failures.push(failure),
+        }
+        match next_candidate(&manifest, floor) {
+            Some(base) => wanted = base,
+            None => {
+                failures.push(chain_end(key, &manifest, floor));
+                return Err(chain_failed(key, head, floor, &failures));
+            }
+        }
+    }
+}
+
+/// The manifest `wanted` names, parsed and matched against `wanted`.
+async fn fetch_manifest(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    wanted: &ImageRef,
+) -> Result<Manifest, ImageError> {
+    let mkey = manifest_key(key, wanted.epoch, wanted.seq);
+    let Some(bytes) = store.get(&mkey).await? else {
+        return Err(ImageError::Corrupt {
+            what: mkey,
+            reason: "the manifest is missing".to_string(),
+        });
+    };
+    let manifest = parse_manifest(&bytes, key, wanted.epoch, wanted.seq)?;
+    if manifest.sha256 != wanted.sha256 {
+        return Err(ImageError::Corrupt {
+            what: mkey,
+            reason: format!(
+                "it names SHA-256 {}, the reference to it says {}",
+                manifest.sha256, wanted.sha256
+            ),
+        });
+    }
+    Ok(manifest)
+}
+
+/// The image `manifest` describes: `Ok(Ok(bytes))` if it verifies, `Ok(Err(why))` if it is
+/// missing or fails its checks (a reason to fall back), `Err` if the store failed.
+async fn fetch_image(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    manifest: &Manifest,
+) -> Result<Result<Vec<u8>, String>, ImageError> {
+    let ikey = image_key(key, manifest.epoch, manifest.seq);
+    let Some(bytes) = store.get(&ikey).await? else {
+        return Ok(Err(format!("{ikey}: the image is missing")));
+    };
+    Ok(match verify(manifest, &bytes) {
+        Ok(()) => Ok(bytes),
+        Err(e) => Err(e.to_string()),
+    })
+}
+
+fn chain_end(key: &LeaseKey, manifest: &Manifest, floor: u64) -> String {
+    let this = image_name(manifest);
+    match &manifest.base {
+        None => format!("{this} was built on nothing: the chain ends there"),
+        Some(base) if base.epoch <= floor => format!(
+            "{this} was built on {}, at or below the floor {floor}: it may not be read",
+            ref_name(key, base)
+        ),
+        Some(base) => format!(
+            "{this} names {} as its base, which is not older",
+            ref_name(key, base)
+        ),
+    }
+}
+
+fn chain_failed(key: &LeaseKey, head: &ImageRef, floor: u64, failures: &[String]) -> ImageError {
+    ImageError::Corrupt {
+        what: format!("the image chain from head {}", ref_name(key, head)),
+        reason: format!(
+            "no valid image above the floor {floor}; refusing to start the tenant empty: {}",
+            failures.join("; ")
+        ),
+    }
+}
+
+fn ref_name(key: &LeaseKey, r: &ImageRef) -> String {
+    image_key(key, r.epoch, r.seq)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(epoch: u64, seq: u64) -> ImageRef {
+        ImageRef {
+            epoch,
+            seq,
+            sha256: "b".repeat(64),
+        }
+    }
+
+    fn built_on(epoch: u64, seq: u64, base: Option<ImageRef>) -> Manifest {
+        Manifest {
+            format: FORMAT_VERSION,
+            key: "acme/t1".into(),
+            epoch,
+            seq,
+            size: 1,
+            sha256: "a".repeat(64),
+            base,
+            created_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn the_base_is_next_when_it_is_above_the_floor() {
+        assert_eq!(
+            next_candidate(&built_on(4, 1, Some(r(3, 7))), 2),
+            Some(r(3, 7))
+        );
+        assert_eq!(
+            next_candidate(&built_on(4, 2, Some(r(4, 1))), 0),
+            Some(r(4, 1))
+        );
+    }
+
+    #[test]
+    fn nothing_at_or_below_the_floor_is_next() {
+        assert_eq!(next_candidate(&built_on(4, 1, Some(r(3, 7))), 3), None);
+        assert_eq!(next_candidate(&built_on(4, 1, Some(r(2, 7))), 3), None);
+    }
+
+    #[test]
+    fn the_chain_ends_at_an_image_built_on_nothing() {
+        assert_eq!(next_candidate(&built_on(4, 1, None), 0), None);
+    }
+
+    #[test]
+    fn a_base_that_is_not_older_is_never_next() {
+        assert_eq!(next_candidate(&built_on(4, 1, Some(r(4, 1))), 0), None);
+        assert_eq!(next_candidate(&built_on(4, 1, Some(r(5, 1))), 0), None);
+    }
+}
