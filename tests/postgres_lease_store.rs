@@ -153,6 +153,77 @@ async fn invalid_table_names_are_refused_before_connecting() {
 }
 
 #[tokio::test]
+async fn a_table_of_another_shape_is_refused() {
+    let url = pg_url();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect for setup");
+    let _driver = tokio::spawn(connection);
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS leasehold_test_other_shape (key text PRIMARY KEY, holder text)",
+        )
+        .await
+        .expect("create a table of another shape");
+    let got = PostgresLeaseStore::connect(&url, "leasehold_test_other_shape").await;
+    assert!(
+        matches!(got, Err(Error::InvalidOption { name: "table", .. })),
+        "{got:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_replica_role_with_select_insert_update_on_a_precreated_table_suffices() {
+    const ROLE: &str = "leasehold_test_replica";
+    const LIMITED: &str = "leasehold_test_limited";
+    let url = pg_url();
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect for setup");
+    let _driver = tokio::spawn(connection);
+    let create = leasehold::lease::postgres::create_table_sql(LIMITED).unwrap();
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN CREATE ROLE {ROLE} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+             {create};
+             REVOKE ALL ON {LIMITED} FROM {ROLE};
+             GRANT SELECT, INSERT, UPDATE ON {LIMITED} TO {ROLE};"
+        ))
+        .await
+        .expect("set up the role and the table (the test URL must be a superuser's)");
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let user = config.get_user().expect("the test URL names a user");
+    let limited_url = url.replacen(&format!("://{user}@"), &format!("://{ROLE}@"), 1);
+    assert_ne!(limited_url, url, "cannot swap the user of {url}");
+
+    let store = PostgresLeaseStore::connect(&limited_url, LIMITED)
+        .await
+        .expect("connect with SELECT, INSERT, UPDATE only");
+    let key = key(&fresh_org("pg-limited"), "t1");
+    let held = store.acquire(&key, "a", SUITE_TTL).await.unwrap();
+    let image = leasehold::layout::ImageRef {
+        epoch: held.epoch,
+        seq: 1,
+        sha256: "0".repeat(64),
+    };
+    store
+        .publish_head(&key, "a", held.epoch, &image)
+        .await
+        .unwrap();
+    store.mark_forgotten(&key, "a", held.epoch).await.unwrap();
+    let renewed = store
+        .renew_many("a", &[(key.clone(), held.epoch)], SUITE_TTL)
+        .await;
+    assert_eq!(renewed, Ok(vec![RenewOutcome::Renewed]));
+    store.release(&key, "a", held.epoch).await.unwrap();
+    let refused = PostgresLeaseStore::connect(&limited_url, "leasehold_test_no_create").await;
+    assert!(
+        matches!(refused, Err(Error::InvalidOption { name: "table", .. })),
+        "creating a table needs CREATE on the schema: {refused:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_refused_connection_is_unavailable() {
     let port = closed_port().await;
     let got =

@@ -1,0 +1,580 @@
+//! `S3Store`: the durable store over any S3-compatible endpoint (feature `s3`), built on
+//! `object_store`'s `AmazonS3`.
+//!
+//! ```text
+//! put_if_absent   one PUT with If-None-Match: *        412 / 304 / 409 -> Put::AlreadyExists
+//! get             GET                                   404 -> None
+//! list            ListObjectsV2, paginated, sorted      keys below the store's own prefix
+//! delete          DELETE                                a missing key is not an error
+//! delete_prefix   list, then DeleteObjects in batches of 1000 (whole segments only)
+//! ```
+//!
+//! Every key and prefix is validated ([`check_key`], [`check_prefix`], [`check_list_prefix`])
+//! before any request is made. Every request has a deadline and bounded retries with exponential
+//! backoff ([`S3Limits`]); every call as a whole has a deadline too ([`S3Limits::op_timeout`]).
+//!
+//! ## Size bound
+//! `put_if_absent` is a single conditional `PUT`: multipart uploads have no conditional create
+//! in `object_store`, and an object must appear whole or not at all. S3 caps a single `PUT` at
+//! 5 GiB ([`S3_MAX_PUT_BYTES`]); a larger image is refused before any request with
+//! [`StoreError::Backend`]. The bytes are also held in memory for the call, so the practical
+//! bound is the replica's memory. Larger images would be split into numbered part objects, each
+//! created by its own `put_if_absent`, with the manifest listing the parts and their digests:
+//! the manifest stays the one object whose presence (and the head in the lease store) publishes
+//! the image, so nothing about fencing changes. See `docs/operations.md`.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt};
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
+use object_store::client::{HttpError, HttpErrorKind};
+use object_store::path::Path;
+use object_store::{
+    BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+    RetryConfig,
+};
+
+use crate::clock::duration_ms;
+use crate::durable::{DurableStore, Put, StoreError, check_key, check_list_prefix, check_prefix};
+use crate::error::Error;
+
+/// The largest object S3 accepts in one `PUT`: 5 GiB.
+pub const S3_MAX_PUT_BYTES: u64 = 5 * 1024 * 1024 * 1024;
+
+/// Where the store is and who it is, given explicitly (see [`S3Store::from_env`] for the usual
+/// AWS environment variables).
+#[derive(Clone, PartialEq, Eq)]
+pub struct S3Config {
+    /// The endpoint URL (`http://127.0.0.1:9000`, `https://s3.eu-west-1.amazonaws.com`), or
+    /// `None` for AWS itself (derived from the region).
+    pub endpoint: Option<String>,
+    /// The region (`us-east-1` for most S3-compatible servers).
+    pub region: String,
+    /// The bucket; it must exist.
+    pub bucket: String,
+    /// A key prefix inside the bucket: `""` or whole segments ending with `/` (`prod/`). Every
+    /// key of this store lies below it, and the store sees nothing outside it.
+    pub prefix: String,
+    /// The access key id, or `None` to let the AWS credential chain find one (instance
+    /// metadata, web identity, container credentials).
+    pub access_key_id: Option<String>,
+    /// The secret access key, with `access_key_id`.
+    pub secret_access_key: Option<String>,
+    /// Whether a plain `http://` endpoint is allowed (test servers only).
+    pub allow_http: bool,
+}
+
+impl fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Config")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "…"),
+            )
+            .field("allow_http", &self.allow_http)
+            .finish()
+    }
+}
+
+/// Deadlines, retries and the size bound of an [`S3Store`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Limits {
+    /// How long opening a connection may take.
+    pub connect_timeout: Duration,
+    /// The deadline of one HTTP request, body included.
+    pub request_timeout: Duration,
+    /// How many times a failed request (5xx, connection error, or a timeout of a request that is
+    /// safe to repeat) is retried.
+    pub max_retries: usize,
+    /// No retry starts later than this after the first attempt.
+    pub retry_timeout: Duration,
+    /// The first backoff between retries; it doubles (with jitter) up to `max_backoff`.
+    pub init_backoff: Duration,
+    /// The longest backoff between retries.
+    pub max_backoff: Duration,
+    /// The deadline of one whole call (a `list` of many pages, a `delete_prefix`).
+    pub op_timeout: Duration,
+    /// The largest object `put_if_absent` sends; at most [`S3_MAX_PUT_BYTES`].
+    pub max_object_bytes: u64,
+}
+
+impl Default for S3Limits {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            max_retries: 3,
+            retry_timeout: Duration::from_secs(30),
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(2),
+            op_timeout: Duration::from_secs(120),
+            max_object_bytes: S3_MAX_PUT_BYTES,
+        }
+    }
+}
+
+impl S3Limits {
+    /// Refuses limits that cannot work.
+    fn check(&self) -> Result<(), Error> {
+        let bad = |name, reason: &str| {
+            Err(Error::InvalidOption {
+                name,
+                reason: reason.to_string(),
+            })
+        };
+        if duration_ms(self.connect_timeout) == 0 || duration_ms(self.request_timeout) == 0 {
+            return bad(
+                "request_timeout",
+                "connect and request timeouts must be at least 1 ms",
+            );
+        }
+        if duration_ms(self.op_timeout) == 0 {
+            return bad("op_timeout", "must be at least 1 ms");
+        }
+        if self.max_object_bytes == 0 || self.max_object_bytes > S3_MAX_PUT_BYTES {
+            return bad(
+                "max_object_bytes",
+                "must be between 1 byte and 5 GiB (one S3 PUT)",
+            );
+        }
+        Ok(())
+    }
+
+    /// The retry policy handed to `object_store`.
+    fn retry(&self) -> RetryConfig {
+        RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: self.init_backoff,
+                max_backoff: self.max_backoff,
+                base: 2.0,
+            },
+            max_retries: self.max_retries,
+            retry_timeout: self.retry_timeout,
+        }
+    }
+}
+
+/// The durable store over an S3-compatible bucket, optionally below a key prefix.
+#[derive(Debug, Clone)]
+pub struct S3Store {
+    /// The client.
+    inner: AmazonS3,
+    /// The bucket's name, for messages.
+    bucket: String,
+    /// `""` or whole segments ending with `/`, put before every key.
+    prefix: String,
+    /// Deadlines, retries and the size bound.
+    limits: S3Limits,
+}
+
+impl S3Store {
+    /// A store configured explicitly, with [`S3Limits::default`].
+    pub fn new(config: S3Config) -> Result<Self, Error> {
+        Self::with_limits(config, S3Limits::default())
+    }
+
+    /// A store configured explicitly, with the given limits.
+    pub fn with_limits(config: S3Config, limits: S3Limits) -> Result<Self, Error> {
+        let mut builder = AmazonS3Builder::new()
+            .with_region(config.region)
+            .with_allow_http(config.allow_http);
+        if let Some(endpoint) = config.endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        match (config.access_key_id, config.secret_access_key) {
+            (Some(id), Some(secret)) => {
+                builder = builder
+                    .with_access_key_id(id)
+                    .with_secret_access_key(secret);
+            }
+            (None, None) => {}
+            _ => {
+                return Err(Error::InvalidOption {
+                    name: "access_key_id",
+                    reason: "give both access_key_id and secret_access_key, or neither".into(),
+                });
+            }
+        }
+        Self::build(builder, &config.bucket, &config.prefix, limits)
+    }
+
+    /// A store configured from the usual AWS environment variables (`AWS_ENDPOINT_URL` or
+    /// `AWS_ENDPOINT`, `AWS_REGION` or `AWS_DEFAULT_REGION`, `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_ALLOW_HTTP`, and the web-identity and
+    /// container credential variables), for `bucket` below `prefix`, with [`S3Limits::default`].
+    pub fn from_env(bucket: &str, prefix: &str) -> Result<Self, Error> {
+        Self::build(
+            AmazonS3Builder::from_env(),
+            bucket,
+            prefix,
+            S3Limits::default(),
+        )
+    }
+
+    /// Validates bucket, prefix and limits, then builds the client with conditional puts on,
+    /// the limits' timeouts and retry policy.
+    fn build(
+        builder: AmazonS3Builder,
+        bucket: &str,
+        prefix: &str,
+        limits: S3Limits,
+    ) -> Result<Self, Error> {
+        check_bucket(bucket)?;
+        check_list_prefix(prefix).map_err(|e| Error::InvalidOption {
+            name: "prefix",
+            reason: e.to_string(),
+        })?;
+        limits.check()?;
+        let timeout = |d: Duration| format!("{}ms", duration_ms(d));
+        let inner = builder
+            .with_bucket_name(bucket)
+            // Always the standard If-None-Match: *, whatever the environment says.
+            .with_conditional_put(S3ConditionalPut::ETagMatch)
+            .with_config(
+                AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+                timeout(limits.request_timeout),
+            )
+            .with_config(
+                AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                timeout(limits.connect_timeout),
+            )
+            .with_retry(limits.retry())
+            .build()
+            .map_err(|e| Error::InvalidOption {
+                name: "s3",
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
+            inner,
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+            limits,
+        })
+    }
+
+    /// The bucket.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The key prefix inside the bucket (`""` or ending with `/`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The object path of a store key (already validated).
+    fn path(&self, key: &str) -> Result<Path, StoreError> {
+        parse_path(&format!("{}{key}", self.prefix))
+    }
+
+    /// The list prefix of a store prefix (`""` or ending with `/`): `None` for the whole bucket.
+    /// `object_store` matches it by whole segments.
+    fn list_path(&self, prefix: &str) -> Result<Option<Path>, StoreError> {
+        let full = format!("{}{prefix}", self.prefix);
+        full.strip_suffix('/').map(parse_path).transpose()
+    }
+
+    /// Runs `fut` within [`S3Limits::op_timeout`]; running out is [`StoreError::Timeout`].
+    async fn bounded<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.limits.op_timeout, fut).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout {
+                op,
+                after_ms: duration_ms(self.limits.op_timeout),
+            }),
+        }
+    }
+
+    /// Every object path below `prefix` (a store prefix), unsorted.
+    async fn list_paths(&self, op: &'static str, prefix: &str) -> Result<Vec<Path>, StoreError> {
+        let list_path = self.list_path(prefix)?;
+        self.inner
+            .list(list_path.as_ref())
+            .map_ok(|meta| meta.location)
+            .try_collect()
+            .await
+            .map_err(|e| s3_error(op, &self.limits, e))
+    }
+}
+
+#[async_trait]
+impl DurableStore for S3Store {
+    async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
+        check_key(key)?;
+        let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        if size > self.limits.max_object_bytes {
+            return Err(StoreError::Backend {
+                op: "put_if_absent",
+                message: format!(
+                    "{key} is {size} bytes; one conditional PUT takes at most {} bytes",
+                    self.limits.max_object_bytes
+                ),
+            });
+        }
+        let path = self.path(key)?;
+        let opts = PutOptions::from(PutMode::Create);
+        self.bounded("put_if_absent", async {
+            match self
+                .inner
+                .put_opts(&path, PutPayload::from(bytes), opts)
+                .await
+            {
+                Ok(_) => Ok(Put::Created),
+                Err(
+                    object_store::Error::AlreadyExists { .. }
+                    | object_store::Error::Precondition { .. }
+                    | object_store::Error::NotModified { .. },
+                ) => Ok(Put::AlreadyExists),
+                Err(e) => Err(s3_error("put_if_absent", &self.limits, e)),
+            }
+        })
+        .await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        check_key(key)?;
+        let path = self.path(key)?;
+        self.bounded("get", async {
+            let found = match self.inner.get(&path).await {
+                Ok(found) => found,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(s3_error("get", &self.limits, e)),
+            };
+            match found.bytes().await {
+                Ok(bytes) => Ok(Some(bytes.to_vec())),
+                Err(e) => Err(s3_error("get", &self.limits, e)),
+            }
+        })
+        .await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        check_list_prefix(prefix)?;
+        self.bounded("list", async {
+            let mut keys: Vec<String> = self
+                .list_paths("list", prefix)
+                .await?
+                .iter()
+                .filter_map(|p| {
+                    p.as_ref()
+                        .strip_prefix(self.prefix.as_str())
+                        .map(str::to_string)
+                })
+                .collect();
+            keys.sort();
+            Ok(keys)
+        })
+        .await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        check_key(key)?;
+        let path = self.path(key)?;
+        self.bounded("delete", async {
+            match self.inner.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(s3_error("delete", &self.limits, e)),
+            }
+        })
+        .await
+    }
+
+    async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
+        check_prefix(prefix)?;
+        self.bounded("delete_prefix", async {
+            let paths = self.list_paths("delete_prefix", prefix).await?;
+            let locations = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
+            let results: Vec<_> = self.inner.delete_stream(locations).collect().await;
+            let mut deleted = 0;
+            for result in results {
+                match result {
+                    Ok(_) => deleted += 1,
+                    // Gone meanwhile: deleted all the same, by someone.
+                    Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(s3_error("delete_prefix", &self.limits, e)),
+                }
+            }
+            Ok(deleted)
+        })
+        .await
+    }
+}
+
+/// An object path from validated segments.
+fn parse_path(full: &str) -> Result<Path, StoreError> {
+    // Validated keys always parse; this guards the invariant rather than the input.
+    Path::parse(full).map_err(|e| StoreError::Backend {
+        op: "path",
+        message: format!("{full:?} is not an object path: {e}"),
+    })
+}
+
+/// Checks a bucket name: 3 to 63 characters of `[a-z0-9.-]`, starting and ending with a letter
+/// or digit (the S3 rules, less the ones about IP-address look-alikes).
+pub fn check_bucket(bucket: &str) -> Result<(), Error> {
+    let edge_ok = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let chars_ok = bucket
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+    if (3..=63).contains(&bucket.len())
+        && chars_ok
+        && edge_ok(bucket.bytes().next())
+        && edge_ok(bucket.bytes().last())
+    {
+        Ok(())
+    } else {
+        Err(Error::InvalidOption {
+            name: "bucket",
+            reason: format!("{bucket:?} is not an S3 bucket name (3-63 of a-z 0-9 . -)"),
+        })
+    }
+}
+
+/// An `object_store` error as a [`StoreError`]: no connection, a lost one, or a server error
+/// that outlived the retries is `Unavailable`; a request that ran out of time is `Timeout`;
+/// anything else (refused credentials, a bad request) is `Backend`.
+fn s3_error(op: &'static str, limits: &S3Limits, e: object_store::Error) -> StoreError {
+    match http_kind(&e) {
+        Some(HttpErrorKind::Timeout) => StoreError::Timeout {
+            op,
+            after_ms: duration_ms(limits.request_timeout),
+        },
+        Some(HttpErrorKind::Connect | HttpErrorKind::Request | HttpErrorKind::Interrupted) => {
+            StoreError::Unavailable {
+                op,
+                message: e.to_string(),
+            }
+        }
+        _ if is_server_error(&e) => StoreError::Unavailable {
+            op,
+            message: e.to_string(),
+        },
+        _ => StoreError::Backend {
+            op,
+            message: e.to_string(),
+        },
+    }
+}
+
+/// The kind of the transport error behind `e`, if there is one.
+fn http_kind(e: &object_store::Error) -> Option<HttpErrorKind> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(http) = s.downcast_ref::<HttpError>() {
+            return Some(http.kind());
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// Whether `e` reports a 5xx answer (after the retries ran out). `object_store` keeps the status
+/// in a private type; its message is the only public trace of it.
+fn is_server_error(e: &object_store::Error) -> bool {
+    matches!(e, object_store::Error::Generic { .. })
+        && e.to_string()
+            .contains("Server returned non-2xx status code: 5")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(prefix: &str) -> S3Config {
+        S3Config {
+            endpoint: Some("http://127.0.0.1:1".into()),
+            region: "us-east-1".into(),
+            bucket: "leasehold-test".into(),
+            prefix: prefix.into(),
+            access_key_id: Some("testing".into()),
+            secret_access_key: Some("testing".into()),
+            allow_http: true,
+        }
+    }
+
+    #[test]
+    fn bucket_names_follow_the_s3_rules() {
+        for good in ["abc", "leasehold-test", "a.b-c.1", &"a".repeat(63)] {
+            assert_eq!(check_bucket(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "ab",
+            "Abc",
+            "-abc",
+            "abc-",
+            "a_b",
+            "a/b",
+            &"a".repeat(64),
+        ] {
+            assert!(check_bucket(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_prefix_is_whole_segments() {
+        for good in ["", "a/", "prod/eu-1/"] {
+            assert!(S3Store::new(config(good)).is_ok(), "{good:?}");
+        }
+        for bad in ["a", "/a/", "a//", "../", "a b/"] {
+            assert!(
+                matches!(
+                    S3Store::new(config(bad)),
+                    Err(Error::InvalidOption { name: "prefix", .. })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn half_given_credentials_are_refused() {
+        let half = S3Config {
+            secret_access_key: None,
+            ..config("")
+        };
+        assert!(matches!(
+            S3Store::new(half),
+            Err(Error::InvalidOption { .. })
+        ));
+    }
+
+    #[test]
+    fn the_secret_is_not_printed() {
+        let shown = format!("{:?}", config(""));
+        assert!(!shown.contains("testing\", allow"), "{shown}");
+        assert!(shown.contains("secret_access_key: Some(\"…\")"), "{shown}");
+    }
+
+    #[test]
+    fn paths_carry_the_prefix_and_list_paths_take_whole_segments() {
+        let store = S3Store::new(config("a/")).unwrap();
+        assert_eq!(store.path("x/y").unwrap().as_ref(), "a/x/y");
+        assert_eq!(store.list_path("").unwrap().unwrap().as_ref(), "a");
+        assert_eq!(store.list_path("x/").unwrap().unwrap().as_ref(), "a/x");
+        let bare = S3Store::new(config("")).unwrap();
+        assert_eq!(bare.list_path("").unwrap(), None);
+        assert_eq!(bare.list_path("x/y/").unwrap().unwrap().as_ref(), "x/y");
+    }
+
+    #[test]
+    fn oversized_limits_are_refused() {
+        let limits = S3Limits {
+            max_object_bytes: S3_MAX_PUT_BYTES + 1,
+            ..S3Limits::default()
+        };
+        assert!(S3Store::with_limits(config(""), limits).is_err());
+    }
+}
