@@ -6,6 +6,10 @@
 //! A call that has not answered when the limit runs out is dropped and reported as
 //! [`StoreError::Timeout`]; its effect on the backend is unknown, and a lease must then be
 //! treated as not held.
+//!
+//! A put carries its payload, so its deadline grows with it: `limit` plus one second per
+//! [`MIN_PUT_BYTES_PER_SEC`] bytes. A 1 GiB image on a 10 s limit gets 10 s + 128 s; a store
+//! slower than 8 MiB/s is treated as not answering.
 
 use std::future::Future;
 use std::time::Duration;
@@ -18,6 +22,17 @@ use crate::error::Error;
 use crate::ids::LeaseKey;
 use crate::layout::ImageRef;
 use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome};
+
+/// The slowest upload rate a put is given time for: 8 MiB/s.
+pub const MIN_PUT_BYTES_PER_SEC: u64 = 8 * 1024 * 1024;
+
+/// The deadline of a put of `bytes` bytes on a store whose calls get `limit`.
+pub fn put_deadline(limit: Duration, bytes: usize) -> Duration {
+    let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+    limit.saturating_add(Duration::from_millis(
+        bytes.saturating_mul(1_000) / MIN_PUT_BYTES_PER_SEC,
+    ))
+}
 
 /// A store whose every call settles within `limit`.
 #[derive(Debug, Clone)]
@@ -62,22 +77,31 @@ impl<S> Deadline<S> {
         op: &'static str,
         call: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
-        match tokio::time::timeout(self.limit, call).await {
-            Ok(answer) => answer,
-            Err(_elapsed) => Err(StoreError::Timeout {
-                op,
-                after_ms: duration_ms(self.limit),
-            }
-            .into()),
+        settle_within(self.limit, op, call).await
+    }
+}
+
+/// Runs `call`, or gives up with [`StoreError::Timeout`] once `limit` has passed.
+async fn settle_within<T, E: From<StoreError>>(
+    limit: Duration,
+    op: &'static str,
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(answer) => answer,
+        Err(_elapsed) => Err(StoreError::Timeout {
+            op,
+            after_ms: duration_ms(limit),
         }
+        .into()),
     }
 }
 
 #[async_trait]
 impl<S: DurableStore> DurableStore for Deadline<S> {
     async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
-        self.settle("put_if_absent", self.inner.put_if_absent(key, bytes))
-            .await
+        let limit = put_deadline(self.limit, bytes.len());
+        settle_within(limit, "put_if_absent", self.inner.put_if_absent(key, bytes)).await
     }
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.settle("get", self.inner.get(key)).await
@@ -155,6 +179,26 @@ impl<S: LeaseStore> LeaseStore for Deadline<S> {
             self.inner.mark_forgotten(key, owner, epoch),
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod put_deadline_tests {
+    use super::*;
+
+    #[test]
+    fn a_puts_deadline_grows_with_its_payload() {
+        let limit = Duration::from_secs(10);
+        assert_eq!(put_deadline(limit, 0), limit);
+        assert_eq!(
+            put_deadline(limit, 8 * 1024 * 1024),
+            Duration::from_secs(11)
+        );
+        assert_eq!(put_deadline(limit, 1 << 30), Duration::from_secs(138));
+        assert_eq!(
+            put_deadline(limit, usize::MAX),
+            put_deadline(limit, usize::MAX)
+        );
     }
 }
 

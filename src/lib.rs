@@ -18,7 +18,7 @@
 //! - [`ledger`] — the tenant's SQLite file: schema, events, the bracket host code runs in.
 //! - [`image`] — consistent images, manifests, verification, publish and restore.
 //! - [`paths`] — path containment for every destructive local call.
-//! - [`plan`] — pure decisions: what a sweep may delete, when a drain is over.
+//! - [`plan`] — pure decisions: what a sweep may delete.
 //! - [`sweep`] — deleting dead epochs of one tenant, or of a whole store (the operator command).
 //! - `testkit` (feature `testkit`) — conformance suites every backend passes, and
 //!   `FaultyStore`, the fault-injecting durable store the tests use.

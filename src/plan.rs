@@ -1,6 +1,10 @@
-//! Pure decisions, functions of their inputs and `now` only: what a sweep may delete, when a
-//! drain is over. The actors and the operator CLI carry them out; tests check them here without
-//! actors, stores or clocks.
+//! Pure decisions, functions of their inputs only: what a sweep may delete. (The others live
+//! beside their types: whether a lease holds is [`crate::lease::LeaseTerm`], which image a
+//! restore falls back to is [`crate::image::next_candidate`], how a tenant's state may move is
+//! `leasehold_actors::TenantStatus::can_move_to`.)
+//!
+//! The actors and the operator command carry them out; tests check them without actors, stores
+//! or clocks.
 
 use std::collections::BTreeSet;
 
@@ -19,30 +23,6 @@ pub fn sweepable_epochs(key: &LeaseKey, listed: &[String], floor: u64) -> Vec<St
         .into_iter()
         .map(|e| crate::layout::epoch_prefix(key, e))
         .collect()
-}
-
-/// Where a drain stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DrainState {
-    /// Admitted work is still running and the deadline has not passed.
-    Waiting,
-    /// Nothing admitted is running: the tenant can freeze and flush.
-    Drained,
-    /// The deadline passed with work still running: the handoff fails, the tenant serves again.
-    TimedOut,
-}
-
-/// Whether a drain that started at `started_ms` with deadline `timeout_ms` is over at `now_ms`,
-/// given how much admitted work is still running. Work that finished wins over a deadline that
-/// passed in the same instant.
-pub fn drain_state(started_ms: u64, timeout_ms: u64, now_ms: u64, running: usize) -> DrainState {
-    if running == 0 {
-        DrainState::Drained
-    } else if now_ms >= started_ms.saturating_add(timeout_ms) {
-        DrainState::TimedOut
-    } else {
-        DrainState::Waiting
-    }
 }
 
 #[cfg(test)]
@@ -72,13 +52,5 @@ mod tests {
             vec!["acme/t1/e00000001/", "acme/t1/e00000002/"]
         );
         assert!(sweepable_epochs(&key("t1"), &listed, 0).is_empty());
-    }
-
-    #[test]
-    fn a_drain_ends_when_work_is_done_or_the_deadline_passes() {
-        assert_eq!(drain_state(100, 50, 120, 1), DrainState::Waiting);
-        assert_eq!(drain_state(100, 50, 150, 1), DrainState::TimedOut);
-        assert_eq!(drain_state(100, 50, 150, 0), DrainState::Drained);
-        assert_eq!(drain_state(100, 50, 100, 0), DrainState::Drained);
     }
 }
