@@ -9,7 +9,7 @@ use leasehold_actors::Event;
 #[actix_rt::test]
 async fn close_of_many_tenants_hands_each_off_and_reports_progress_in_order() {
     const N: usize = 40;
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let b = fleet.replica("replica-b");
     let mut tenants = Vec::new();

@@ -12,7 +12,7 @@ use leasehold_actors::{Event, TenantRef};
 
 #[actix_rt::test]
 async fn f1_a_snapshot_upload_under_way_cannot_outlive_forget() {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
@@ -36,7 +36,7 @@ async fn f1_a_snapshot_upload_under_way_cannot_outlive_forget() {
 
 #[actix_rt::test]
 async fn f2_a_snapshot_requested_after_forget_has_begun_is_refused_and_uploads_nothing() {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
@@ -52,7 +52,7 @@ async fn f2_a_snapshot_requested_after_forget_has_begun_is_refused_and_uploads_n
 
 #[actix_rt::test]
 async fn f3_forget_during_the_final_flush_wins_and_nothing_of_the_tenant_stays() {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let b = fleet.replica("replica-b");
     let t = a.open().await;
@@ -90,7 +90,7 @@ async fn f3_forget_during_the_final_flush_wins_and_nothing_of_the_tenant_stays()
 
 #[actix_rt::test]
 async fn f4_forget_keeps_the_lease_renewed_while_it_waits_for_a_slow_upload() {
-    let fleet = Fleet::real_time(Duration::from_millis(1_000), Duration::from_millis(150));
+    let fleet = Fleet::real_time(Duration::from_millis(1_000), Duration::from_millis(150)).await;
     let a = fleet.replica_with("replica-a", "replica-a", |c| {
         c.renew_every = Some(Duration::from_millis(250))
     });
@@ -115,7 +115,7 @@ async fn f4_forget_keeps_the_lease_renewed_while_it_waits_for_a_slow_upload() {
 
 #[actix_rt::test]
 async fn f5_while_forget_waits_for_an_upload_every_call_is_refused_with_draining() {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
@@ -147,7 +147,7 @@ async fn f5_while_forget_waits_for_an_upload_every_call_is_refused_with_draining
 
 #[actix_rt::test]
 async fn f6_while_forget_waits_an_abandon_does_not_take_the_lease_and_a_second_forget_is_refused() {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
@@ -175,7 +175,10 @@ async fn f6_while_forget_waits_an_abandon_does_not_take_the_lease_and_a_second_f
 
 #[actix_rt::test]
 async fn f7_forget_deletes_only_at_or_below_its_floor_and_a_successor_keeps_what_it_wrote() {
-    let fleet = Arc::new(Fleet::new());
+    let fleet = Arc::new(Fleet::new().await);
+    if !fleet.store_clock_is_manual("f7") {
+        return;
+    }
     let a = fleet.replica("replica-a");
     let b = Arc::new(fleet.replica("replica-b"));
     let c = fleet.replica("replica-c");
@@ -222,7 +225,7 @@ async fn f7_forget_deletes_only_at_or_below_its_floor_and_a_successor_keeps_what
 
 #[actix_rt::test]
 async fn f8_closing_waits_for_a_forget_under_way_though_the_tenant_left_the_table() {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();

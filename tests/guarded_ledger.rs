@@ -17,7 +17,7 @@ use leasehold::ledger::LedgerError;
 
 #[actix_rt::test]
 async fn v1_nothing_handed_to_host_code_outlives_the_lease_so_a_lost_lease_cannot_be_bypassed() {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     t.run(|l| l.execute("CREATE TABLE probe (a INTEGER)", []))
@@ -42,7 +42,7 @@ async fn v1_nothing_handed_to_host_code_outlives_the_lease_so_a_lost_lease_canno
 
 #[actix_rt::test]
 async fn v2_host_sql_cannot_close_end_or_replace_the_runtimes_connection() {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     for sql in [
@@ -74,7 +74,7 @@ async fn v2_host_sql_cannot_close_end_or_replace_the_runtimes_connection() {
 #[actix_rt::test]
 async fn v3_a_closure_that_fails_or_panics_rolls_back_only_itself_and_leaves_the_ledger_as_it_was()
 {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
@@ -104,7 +104,7 @@ async fn v3_a_closure_that_fails_or_panics_rolls_back_only_itself_and_leaves_the
 
 #[actix_rt::test]
 async fn t1_run_takes_a_synchronous_closure_and_what_it_returns_cannot_reach_the_ledger() {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     // A future may come back out of the bracket only as plain data: it cannot borrow the ledger

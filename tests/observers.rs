@@ -26,7 +26,7 @@ impl Observer for Blocking {
 
 #[actix_rt::test]
 async fn o1_an_observer_that_panics_or_blocks_cannot_hold_a_lease() {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let observers: [(&str, Arc<dyn Observer>); 2] = [
         ("replica-panics", Arc::new(Panicking)),
         ("replica-blocks", Arc::new(Blocking)),

@@ -14,7 +14,7 @@ fn epoch1() -> String {
 #[actix_rt::test]
 async fn s1_what_a_superseded_owner_uploaded_after_a_forget_is_swept_at_the_next_open_and_nothing_else()
  {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let b = fleet.replica("replica-b");
     let t = a.open().await;
@@ -56,7 +56,7 @@ async fn s1_what_a_superseded_owner_uploaded_after_a_forget_is_swept_at_the_next
 
 #[actix_rt::test]
 async fn s2_a_sweep_that_fails_does_not_fail_the_open_and_the_next_open_sweeps_again() {
-    let fleet = Fleet::new();
+    let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let b = fleet.replica("replica-b");
     let c = fleet.replica("replica-c");

@@ -1,6 +1,12 @@
-//! The runtime tests' fleet: replicas sharing one SQLite lease file and one durable directory,
-//! behind fault-injecting wrappers, with manual clocks that a test moves by hand (or real time
-//! where real time is the point).
+//! The runtime tests' fleet: replicas sharing one lease store and one durable store, behind
+//! fault-injecting wrappers, with manual clocks that a test moves by hand (or real time where
+//! real time is the point).
+//!
+//! The backends are a matrix: by default a SQLite lease file and a durable directory; with
+//! `LEASEHOLD_TEST_BACKEND=postgres-s3` (and the `postgres` and `s3` features) the same tests run
+//! on PostgreSQL and S3 (`scripts/test.sh` does both). PostgreSQL judges expiry by its own clock,
+//! which a test cannot move: tests that expire a lease in the store ask
+//! [`Fleet::store_clock_is_manual`] first and say so when they cannot run.
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -65,6 +71,69 @@ pub struct Fleet {
     clocks: Mutex<Vec<ManualClock>>,
     /// `Some((ttl, margin))` for a fleet on real time.
     real_time: Option<(Duration, Duration)>,
+    /// Whether the lease store's clock is `store_clock` (false on PostgreSQL).
+    manual_store: bool,
+}
+
+/// The backend pair the fleet runs on.
+fn backend() -> String {
+    std::env::var("LEASEHOLD_TEST_BACKEND").unwrap_or_else(|_| "sqlite-dir".into())
+}
+
+/// A name no other fleet of this run uses (a table, a bucket prefix).
+fn unique_name() -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("f{}_{n}_{nanos}", std::process::id())
+}
+
+type Stores = (
+    Arc<dyn leasehold::LeaseStore>,
+    Arc<dyn leasehold::DurableStore>,
+    bool,
+);
+
+/// The embedded defaults: a SQLite lease file on `clock` and a durable directory.
+fn embedded(dir: &std::path::Path, clock: SharedClock) -> Stores {
+    let sqlite =
+        SqliteLeaseStore::open_with(&dir.join("leases.db"), clock, "boot-1".into()).unwrap();
+    let durable = DirStore::open(&dir.join("durable")).unwrap();
+    (Arc::new(sqlite), Arc::new(durable), true)
+}
+
+/// PostgreSQL and S3, from the servers `scripts/test.sh` starts; each fleet gets its own table
+/// and bucket prefix.
+#[cfg(all(feature = "postgres", feature = "s3"))]
+async fn servers() -> Stores {
+    use leasehold::durable::s3::{S3Config, S3Store};
+    use leasehold::lease::postgres::PostgresLeaseStore;
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run scripts/test.sh"))
+    };
+    let name = unique_name();
+    let leases = PostgresLeaseStore::connect(&var("LEASEHOLD_TEST_PG_URL"), &name)
+        .await
+        .unwrap();
+    let durable = S3Store::new(S3Config {
+        endpoint: Some(var("LEASEHOLD_TEST_S3_ENDPOINT")),
+        region: "us-east-1".into(),
+        bucket: var("LEASEHOLD_TEST_S3_BUCKET"),
+        prefix: format!("{name}/"),
+        access_key_id: Some("test".into()),
+        secret_access_key: Some("test".into()),
+        allow_http: true,
+    })
+    .unwrap();
+    (Arc::new(leases), Arc::new(durable), false)
+}
+
+#[cfg(not(all(feature = "postgres", feature = "s3")))]
+async fn servers() -> Stores {
+    panic!("LEASEHOLD_TEST_BACKEND=postgres-s3 needs the postgres and s3 features")
 }
 
 /// One replica of a fleet.
@@ -81,37 +150,48 @@ pub struct Replica {
 
 impl Fleet {
     /// A fleet on manual clocks: nothing renews or snapshots unless a test says so.
-    pub fn new() -> Self {
-        Self::build(None)
+    pub async fn new() -> Self {
+        Self::build(None).await
     }
 
     /// A fleet on real time with the given lease timings.
-    pub fn real_time(ttl: Duration, margin: Duration) -> Self {
-        Self::build(Some((ttl, margin)))
+    pub async fn real_time(ttl: Duration, margin: Duration) -> Self {
+        Self::build(Some((ttl, margin))).await
     }
 
-    fn build(real_time: Option<(Duration, Duration)>) -> Self {
+    async fn build(real_time: Option<(Duration, Duration)>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store_clock = ManualClock::new(1_000_000);
         let clock: SharedClock = match real_time {
             Some(_) => Arc::new(SystemClock),
             None => Arc::new(store_clock.clone()),
         };
-        let sqlite =
-            SqliteLeaseStore::open_with(&dir.path().join("leases.db"), clock, "boot-1".into())
-                .unwrap();
-        let leases = FaultyLeaseStore::new(Arc::new(sqlite));
-        let durable = FaultyStore::new(Arc::new(
-            DirStore::open(&dir.path().join("durable")).unwrap(),
-        ));
+        let (leases, durable, manual) = match backend().as_str() {
+            "postgres-s3" => servers().await,
+            "sqlite-dir" => embedded(dir.path(), clock),
+            other => panic!("unknown LEASEHOLD_TEST_BACKEND {other:?}: sqlite-dir or postgres-s3"),
+        };
         Self {
             dir,
             store_clock,
-            leases,
-            durable,
+            leases: FaultyLeaseStore::new(leases),
+            durable: FaultyStore::new(durable),
             clocks: Mutex::new(Vec::new()),
             real_time,
+            manual_store: manual && real_time.is_none(),
         }
+    }
+
+    /// Whether the lease store's clock moves with [`Fleet::advance`]. When it does not (on
+    /// PostgreSQL), a test that needs a lease to expire in the store says so and stops.
+    pub fn store_clock_is_manual(&self, test: &str) -> bool {
+        if !self.manual_store {
+            eprintln!(
+                "{test}: not run on {}: it expires a lease by moving the store's clock",
+                backend()
+            );
+        }
+        self.manual_store
     }
 
     /// A replica with the fleet's defaults, its state root named after it.
@@ -164,7 +244,8 @@ impl Fleet {
         }
     }
 
-    /// Time passes everywhere: the store's clock and every replica's.
+    /// Time passes everywhere: the store's clock and every replica's. On PostgreSQL only the
+    /// replicas' clocks move (the server's clock is its own).
     pub fn advance(&self, by: Duration) {
         self.store_clock.advance(by);
         for clock in self.clocks.lock().unwrap().iter() {
@@ -173,6 +254,7 @@ impl Fleet {
     }
 
     /// Every key the durable store holds under `prefix`, looked at behind the faults.
+    /// (On S3 the fleet's own bucket prefix is implied.)
     pub async fn stored(&self, prefix: &str) -> Vec<String> {
         self.durable.inner().list(prefix).await.unwrap()
     }

@@ -1,0 +1,171 @@
+//! The process drill (issue #5, `examples/drill`): real replica processes, seeded faults, a
+//! history checker. These tests run the built example: once on a fixed seed expecting every
+//! promise kept, and once per deliberate bug (`leasehold_actors::Breakage`) expecting the
+//! checker to name the broken promise and the drill to exit non-zero.
+//!
+//! The example is built with the cargo running these tests (`cargo build --example drill` with
+//! this package's features, a no-op when `cargo test` built it already), then run from
+//! `target/<profile>/examples/drill`. The runs take turns: each starts four processes, and the
+//! machine running the suite may have two cores.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One drill at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The longest one drill may take, setup and final check included.
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Builds the example (if needed) and returns its path.
+fn drill_binary() -> PathBuf {
+    let test_exe = std::env::current_exe().expect("the test binary's path");
+    // target/<profile>/deps/drill-<hash> → target/<profile>
+    let profile_dir = test_exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test binary lives in target/<profile>/deps")
+        .to_path_buf();
+    let mut features = vec!["testkit"];
+    if cfg!(feature = "postgres") {
+        features.push("postgres");
+    }
+    if cfg!(feature = "s3") {
+        features.push("s3");
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["build", "--quiet", "--example", "drill", "--features"])
+        .arg(features.join(" "));
+    if !cfg!(debug_assertions) {
+        build.arg("--release");
+    }
+    let status = build.status().expect("cargo runs");
+    assert!(status.success(), "cargo build --example drill failed");
+    let exe = profile_dir.join("examples").join("drill");
+    assert!(exe.exists(), "no drill binary at {}", exe.display());
+    exe
+}
+
+/// Runs the drill with `args`; returns its exit code and everything it printed.
+fn drill(args: &[&str]) -> (Option<i32>, String) {
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut child = Command::new(drill_binary())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the drill starts");
+    let mut stdout = child.stdout.take().expect("a stdout pipe");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for the drill") {
+            break Some(status);
+        }
+        if started.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let output = reader.join().unwrap_or_default();
+    println!("{output}");
+    assert!(
+        status.is_some(),
+        "the drill did not finish within {LIMIT:?}"
+    );
+    (status.and_then(|s| s.code()), output)
+}
+
+fn summary(output: &str) -> &str {
+    output
+        .lines()
+        .find(|l| l.starts_with("drill summary:"))
+        .unwrap_or("(no summary line)")
+}
+
+#[test]
+fn drill_on_a_fixed_seed_keeps_every_promise() {
+    // `stale-local-copy` is a known gap of the runtime (a lost tenure keeps its local copy of a
+    // tenant that a successor forgot, until its next open there): reported, not failed, until
+    // the runtime deletes such copies. `drill_strict_…` below shows it.
+    let (code, output) = drill(&[
+        "--seed",
+        "20260405",
+        "--seconds",
+        "16",
+        "--tolerate",
+        "stale-local-copy",
+    ]);
+    let summary = summary(&output);
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
+    assert!(summary.contains("lost_otherwise=0"), "{summary}");
+    assert!(summary.contains("violations=0"), "{summary}");
+}
+
+#[test]
+fn drill_catches_a_build_that_skips_the_commit_check() {
+    let (code, output) = drill(&[
+        "--seed",
+        "7",
+        "--seconds",
+        "9",
+        "--faults",
+        "pause,partition",
+        "--break",
+        "skip-commit-check",
+    ]);
+    assert_eq!(code, Some(1), "{}", summary(&output));
+    assert!(
+        output.contains("VIOLATION ack-after-successor"),
+        "the zombie's acknowledged writes are named: {}",
+        summary(&output)
+    );
+}
+
+#[test]
+fn drill_catches_a_build_that_skips_the_final_image() {
+    let (code, output) = drill(&[
+        "--seed",
+        "7",
+        "--seconds",
+        "6",
+        "--faults",
+        "handoff",
+        "--break",
+        "skip-final-image",
+    ]);
+    assert_eq!(code, Some(1), "{}", summary(&output));
+    assert!(
+        output.contains("VIOLATION lost-after-handoff"),
+        "the writes a handoff lost are named: {}",
+        summary(&output)
+    );
+}
+
+#[test]
+#[ignore = "runtime gap: a lost tenure keeps its local copy of a tenant forgotten elsewhere"]
+fn drill_strict_a_forgotten_tenant_leaves_no_local_copy_on_a_zombie() {
+    let (code, output) = drill(&[
+        "--seed",
+        "4",
+        "--seconds",
+        "12",
+        "--faults",
+        "forget-paused",
+    ]);
+    assert_eq!(code, Some(0), "{}", summary(&output));
+}

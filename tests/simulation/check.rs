@@ -1,0 +1,247 @@
+//! The checker: runs a sequence of ops against a fresh [`World`] and the model side by side.
+//! After every op the observed outcome must be one the model allows, and the stores, the local
+//! directories and every tenure's status must be what that branch of the model says; the
+//! branches that survive are kept (more than one only after a race). At the end every fault is
+//! cleared, every lease left to expire, and each tenant opened on a replica that never served
+//! it: its ledger must be exactly the model's, and nothing at or below its floor may be left.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use leasehold_actors::{Breakage, TenantStatus};
+
+use crate::model::{REPLICAS, Res, State, Status, TENANTS};
+use crate::ops::{At, Op};
+use crate::world::{STORE_BASE_MS, Seen, World, key_of, replica_name};
+
+/// Runs `ops` on a fresh fleet (inside an actix system of its own); `Err` names the first op
+/// whose outcome or aftermath the model does not allow.
+pub fn run_case(ops: &[Op], breakage: Breakage) -> Result<(), String> {
+    let system = actix::System::new();
+    let verdict = system.block_on(async {
+        let mut world = World::new(breakage);
+        let verdict = drive(&mut world, ops).await;
+        drop(world);
+        actix::System::current().stop();
+        verdict
+    });
+    // Lets the system stop its arbiters (their threads end) before the next case.
+    let _ = system.run();
+    verdict
+}
+
+async fn drive(world: &mut World, ops: &[Op]) -> Result<(), String> {
+    let mut states = vec![State::new()];
+    for (i, op) in ops.iter().enumerate() {
+        apply(world, &mut states, i, op).await?;
+    }
+    let mut i = ops.len();
+    apply(world, &mut states, i, &Op::Settle).await?;
+    i += 1;
+    for t in 0..TENANTS {
+        for op in [
+            Op::Open { r: REPLICAS, t },
+            Op::Read {
+                t,
+                at: At::On(REPLICAS),
+            },
+        ] {
+            apply(world, &mut states, i, &op).await?;
+            i += 1;
+        }
+        let floors: Vec<u64> = states.iter().map(|s| s.tenants[t].floor).collect();
+        if floors.iter().any(|&f| f > 0) {
+            if !world.final_sweep(t).await {
+                return Err(format!(
+                    "end: the sweep beside the open of tenant {t} failed"
+                ));
+            }
+            // The sweep took whatever a failed forget had left at or below the floor.
+            for s in &mut states {
+                s.tenants[t].leftovers.clear();
+            }
+            let seen = world.observe().await;
+            states.retain(|s| mismatch(s, &seen).is_none());
+            if states.is_empty() {
+                return Err(format!(
+                    "end: tenant {t} keeps objects at or below its floor"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Carries out op `i` and keeps the branches of the model that allow what was seen.
+async fn apply(
+    world: &mut World,
+    states: &mut Vec<State>,
+    i: usize,
+    op: &Op,
+) -> Result<(), String> {
+    let ids: Vec<String> = (0..op.writes()).map(|w| format!("e{i:03}-{w}")).collect();
+    let observed = world.exec(op, &ids).await;
+    tally(op, &observed);
+    let seen = world.observe().await;
+    let mut next = Vec::new();
+    let mut refused = Vec::new();
+    for state in states.iter() {
+        for (outcome, after) in state.step(op, &ids) {
+            if outcome != observed {
+                refused.push(format!("the model expected {outcome:?}"));
+                continue;
+            }
+            match mismatch(&after, &seen) {
+                None => next.push(after),
+                Some(why) => refused.push(format!("outcome as expected, but {why}")),
+            }
+        }
+    }
+    next.sort();
+    next.dedup();
+    if next.is_empty() {
+        refused.dedup();
+        return Err(format!(
+            "op #{i} {op:?} came to {observed:?}: {}",
+            refused.join("; or ")
+        ));
+    }
+    *states = next;
+    Ok(())
+}
+
+/// How `seen` differs from what `state` says, if it does.
+pub fn mismatch(state: &State, seen: &Seen) -> Option<String> {
+    if let Some(stray) = seen.listings.get(TENANTS).filter(|s| !s.is_empty()) {
+        return Some(format!(
+            "the durable store holds objects of no tenant: {stray:?}"
+        ));
+    }
+    for t in 0..TENANTS {
+        if let Some(why) = row_mismatch(state, seen, t) {
+            return Some(why);
+        }
+        if let Some(why) = listing_mismatch(state, seen, t) {
+            return Some(why);
+        }
+    }
+    for (r, dirs) in seen.dirs.iter().enumerate() {
+        for (t, &exists) in dirs.iter().enumerate() {
+            if exists != state.dirs[r][t] {
+                return Some(format!(
+                    "the local directory of tenant {t} on replica {r} exists: {exists}, model: {}",
+                    state.dirs[r][t]
+                ));
+            }
+        }
+    }
+    for (k, tenure) in &state.tenures {
+        let seen_status = seen.statuses.get(k).copied();
+        if seen_status != Some(status_of(tenure.status)) {
+            return Some(format!(
+                "tenure {k:?} is {seen_status:?}, model: {:?}",
+                tenure.status
+            ));
+        }
+    }
+    None
+}
+
+fn status_of(s: Status) -> TenantStatus {
+    match s {
+        Status::Serving => TenantStatus::Serving,
+        Status::Forgetting => TenantStatus::Forgetting,
+        Status::Released => TenantStatus::Released,
+        Status::Abandoned => TenantStatus::Abandoned,
+        Status::Forgotten => TenantStatus::Forgotten,
+    }
+}
+
+fn row_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
+    let ts = &state.tenants[t];
+    let record = seen.rows[t].as_ref();
+    let expected = ts.row.as_ref().map(|row| {
+        (
+            replica_name(row.owner),
+            row.epoch,
+            STORE_BASE_MS + row.expires_at,
+            row.released,
+            ts.floor,
+            ts.head.as_ref().map(|h| (h.epoch, h.seq)),
+        )
+    });
+    let actual = record.map(|r| {
+        (
+            r.owner.clone(),
+            r.epoch,
+            r.expires_at_ms,
+            r.released,
+            r.floor,
+            r.head.as_ref().map(|h| (h.epoch, h.seq)),
+        )
+    });
+    (expected != actual).then(|| {
+        format!(
+            "tenant {t}'s lease (owner, epoch, expires, released, floor, head) is {actual:?}, \
+             model: {expected:?}"
+        )
+    })
+}
+
+fn object_keys(t: usize, (epoch, seq): (u64, u64)) -> [String; 2] {
+    let prefix = key_of(t).prefix();
+    [
+        format!("{prefix}e{epoch:08}/snap-{seq:06}.db"),
+        format!("{prefix}e{epoch:08}/snap-{seq:06}.json"),
+    ]
+}
+
+fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
+    let ts = &state.tenants[t];
+    let mut required: Vec<String> = ts.objects.iter().flat_map(|&o| object_keys(t, o)).collect();
+    required.sort();
+    let maybe: Vec<String> = ts
+        .leftovers
+        .iter()
+        .flat_map(|&o| object_keys(t, o))
+        .collect();
+    let listed = &seen.listings[t];
+    let above: Vec<&String> = listed.iter().filter(|k| !maybe.contains(k)).collect();
+    let required: Vec<&String> = required.iter().collect();
+    (above != required).then(|| {
+        format!(
+            "tenant {t}'s durable objects are {listed:?}, model: {required:?} \
+             (and perhaps {maybe:?}, at or below floor {})",
+            ts.floor
+        )
+    })
+}
+
+/// How often each kind of op came to each outcome, over every case of this process.
+static TALLY: Mutex<BTreeMap<String, usize>> = Mutex::new(BTreeMap::new());
+
+fn tally(op: &Op, observed: &[Res]) {
+    let name = format!("{op:?}");
+    let name = name.split([' ', '(']).next().unwrap_or_default();
+    let outcome: Vec<String> = observed
+        .iter()
+        .map(|r| {
+            let r = format!("{r:?}");
+            r.split('(').next().unwrap_or_default().to_string()
+        })
+        .collect();
+    let mut tally = TALLY.lock().unwrap_or_else(|e| e.into_inner());
+    *tally
+        .entry(format!("{name} -> {}", outcome.join(",")))
+        .or_default() += 1;
+}
+
+/// What the ops of this process came to, one line per (op, outcome), for the test's output.
+pub fn coverage() -> String {
+    let tally = TALLY.lock().unwrap_or_else(|e| e.into_inner());
+    tally
+        .iter()
+        .map(|(k, n)| format!("{n:>7}  {k}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
