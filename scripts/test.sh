@@ -39,7 +39,7 @@ step=0
 matrix=(--test handoff --test forget --test drain --test sweep --test local_files
     --test fencing --test guarded_ledger --test observers --test close)
 lh_log "runtime tests with LEASEHOLD_TEST_BACKEND=postgres-s3"
-LEASEHOLD_TEST_BACKEND=postgres-s3 lh_run "$cargo" test --features "testkit postgres s3" \
+lh_run env LEASEHOLD_TEST_BACKEND=postgres-s3 "$cargo" test --features "testkit postgres s3" \
     "${matrix[@]}" "$@" || step=$?
 lh_log "runtime tests on postgres-s3: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
 [[ $status != 0 ]] || status=$step
