@@ -167,3 +167,86 @@ fn positive(name: &'static str, d: Duration) -> Result<(), Error> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold::durable::dir::DirStore;
+    use leasehold::lease::sqlite::SqliteLeaseStore;
+
+    fn config(dir: &std::path::Path) -> RuntimeConfig {
+        RuntimeConfig::new(
+            ReplicaId::new("r").unwrap(),
+            dir.join("state"),
+            Arc::new(SqliteLeaseStore::open(&dir.join("leases.db")).unwrap()),
+            Arc::new(DirStore::open(&dir.join("durable")).unwrap()),
+        )
+    }
+
+    fn refused(c: &RuntimeConfig) -> &'static str {
+        match c.validate() {
+            Err(Error::InvalidOption { name, .. }) => name,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(config(dir.path()).validate(), Ok(()));
+    }
+
+    #[test]
+    fn zero_absurd_and_inconsistent_options_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = MAX_DURATION + Duration::from_millis(1);
+        let cases: Vec<(&str, Box<dyn Fn(&mut RuntimeConfig)>)> = vec![
+            ("ttl", Box::new(|c| c.ttl = Duration::ZERO)),
+            ("ttl", Box::new(move |c| c.ttl = day)),
+            ("margin", Box::new(|c| c.margin = c.ttl)),
+            (
+                "renew_every",
+                Box::new(|c| c.renew_every = Some(Duration::ZERO)),
+            ),
+            (
+                "renew_every",
+                Box::new(|c| c.renew_every = Some(c.ttl - c.margin)),
+            ),
+            (
+                "snapshot_every",
+                Box::new(|c| c.snapshot_every = Some(Duration::ZERO)),
+            ),
+            (
+                "drain_timeout",
+                Box::new(|c| c.drain_timeout = Duration::ZERO),
+            ),
+            ("drain_timeout", Box::new(move |c| c.drain_timeout = day)),
+            (
+                "store_deadline",
+                Box::new(|c| c.store_deadline = Duration::ZERO),
+            ),
+            ("close_concurrency", Box::new(|c| c.close_concurrency = 0)),
+            (
+                "close_concurrency",
+                Box::new(|c| c.close_concurrency = 10_001),
+            ),
+            ("arbiters", Box::new(|c| c.arbiters = 0)),
+            ("arbiters", Box::new(|c| c.arbiters = 257)),
+            ("state_root", Box::new(|c| c.state_root = PathBuf::new())),
+        ];
+        for (name, break_it) in cases {
+            let mut c = config(dir.path());
+            break_it(&mut c);
+            assert_eq!(refused(&c), name);
+        }
+    }
+
+    #[test]
+    fn manual_renewals_and_no_periodic_snapshots_are_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = config(dir.path());
+        c.renew_every = None;
+        c.snapshot_every = None;
+        assert_eq!(c.validate(), Ok(()));
+    }
+}
