@@ -1,0 +1,431 @@
+//! The checker: judges the history against what is left at the end ([`Final`]). Every time
+//! compared is the host's `CLOCK_MONOTONIC`, read by replicas and driver alike.
+//!
+//! | rule                        | promise | flagged when                                                                          |
+//! | --------------------------- | ------- | ------------------------------------------------------------------------------------- |
+//! | `lost-after-handoff`        | 2       | an acknowledged write of a tenure that ended in a flushed handoff is missing           |
+//! | `ack-after-successor`       | 1       | a write ran (`run_at`, before its commit) after a later tenure's lease was surely acquired |
+//! | `lost-beyond-tail`          | 3       | a missing acknowledged write was acknowledged (`ack_at`) before the `taken_at` of an image its own tenure published |
+//! | `forgotten-object-left`     | 5       | a durable object of an epoch at or below the tenant's floor is left                    |
+//! | `forgotten-local-file-left` | 5       | a state root keeps the tenant's directory and that root's last tenure of it is at or below the floor |
+//! | `forgotten-write-read`      | 4, 5    | an acknowledged write of an epoch at or below the floor is read back                  |
+//! | `overlapping-tenures`       | 1       | one epoch granted to two processes, or an image taken after a later tenure acquired   |
+//! | `refused-write-present`     | 1       | a write refused with a definite error (fenced, draining, …) is read back              |
+//!
+//! A missing write acknowledged after the last image its (crashed) tenure published is "lost
+//! within the declared tail": allowed, and counted.
+//!
+//! One known gap can be tolerated (`--tolerate stale-local-copy`): a replica whose tenure was
+//! lost (a zombie, a crash) keeps its local copy until its next open of that tenant, also when
+//! a successor forgot the tenant meanwhile. It is then reported, not failed.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::finale::Final;
+use crate::history::{Outcome, Record, Tenure, WriteOp};
+use crate::protocol;
+
+/// One broken promise.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// The rule's name.
+    pub rule: &'static str,
+    /// The tenant, if one.
+    pub tenant: Option<u32>,
+    /// Driver or replica time it is about, for the excerpt.
+    pub at: u64,
+    /// What exactly.
+    pub detail: String,
+}
+
+/// Known gaps reported without failing the run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tolerance {
+    /// A lost tenure's local copy of a tenant forgotten elsewhere.
+    pub stale_local_copy: bool,
+}
+
+/// The checker's verdict.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Every violation found.
+    pub violations: Vec<Violation>,
+    /// Violations of a tolerated known gap.
+    pub tolerated: Vec<Violation>,
+    /// Acknowledged writes.
+    pub acked: u64,
+    /// Definitely refused writes.
+    pub refused: u64,
+    /// Writes of unknown outcome.
+    pub unknown: u64,
+    /// Acknowledged writes missing within the declared crash tail (allowed).
+    pub lost_within_tail: u64,
+    /// Acknowledged writes missing otherwise (each also a violation).
+    pub lost_otherwise: u64,
+    /// Acknowledged writes erased on purpose by a forget.
+    pub forgotten: u64,
+    /// Zombie writes acknowledged (each also a violation if after a successor).
+    pub zombie_acked: u64,
+    /// Local tenant directories whose tenure the history does not name.
+    pub unattributed_local_dirs: u64,
+    /// The oldest write lost within the tail: how long after its tenure's last image (or its
+    /// acquisition) it was acknowledged, in ms. The declared tail is `snapshot_every` plus
+    /// one publish while publishing works.
+    pub max_tail_ms: u64,
+    /// How the tenures ended.
+    pub endings: Endings,
+}
+
+/// How the tenures of the run ended.
+#[derive(Debug, Default)]
+pub struct Endings {
+    /// Every tenure.
+    pub tenures: u64,
+    /// Flushed handoffs.
+    pub handed_off: u64,
+    /// Forgotten.
+    pub forgotten: u64,
+    /// Lost (lease gone, abandoned, unflushed release).
+    pub lost: u64,
+    /// No end reported (killed).
+    pub crashed: u64,
+    /// Images published.
+    pub images: u64,
+}
+
+fn endings(rec: &Record) -> Endings {
+    let mut e = Endings::default();
+    for tenure in rec.tenures.values() {
+        e.tenures += 1;
+        e.images += tenure.published.len() as u64;
+        if tenure.forgotten.is_some() {
+            e.forgotten += 1;
+        } else if tenure.graceful() {
+            e.handed_off += 1;
+        } else if tenure.lost || tenure.released.is_some() {
+            e.lost += 1;
+        } else {
+            e.crashed += 1;
+        }
+    }
+    e
+}
+
+/// The earliest acquisition of any later tenure of the same tenant, per tenure.
+struct Successors(HashMap<(u32, u64), (u64, u64)>);
+
+impl Successors {
+    fn new(tenures: &BTreeMap<(u32, u64), Tenure>) -> Self {
+        let mut next: HashMap<(u32, u64), (u64, u64)> = HashMap::new();
+        let mut best: HashMap<u32, (u64, u64)> = HashMap::new();
+        for (&(tenant, epoch), tenure) in tenures.iter().rev() {
+            if let Some(&found) = best.get(&tenant) {
+                next.insert((tenant, epoch), found);
+            }
+            if let Some(hi) = tenure.acquired_hi() {
+                let entry = best.entry(tenant).or_insert((epoch, hi));
+                if hi <= entry.1 {
+                    *entry = (epoch, hi);
+                }
+            }
+        }
+        Self(next)
+    }
+
+    /// `(epoch, acquired by)` of the earliest-acquired later tenure of `(tenant, epoch)`.
+    fn of(
+        &self,
+        tenant: u32,
+        epoch: u64,
+        tenures: &BTreeMap<(u32, u64), Tenure>,
+    ) -> Option<(u64, u64)> {
+        if let Some(&found) = self.0.get(&(tenant, epoch)) {
+            return Some(found);
+        }
+        // A tenure known only from its writes: scan the later ones.
+        tenures
+            .range((tenant, epoch + 1)..=(tenant, u64::MAX))
+            .filter_map(|(&(_, e), t)| t.acquired_hi().map(|hi| (e, hi)))
+            .min_by_key(|&(_, hi)| hi)
+    }
+}
+
+/// Judges `rec` against `fin`.
+pub fn evaluate(rec: &Record, fin: &Final, tolerance: Tolerance) -> Report {
+    let mut report = Report {
+        endings: endings(rec),
+        ..Report::default()
+    };
+    let successors = Successors::new(&rec.tenures);
+    for op in &rec.writes {
+        match &op.outcome {
+            Outcome::Ok { .. } => check_acked(rec, fin, &successors, op, &mut report),
+            Outcome::Fail { code } => {
+                report.refused += 1;
+                if present(fin, op) == Some(true) {
+                    report.violations.push(Violation {
+                        rule: "refused-write-present",
+                        tenant: Some(op.tenant),
+                        at: op.invoke_ms,
+                        detail: format!(
+                            "{} was refused with {code} yet is read back",
+                            describe(op)
+                        ),
+                    });
+                }
+            }
+            Outcome::Pending | Outcome::Unknown { .. } => report.unknown += 1,
+        }
+    }
+    check_tenures(rec, &successors, &mut report);
+    check_forgotten(rec, fin, &mut report);
+    check_local_files(rec, fin, tolerance, &mut report);
+    report
+}
+
+fn present(fin: &Final, op: &WriteOp) -> Option<bool> {
+    fin.keys.get(&op.tenant).map(|keys| keys.contains(&op.key))
+}
+
+fn describe(op: &WriteOp) -> String {
+    let outcome = match &op.outcome {
+        Outcome::Ok {
+            epoch,
+            run_at,
+            ack_at,
+            late,
+        } => format!(
+            "ok epoch {epoch}, run_at {run_at}, ack_at {ack_at}{}",
+            if *late { ", late reply" } else { "" }
+        ),
+        other => format!("{other:?}"),
+    };
+    format!(
+        "write {:?} (t{}, via {}, invoked at {}{}: {outcome})",
+        op.key,
+        op.tenant,
+        op.replica,
+        op.invoke_ms,
+        if op.zombie {
+            ", sent to a paused replica"
+        } else {
+            ""
+        }
+    )
+}
+
+fn check_acked(rec: &Record, fin: &Final, succ: &Successors, op: &WriteOp, report: &mut Report) {
+    let Outcome::Ok {
+        epoch,
+        run_at,
+        ack_at,
+        ..
+    } = op.outcome
+    else {
+        return;
+    };
+    report.acked += 1;
+    if op.zombie {
+        report.zombie_acked += 1;
+    }
+    let tenant = op.tenant;
+    if let Some((next, hi)) = succ.of(tenant, epoch, &rec.tenures)
+        && run_at > hi
+    {
+        report.violations.push(Violation {
+            rule: "ack-after-successor",
+            tenant: Some(tenant),
+            at: run_at,
+            detail: format!(
+                "{} ran {} ms after epoch {next} had acquired the lease (by {hi})",
+                describe(op),
+                run_at - hi
+            ),
+        });
+    }
+    let floor = fin.floors.get(&tenant).copied().unwrap_or(0);
+    let Some(found) = present(fin, op) else {
+        return; // the tenant could not be read: reported as a problem
+    };
+    if epoch <= floor {
+        if found {
+            report.violations.push(Violation {
+                rule: "forgotten-write-read",
+                tenant: Some(tenant),
+                at: ack_at,
+                detail: format!("{} is read back though the floor is {floor}", describe(op)),
+            });
+        } else {
+            report.forgotten += 1;
+        }
+        return;
+    }
+    if found {
+        return;
+    }
+    let tenure = rec.tenures.get(&(tenant, epoch));
+    if tenure.is_some_and(Tenure::graceful) {
+        report.lost_otherwise += 1;
+        report.violations.push(Violation {
+            rule: "lost-after-handoff",
+            tenant: Some(tenant),
+            at: ack_at,
+            detail: format!(
+                "{} is missing; epoch {epoch} ended in a flushed handoff",
+                describe(op)
+            ),
+        });
+        return;
+    }
+    let covering = tenure.and_then(|t| {
+        t.published
+            .iter()
+            .filter(|&&(_, taken_at)| taken_at > ack_at)
+            .min_by_key(|&&(_, taken_at)| taken_at)
+            .copied()
+    });
+    match covering {
+        Some((seq, taken_at)) => {
+            report.lost_otherwise += 1;
+            report.violations.push(Violation {
+                rule: "lost-beyond-tail",
+                tenant: Some(tenant),
+                at: ack_at,
+                detail: format!(
+                    "{} is missing though image e{epoch}/{seq} published by its tenure was taken \
+                     {} ms after the acknowledgement",
+                    describe(op),
+                    taken_at - ack_at
+                ),
+            });
+        }
+        None => {
+            report.lost_within_tail += 1;
+            let since = tenure.and_then(|t| {
+                let last_image = t.published.iter().map(|&(_, taken)| taken).max();
+                last_image.or_else(|| t.acquired_hi())
+            });
+            if let Some(since) = since {
+                report.max_tail_ms = report.max_tail_ms.max(ack_at.saturating_sub(since));
+            }
+        }
+    }
+}
+
+fn check_tenures(rec: &Record, succ: &Successors, report: &mut Report) {
+    for (&(tenant, epoch), tenure) in &rec.tenures {
+        let mut holders: Vec<&str> = tenure.grants.iter().map(|g| g.replica.as_str()).collect();
+        holders.dedup();
+        if holders.len() > 1 {
+            report.violations.push(Violation {
+                rule: "overlapping-tenures",
+                tenant: Some(tenant),
+                at: tenure.acquired_hi().unwrap_or(0),
+                detail: format!("epoch {epoch} of t{tenant} was granted to {holders:?}"),
+            });
+        }
+        let Some((next, hi)) = succ.of(tenant, epoch, &rec.tenures) else {
+            continue;
+        };
+        for &(seq, taken_at) in &tenure.published {
+            if taken_at > hi {
+                report.violations.push(Violation {
+                    rule: "overlapping-tenures",
+                    tenant: Some(tenant),
+                    at: taken_at,
+                    detail: format!(
+                        "image e{epoch}/{seq} of t{tenant} was taken at {taken_at}, {} ms after \
+                         epoch {next} had acquired the lease, and still published",
+                        taken_at - hi
+                    ),
+                });
+            }
+        }
+    }
+}
+
+fn check_forgotten(rec: &Record, fin: &Final, report: &mut Report) {
+    for (&tenant, &floor) in &fin.floors {
+        if floor == 0 {
+            continue;
+        }
+        let Ok(key) = protocol::lease_key(tenant) else {
+            continue;
+        };
+        let dead: Vec<&String> = fin
+            .objects
+            .get(&tenant)
+            .into_iter()
+            .flatten()
+            .filter(|o| leasehold::layout::epoch_of(&key, o).is_some_and(|e| e <= floor))
+            .collect();
+        if !dead.is_empty() {
+            report.violations.push(Violation {
+                rule: "forgotten-object-left",
+                tenant: Some(tenant),
+                at: forgotten_at(rec, tenant, floor),
+                detail: format!(
+                    "t{tenant} has floor {floor} yet {} objects at or below it remain: {:?}",
+                    dead.len(),
+                    dead.iter().take(4).collect::<Vec<_>>()
+                ),
+            });
+        }
+    }
+}
+
+/// When `tenant` was forgotten up to `floor`, as the timeline says (0 if unknown).
+fn forgotten_at(rec: &Record, tenant: u32, floor: u64) -> u64 {
+    let text = format!("forgotten up to floor {floor}");
+    rec.timeline
+        .iter()
+        .find(|n| n.tenant == Some(tenant) && n.text.ends_with(&text))
+        .map_or(0, |n| n.at)
+}
+
+fn check_local_files(rec: &Record, fin: &Final, tolerance: Tolerance, report: &mut Report) {
+    for &(slot, tenant, ref files) in &fin.local_dirs {
+        let floor = fin.floors.get(&tenant).copied().unwrap_or(0);
+        if floor == 0 {
+            continue;
+        }
+        let on_this_root = |t: &Tenure| t.grants.iter().any(|g| g.slot == Some(slot));
+        let last = rec
+            .tenures
+            .range((tenant, 0)..=(tenant, u64::MAX))
+            .filter(|(_, t)| on_this_root(t))
+            .map(|(&(_, epoch), t)| (epoch, t))
+            .max_by_key(|&(epoch, _)| epoch);
+        let Some((epoch, tenure)) = last else {
+            report.unattributed_local_dirs += 1;
+            continue;
+        };
+        if epoch > floor {
+            continue;
+        }
+        // The forgetting tenure's own root, or a tenure that handed off, must have no copy;
+        // a lost tenure keeps its copy until the next open there (the known gap).
+        let forgetter = rec.tenures.get(&(tenant, floor)).is_some_and(on_this_root);
+        let stale = !forgetter && !tenure.graceful();
+        let violation = Violation {
+            rule: "forgotten-local-file-left",
+            tenant: Some(tenant),
+            at: forgotten_at(rec, tenant, floor),
+            detail: format!(
+                "the state root of replica-{} keeps t{tenant}'s directory {files:?}; its last \
+                 tenure there was epoch {epoch} ({}), at or below the floor {floor}",
+                slot + 1,
+                if stale {
+                    "lost, not handed off"
+                } else {
+                    "handed off or forgetting"
+                }
+            ),
+        };
+        if stale && tolerance.stale_local_copy {
+            report.tolerated.push(violation);
+        } else {
+            report.violations.push(violation);
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! The clients: tasks that write events with unique ids to their tenant through whichever
+//! replica the routing table says owns it, and open the tenant somewhere when nobody does.
+//!
+//! ```text
+//!  loop until the end:  owner? ──no──> open on a random live replica (LeaseHeld: follow the
+//!                         │                holder if it is live, else wait for the lease to end)
+//!                        yes ──> write ──ok──> next
+//!                                     └─fail/unknown──> drop the route, try again
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cluster::{Cluster, OpenError, WRITE_TIMEOUT};
+use crate::history::Outcome;
+use crate::protocol::now_ms;
+use crate::rng::Rng;
+
+/// Runs client `client` of `tenant` until `end_ms` (driver clock).
+pub async fn run(cluster: Arc<Cluster>, tenant: u32, client: u32, seed: u64, end_ms: u64) {
+    let mut rng = Rng::new(seed ^ (u64::from(tenant) << 32) ^ u64::from(client));
+    let mut n = 0u64;
+    while now_ms() < end_ms {
+        let Some(slot) = cluster.owner(tenant) else {
+            ensure_open(&cluster, tenant, &mut rng).await;
+            continue;
+        };
+        let Some(proc) = cluster.live(slot) else {
+            cluster.clear_owner_if(tenant, slot);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        n += 1;
+        let key = format!("t{tenant}-c{client}-{n:06}");
+        let outcome = cluster
+            .write(&proc, tenant, key, false, WRITE_TIMEOUT)
+            .await;
+        match outcome {
+            Outcome::Ok { .. } => {}
+            Outcome::Fail { .. } | Outcome::Unknown { .. } | Outcome::Pending => {
+                cluster.clear_owner_if(tenant, slot);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        }
+        tokio::time::sleep(rng.millis(4, 14)).await;
+    }
+}
+
+/// Opens `tenant` on a random live replica unless someone already routed it. One client of a
+/// tenant opens at a time; the others wait for it and then use its route.
+pub async fn ensure_open(cluster: &Cluster, tenant: u32, rng: &mut Rng) {
+    let Some(lock) = usize::try_from(tenant)
+        .ok()
+        .and_then(|t| cluster.open_locks.get(t))
+    else {
+        return;
+    };
+    let _one_at_a_time = lock.lock().await;
+    if cluster.owner(tenant).is_some() {
+        return;
+    }
+    let Some(&slot) = rng.pick(&cluster.live_slots()) else {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        return;
+    };
+    match cluster.open_on(tenant, slot).await {
+        Ok(_) => {}
+        Err(OpenError::Held(Some(holder))) => {
+            // The holder may be live (an open whose reply we missed): follow it. A stopped or
+            // dead holder's lease has to run out first.
+            match cluster.slot_named(&holder) {
+                Some(i) if cluster.live(i).is_some() && rng.chance(50) => {
+                    cluster.set_owner(tenant, i);
+                }
+                _ => tokio::time::sleep(Duration::from_millis(150)).await,
+            }
+        }
+        Err(_) => tokio::time::sleep(Duration::from_millis(150)).await,
+    }
+}

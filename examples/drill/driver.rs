@@ -1,0 +1,345 @@
+//! The driver role: sets up a run directory, starts the replicas, runs the clients and the fault
+//! schedule for `--seconds`, then hands over to the finale and the checker and prints the
+//! verdict.
+//!
+//! ```text
+//!  run dir: leases.db · durable/ · roots/replica-N/ · roots/checker/ · logs/replica-N.log
+//!  t=0 start N replicas ─> clients (tenants × clients-per-tenant) + fault schedule + progress
+//!  t=seconds ─> finale (stop faults, close, fresh replica reads) ─> checker ─> summary, exit
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::BreakSwitch;
+use crate::checker::{self, Report, Tolerance, Violation};
+use crate::cluster::{BoxError, Cluster, Spawn};
+use crate::faults::{self, FaultKind};
+use crate::finale::{self, Final};
+use crate::history::{History, Record};
+use crate::protocol::now_ms;
+use crate::{clients, rng::Rng};
+
+/// Options of a drill run.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DriveArgs {
+    /// Seed of the fault schedule and of every random choice (default: random, always printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// How long clients write and faults are injected.
+    #[arg(long, default_value_t = 30)]
+    pub seconds: u64,
+    /// How many replica processes.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: usize,
+    /// How many tenants.
+    #[arg(long, default_value_t = 6)]
+    pub tenants: u32,
+    /// How many concurrent clients write to each tenant.
+    #[arg(long, default_value_t = 2)]
+    pub clients_per_tenant: u32,
+    /// Deliberate bugs to switch on in the replicas, to show the checker catches them.
+    #[arg(long = "break", value_enum)]
+    pub breakage: Vec<BreakSwitch>,
+    /// Known gaps to report without failing the run (`stale-local-copy`: a lost tenure keeps
+    /// its local copy of a tenant forgotten elsewhere until its next open there).
+    #[arg(long, value_enum)]
+    pub tolerate: Vec<KnownGap>,
+    /// The fault kinds to inject, comma-separated (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub faults: Vec<FaultKind>,
+    /// Run directory (default: a temporary directory, removed after a clean run).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Keep the run directory after a clean run too.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// A known gap of the runtime the checker may report without failing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KnownGap {
+    /// A lost tenure's local copy of a tenant that a successor forgot.
+    StaleLocalCopy,
+}
+
+fn random_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    Rng::new(nanos ^ u64::from(std::process::id())).next_u64() % 1_000_000_000
+}
+
+/// Runs a drill. Exit code 0: no violation; 1: violations; 2: the drill itself failed.
+pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
+    let seed = args.seed.unwrap_or_else(random_seed);
+    let kinds = if args.faults.is_empty() {
+        FaultKind::ALL.to_vec()
+    } else {
+        args.faults.clone()
+    };
+    let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+    let broken: Vec<&str> = args.breakage.iter().map(|b| b.as_arg()).collect();
+    println!(
+        "drill: seed={seed} seconds={} replicas={} tenants={} clients={} faults={} break={} \
+         (rerun: --seed {seed})",
+        args.seconds,
+        args.replicas,
+        args.tenants,
+        args.tenants * args.clients_per_tenant,
+        names.join(","),
+        if broken.is_empty() {
+            "none".into()
+        } else {
+            broken.join(",")
+        },
+    );
+    let (run_dir, temp) = match &args.dir {
+        Some(dir) => {
+            let used = std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
+            if used {
+                return Err(format!("the run directory {} is not empty", dir.display()).into());
+            }
+            (dir.clone(), None)
+        }
+        None => {
+            let temp = tempfile::Builder::new().prefix("drill-").tempdir()?;
+            (temp.path().to_path_buf(), Some(temp))
+        }
+    };
+    std::fs::create_dir_all(run_dir.join("logs"))?;
+    std::fs::create_dir_all(run_dir.join("roots"))?;
+    let history = Arc::new(History::new());
+    let template = Spawn {
+        exe: std::env::current_exe()?,
+        run_dir: run_dir.clone(),
+        name: String::new(),
+        root: PathBuf::new(),
+        tenants: args.tenants,
+        breakage: args.breakage.clone(),
+        slot: None,
+        generation: 0,
+    };
+    let cluster = Arc::new(Cluster::new(
+        template,
+        args.replicas.max(1),
+        history.clone(),
+    ));
+    let outcome = drive(&cluster, &args, seed, kinds, &run_dir).await;
+    let verdict = match outcome {
+        Ok((record, fin)) => judge(&record, &fin, &args, seed, &history),
+        Err(e) => {
+            println!("drill: the drill itself failed: {e}");
+            2
+        }
+    };
+    for i in 0..cluster.slots.len() {
+        cluster.kill(i).await;
+    }
+    let keep = args.keep || verdict != 0;
+    if let Some(temp) = temp {
+        if keep {
+            let kept = temp.keep();
+            println!("drill: run directory kept: {}", kept.display());
+        }
+    } else {
+        println!("drill: run directory: {}", run_dir.display());
+    }
+    if verdict != 0 {
+        let dump = run_dir.join("history.txt");
+        if std::fs::write(&dump, dump_history(&history.snapshot())).is_ok() {
+            println!("drill: full history in {}", dump.display());
+        }
+    }
+    Ok(ExitCode::from(verdict))
+}
+
+/// Starts the replicas, runs the load and the faults until the end, then the finale.
+async fn drive(
+    cluster: &Arc<Cluster>,
+    args: &DriveArgs,
+    seed: u64,
+    kinds: Vec<FaultKind>,
+    run_dir: &std::path::Path,
+) -> Result<(Record, Final), BoxError> {
+    let h = &cluster.history;
+    let starts = (0..cluster.slots.len()).map(|i| cluster.start(i));
+    for started in futures::future::join_all(starts).await {
+        started?;
+    }
+    println!(
+        "[{:6.1}s] {} replicas ready under {}",
+        h.elapsed(now_ms()),
+        cluster.slots.len(),
+        run_dir.display()
+    );
+    let end_ms = now_ms() + args.seconds * 1_000;
+    let mut tasks = Vec::new();
+    for tenant in 0..args.tenants {
+        for client in 0..args.clients_per_tenant {
+            let c = cluster.clone();
+            tasks.push(tokio::spawn(clients::run(c, tenant, client, seed, end_ms)));
+        }
+    }
+    tasks.push(tokio::spawn(faults::run(
+        cluster.clone(),
+        kinds,
+        seed,
+        end_ms,
+    )));
+    tasks.push(tokio::spawn(progress(cluster.clone(), end_ms)));
+    for task in tasks {
+        task.await?;
+    }
+    let counts = h.counts();
+    println!(
+        "[{:6.1}s] load stopped: {} acked, {} refused, {} unknown; final check",
+        h.elapsed(now_ms()),
+        counts.ok,
+        counts.failed,
+        counts.unknown
+    );
+    let fin = finale::collect(cluster, run_dir).await?;
+    Ok((h.snapshot(), fin))
+}
+
+/// Prints a progress line every five seconds until `end_ms`.
+async fn progress(cluster: Arc<Cluster>, end_ms: u64) {
+    let h = &cluster.history;
+    while now_ms() + 5_000 < end_ms {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let c = h.counts();
+        println!(
+            "[{:6.1}s] {} acked, {} refused, {} unknown, {} tenures, {} faults",
+            h.elapsed(now_ms()),
+            c.ok,
+            c.failed,
+            c.unknown,
+            c.tenures,
+            c.faults
+        );
+    }
+}
+
+/// Runs the checker, prints violations and the summary line; returns the exit code.
+fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &History) -> u8 {
+    let tolerance = Tolerance {
+        stale_local_copy: args.tolerate.contains(&KnownGap::StaleLocalCopy),
+    };
+    let report = checker::evaluate(record, fin, tolerance);
+    let mut shown: std::collections::HashMap<&str, usize> = Default::default();
+    for v in &report.violations {
+        let n = shown.entry(v.rule).or_default();
+        *n += 1;
+        if *n <= 3 {
+            println!("VIOLATION {}: {}", v.rule, v.detail);
+            for line in excerpt(record, v, history) {
+                println!("    {line}");
+            }
+        }
+    }
+    for (rule, n) in &shown {
+        if *n > 3 {
+            println!("VIOLATION {rule}: … and {} more", n - 3);
+        }
+    }
+    for v in &report.tolerated {
+        println!("TOLERATED {} (known gap): {}", v.rule, v.detail);
+    }
+    let problems: Vec<&String> = record.problems.iter().chain(&fin.problems).collect();
+    for problem in &problems {
+        println!("PROBLEM {problem}");
+    }
+    let e = &report.endings;
+    println!(
+        "drill: {} tenures ({} handed off, {} forgotten, {} lost, {} crashed), {} images, \
+         {} zombie writes acknowledged, oldest write lost within the tail: {} ms after its last image",
+        e.tenures,
+        e.handed_off,
+        e.forgotten,
+        e.lost,
+        e.crashed,
+        e.images,
+        report.zombie_acked,
+        report.max_tail_ms
+    );
+    print_summary(&report, record, args, seed, history);
+    if !report.violations.is_empty() {
+        1
+    } else if !problems.is_empty() {
+        2
+    } else {
+        0
+    }
+}
+
+fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, h: &History) {
+    let faults: Vec<String> = FaultKind::ALL
+        .iter()
+        .map(|k| format!("{}={}", k.name(), record.faults.get(k.name()).unwrap_or(&0)))
+        .collect();
+    let mut rules: Vec<&str> = report.violations.iter().map(|v| v.rule).collect();
+    rules.sort_unstable();
+    rules.dedup();
+    println!(
+        "drill summary: seed={seed} seconds={} faults[{}] acked={} refused={} unknown={} \
+         forgotten={} lost_within_tail={} lost_otherwise={} violations={}{} tolerated={} \
+         elapsed={:.1}s",
+        args.seconds,
+        faults.join(" "),
+        report.acked,
+        report.refused,
+        report.unknown,
+        report.forgotten,
+        report.lost_within_tail,
+        report.lost_otherwise,
+        report.violations.len(),
+        if rules.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", rules.join(","))
+        },
+        report.tolerated.len(),
+        h.elapsed(now_ms()),
+    );
+}
+
+/// The timeline around a violation: its tenant's lifecycle lines and the faults.
+fn excerpt(record: &Record, v: &Violation, h: &History) -> Vec<String> {
+    let lo = v.at.saturating_sub(8_000);
+    let hi = v.at.saturating_add(3_000);
+    let lines: Vec<String> = record
+        .timeline
+        .iter()
+        .filter(|n| v.at == 0 || (lo..=hi).contains(&n.at))
+        .filter(|n| n.tenant.is_none() || n.tenant == v.tenant)
+        .map(|n| {
+            let who = n.tenant.map_or(String::new(), |t| format!("t{t} "));
+            format!("[{:6.1}s] {who}{}", h.elapsed(n.at), n.text)
+        })
+        .collect();
+    let skip = lines.len().saturating_sub(12);
+    lines.into_iter().skip(skip).collect()
+}
+
+fn dump_history(record: &Record) -> String {
+    let mut out = String::new();
+    out.push_str("# timeline\n");
+    for n in &record.timeline {
+        out.push_str(&format!("{} {:?} {}\n", n.at, n.tenant, n.text));
+    }
+    out.push_str("# tenures\n");
+    for ((tenant, epoch), t) in &record.tenures {
+        out.push_str(&format!("t{tenant} e{epoch} {t:?}\n"));
+    }
+    out.push_str("# writes\n");
+    for w in &record.writes {
+        out.push_str(&format!(
+            "{} t{} {} {} req={} done={:?} zombie={} {:?}\n",
+            w.invoke_ms, w.tenant, w.key, w.replica, w.req, w.done_ms, w.zombie, w.outcome
+        ));
+    }
+    out
+}

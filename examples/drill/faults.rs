@@ -1,0 +1,466 @@
+//! The fault schedule: one fault at a time, while the clients write. The first round is a
+//! seeded shuffle of every enabled kind (so a short run sees each once), after that kinds are
+//! drawn at random; delays and victims come from the same seed.
+//!
+//! | kind            | what it does                                                              |
+//! | --------------- | ------------------------------------------------------------------------- |
+//! | `handoff`       | the owner hands a tenant off; another replica opens it                    |
+//! | `kill`          | SIGKILL an owner under load; restart it on the same state root            |
+//! | `pause`         | SIGSTOP an owner past its lease; write to it; SIGCONT (a zombie)          |
+//! | `partition`     | cut an owner off the lease store (or stall its renewals) past its lease; take a tenant over; write to the old owner |
+//! | `kill-upload`   | slow the owner's puts, ask for a snapshot, SIGKILL it mid-upload; restart |
+//! | `forget-paused` | SIGSTOP an owner; open its tenant elsewhere once the lease ran out; forget it there; SIGCONT |
+//! | `store`         | a replica's durable store fails or stalls every put for a while (a handoff may try meanwhile) |
+//! | `restart`       | close a replica gracefully and start it again on the same state root      |
+//!
+//! A paused replica's renewals are held across the pause (the store deadline ends each one), so
+//! when it resumes nothing has told it of its loss yet: the zombie's writes must be fenced by the
+//! runtime's own lease checks, not by a renewal that happens to come first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::clock::duration_ms;
+
+use crate::cluster::{BoxError, Cluster, OpenError};
+use crate::history::Outcome;
+use crate::protocol::{self, Answer, LeaseFault, Op, StoreFault, now_ms};
+use crate::rng::Rng;
+
+/// A kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FaultKind {
+    /// Graceful handoff to another replica.
+    Handoff,
+    /// SIGKILL an owner under load, restart it.
+    Kill,
+    /// SIGSTOP an owner past its lease, SIGCONT: a zombie.
+    Pause,
+    /// Cut an owner off the lease store past its lease while a successor takes over.
+    Partition,
+    /// SIGKILL an owner in the middle of an upload, restart it.
+    KillUpload,
+    /// Forget a tenant while its previous owner is stopped.
+    ForgetPaused,
+    /// A durable store that fails or stalls.
+    Store,
+    /// Close a replica and start it again on the same state root.
+    Restart,
+}
+
+impl FaultKind {
+    /// Every kind.
+    pub const ALL: [FaultKind; 8] = [
+        FaultKind::Handoff,
+        FaultKind::Kill,
+        FaultKind::Pause,
+        FaultKind::Partition,
+        FaultKind::KillUpload,
+        FaultKind::ForgetPaused,
+        FaultKind::Store,
+        FaultKind::Restart,
+    ];
+
+    /// The kind's name, as on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Handoff => "handoff",
+            FaultKind::Kill => "kill",
+            FaultKind::Pause => "pause",
+            FaultKind::Partition => "partition",
+            FaultKind::KillUpload => "kill-upload",
+            FaultKind::ForgetPaused => "forget-paused",
+            FaultKind::Store => "store",
+            FaultKind::Restart => "restart",
+        }
+    }
+}
+
+/// How long a zombie's writes may wait: they sit in its stdin until it resumes.
+const ZOMBIE_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a handoff or forget may take.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(12);
+/// How long a graceful close may take.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(25);
+
+/// Injects faults of `kinds` until `end_ms`, one at a time.
+pub async fn run(cluster: Arc<Cluster>, kinds: Vec<FaultKind>, seed: u64, end_ms: u64) {
+    let mut rng = Rng::new(seed ^ 0x00fa_0175);
+    let mut first_round = kinds.clone();
+    rng.shuffle(&mut first_round);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mut n = 0usize;
+    while now_ms() + 1_500 < end_ms && !kinds.is_empty() {
+        let kind = match first_round.get(n) {
+            Some(&kind) => kind,
+            None => rng.pick(&kinds).copied().unwrap_or(FaultKind::Handoff),
+        };
+        n += 1;
+        let started = now_ms();
+        let outcome = inject(&cluster, kind, n, &mut rng).await;
+        let h = &cluster.history;
+        match outcome {
+            Ok(Some(text)) => {
+                println!(
+                    "[{:6.1}s] fault #{n} {} (from {:.1}s): {text}",
+                    h.elapsed(now_ms()),
+                    kind.name(),
+                    h.elapsed(started),
+                );
+                h.fault(kind.name(), text);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let text = format!("fault #{n} {}: {e}", kind.name());
+                println!("[{:6.1}s] drill problem: {text}", h.elapsed(now_ms()));
+                h.problem(text);
+            }
+        }
+        tokio::time::sleep(rng.millis(300, 1_000)).await;
+    }
+}
+
+/// Injects one fault; `Ok(None)` when there was nothing to inject it into.
+async fn inject(
+    c: &Arc<Cluster>,
+    kind: FaultKind,
+    n: usize,
+    rng: &mut Rng,
+) -> Result<Option<String>, BoxError> {
+    match kind {
+        FaultKind::Handoff => handoff(c, rng).await,
+        FaultKind::Kill => kill(c, rng).await,
+        FaultKind::Pause => pause(c, n, rng).await,
+        FaultKind::Partition => partition(c, n, rng).await,
+        FaultKind::KillUpload => kill_upload(c, rng).await,
+        FaultKind::ForgetPaused => forget_paused(c, n, rng).await,
+        FaultKind::Store => store(c, rng).await,
+        FaultKind::Restart => restart(c, rng).await,
+    }
+}
+
+/// A live slot routed at least one tenant, and those tenants.
+fn pick_owner(c: &Cluster, rng: &mut Rng) -> Option<(usize, Vec<u32>)> {
+    let owners: Vec<(usize, Vec<u32>)> = c
+        .live_slots()
+        .into_iter()
+        .map(|i| (i, c.owned_by(i)))
+        .filter(|(_, owned)| !owned.is_empty())
+        .collect();
+    rng.pick(&owners).cloned()
+}
+
+/// A live slot other than `not`.
+fn pick_other(c: &Cluster, not: usize, rng: &mut Rng) -> Option<usize> {
+    let others: Vec<usize> = c.live_slots().into_iter().filter(|&i| i != not).collect();
+    rng.pick(&others).copied()
+}
+
+fn answer_text(answer: &Result<Answer, crate::history::CallError>) -> String {
+    match answer {
+        Ok(Answer::Done { .. }) => "ok".into(),
+        Ok(Answer::Failed { code, .. }) => code.clone(),
+        Ok(Answer::Closed { unflushed }) => format!("closed, {} unflushed", unflushed.len()),
+        Ok(other) => format!("{other:?}"),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+async fn handoff(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError> {
+    let Some((slot, owned)) = pick_owner(c, rng) else {
+        return Ok(None);
+    };
+    let (Some(&tenant), Some(proc)) = (rng.pick(&owned), c.live(slot)) else {
+        return Ok(None);
+    };
+    let answer = proc.call(Op::Handoff { tenant }, LEAVE_TIMEOUT).await;
+    let mut text = format!(
+        "{} hands t{tenant} off: {}",
+        proc.label,
+        answer_text(&answer)
+    );
+    if let Ok(Answer::Done { epoch: Some(epoch) }) = answer {
+        c.history.handoff_ok(tenant, epoch);
+        c.clear_owner_if(tenant, slot);
+        if let Some(next) = pick_other(c, slot, rng) {
+            let opened = match c.open_on(tenant, next).await {
+                Ok(epoch) => format!("epoch {epoch}"),
+                Err(e) => e.to_string(),
+            };
+            text += &format!("; {} opens it: {opened}", c.slots[next].name);
+        }
+    }
+    Ok(Some(text))
+}
+
+async fn kill(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError> {
+    let Some((slot, owned)) = pick_owner(c, rng) else {
+        return Ok(None);
+    };
+    c.kill(slot).await;
+    tokio::time::sleep(rng.millis(200, 1_000)).await;
+    restart_slot(c, slot).await?;
+    Ok(Some(format!(
+        "SIGKILL {} (owner of {owned:?}), restarted on its state root",
+        c.slots[slot].name
+    )))
+}
+
+/// Starts slot `i` again on its state root; tries twice.
+async fn restart_slot(c: &Cluster, i: usize) -> Result<(), BoxError> {
+    if let Err(first) = c.start(i).await {
+        println!(
+            "drill: restarting {} failed ({first}); once more",
+            c.slots[i].name
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        c.start(i).await?;
+    }
+    Ok(())
+}
+
+/// Writes to the zombie `slot` for each of `tenants` (queued in its stdin while it is
+/// stopped), resumes it if it is stopped, waits for those writes, and then lets its renewals
+/// through again; returns what came of the writes.
+async fn zombie_writes(
+    c: &Arc<Cluster>,
+    slot: usize,
+    tenants: &[u32],
+    n: usize,
+) -> Result<String, BoxError> {
+    let proc = c.proc(slot).ok_or("the zombie replica is gone")?;
+    let mut writes = Vec::new();
+    for (i, &tenant) in tenants.iter().take(3).enumerate() {
+        let (c, proc) = (c.clone(), proc.clone());
+        let key = format!("t{tenant}-zombie{n}-{i}");
+        writes.push(tokio::spawn(async move {
+            c.write(&proc, tenant, key, true, ZOMBIE_WRITE_TIMEOUT)
+                .await
+        }));
+    }
+    if c.is_stopped(slot) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c.resume(slot).await?;
+    }
+    let mut outcomes = Vec::new();
+    for write in writes {
+        outcomes.push(match write.await {
+            Ok(Outcome::Ok { epoch, .. }) => format!("ACKED by epoch {epoch}"),
+            Ok(Outcome::Fail { code }) => code,
+            Ok(other) => format!("{other:?}"),
+            Err(e) => format!("task failed: {e}"),
+        });
+    }
+    let clear = Op::Lease {
+        fault: LeaseFault::Clear,
+    };
+    proc.call(clear, Duration::from_secs(2)).await.ok();
+    Ok(format!("zombie writes: {outcomes:?}"))
+}
+
+/// Holds the renewals of slot `i`'s replica and stops it.
+async fn hold_and_pause(c: &Cluster, i: usize) -> Result<(), BoxError> {
+    let proc = c.live(i).ok_or("no live process to pause")?;
+    let hold = Op::Lease {
+        fault: LeaseFault::HoldRenewals,
+    };
+    proc.call(hold, Duration::from_secs(2))
+        .await
+        .map_err(|e| format!("holding renewals: {e:?}"))?;
+    c.pause(i).await
+}
+
+async fn partition(c: &Arc<Cluster>, n: usize, rng: &mut Rng) -> Result<Option<String>, BoxError> {
+    let Some((slot, owned)) = pick_owner(c, rng) else {
+        return Ok(None);
+    };
+    let (Some(proc), Some(&tenant), Some(other)) =
+        (c.live(slot), rng.pick(&owned), pick_other(c, slot, rng))
+    else {
+        return Ok(None);
+    };
+    // A full outage, or only the renewals stall (the other lease calls, publish_head among
+    // them, still go through while the holder's term runs out).
+    let (fault, what) = if rng.chance(50) {
+        (LeaseFault::Down, "cut off from the lease store")
+    } else {
+        (LeaseFault::HoldRenewals, "renewals stalled")
+    };
+    proc.call(Op::Lease { fault }, Duration::from_secs(2))
+        .await
+        .map_err(|e| format!("lease fault switch: {e:?}"))?;
+    let started = now_ms();
+    let mut text = format!("{}: {what} (owner of {owned:?})", proc.label);
+    match take_over(c, tenant, other, slot).await {
+        Some(next) => text += &format!("; {} took t{tenant} over", c.slots[next].name),
+        None => text += &format!("; nobody could take t{tenant} over"),
+    }
+    let zombie = zombie_writes(c, slot, &[tenant], n).await?;
+    Ok(Some(format!(
+        "{text}; reconnected after {} ms; {zombie}",
+        now_ms() - started
+    )))
+}
+
+async fn pause(c: &Arc<Cluster>, n: usize, rng: &mut Rng) -> Result<Option<String>, BoxError> {
+    let Some((slot, owned)) = pick_owner(c, rng) else {
+        return Ok(None);
+    };
+    let pause = protocol::TTL + rng.millis(1_000, 2_000);
+    hold_and_pause(c, slot).await?;
+    tokio::time::sleep(pause).await;
+    let zombie = zombie_writes(c, slot, &owned, n).await?;
+    Ok(Some(format!(
+        "SIGSTOP {} (owner of {owned:?}) for {} ms, SIGCONT; {zombie}",
+        c.slots[slot].name,
+        pause.as_millis()
+    )))
+}
+
+async fn kill_upload(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError> {
+    let Some((slot, owned)) = pick_owner(c, rng) else {
+        return Ok(None);
+    };
+    let (Some(proc), Some(&tenant)) = (c.live(slot), rng.pick(&owned)) else {
+        return Ok(None);
+    };
+    let ms = 300 + rng.below(500);
+    let slow = Op::Fault {
+        fault: StoreFault::Slow { ms },
+    };
+    proc.call(slow, Duration::from_secs(2)).await.ok();
+    let snapshot = proc.clone();
+    tokio::spawn(async move {
+        let _ = snapshot
+            .call(Op::Snapshot { tenant }, Duration::from_secs(5))
+            .await;
+    });
+    let after = rng.millis(50, 2 * ms);
+    tokio::time::sleep(after).await;
+    c.kill(slot).await;
+    tokio::time::sleep(rng.millis(200, 800)).await;
+    restart_slot(c, slot).await?;
+    Ok(Some(format!(
+        "{} puts slowed by {ms} ms, snapshot of t{tenant} asked, SIGKILL after {} ms, restarted",
+        c.slots[slot].name,
+        after.as_millis()
+    )))
+}
+
+/// Opens `tenant` on `other` once the old owner's lease ran out, or finds who did.
+async fn take_over(c: &Cluster, tenant: u32, other: usize, old_owner: usize) -> Option<usize> {
+    let give_up = now_ms() + 3 * duration_ms(protocol::TTL) + 2_000;
+    while now_ms() < give_up {
+        match c.open_on(tenant, other).await {
+            Ok(_) => return Some(other),
+            Err(OpenError::Held(Some(holder))) => {
+                // A client may have opened it on a third replica meanwhile.
+                if let Some(i) = c.slot_named(&holder)
+                    && i != old_owner
+                    && c.live(i).is_some()
+                {
+                    return Some(i);
+                }
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    None
+}
+
+async fn forget_paused(
+    c: &Arc<Cluster>,
+    n: usize,
+    rng: &mut Rng,
+) -> Result<Option<String>, BoxError> {
+    let Some((slot, owned)) = pick_owner(c, rng) else {
+        return Ok(None);
+    };
+    let (Some(&tenant), Some(other)) = (rng.pick(&owned), pick_other(c, slot, rng)) else {
+        return Ok(None);
+    };
+    hold_and_pause(c, slot).await?;
+    let mut text = format!("SIGSTOP {} (owner of t{tenant})", c.slots[slot].name);
+    match take_over(c, tenant, other, slot).await {
+        Some(next) => {
+            let answer = match c.live(next) {
+                Some(proc) => proc.call(Op::Forget { tenant }, LEAVE_TIMEOUT).await,
+                None => Err(crate::history::CallError::NotSent),
+            };
+            c.clear_owner_if(tenant, next);
+            text += &format!(
+                "; {} took t{tenant} over and forgot it: {}",
+                c.slots[next].name,
+                answer_text(&answer)
+            );
+        }
+        None => text += "; nobody could take the tenant over",
+    }
+    let zombie = zombie_writes(c, slot, &[tenant], n).await?;
+    Ok(Some(format!("{text}; SIGCONT; {zombie}")))
+}
+
+async fn store(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError> {
+    let (slot, owned) = match pick_owner(c, rng) {
+        Some(found) => found,
+        None => match rng.pick(&c.live_slots()) {
+            Some(&slot) => (slot, Vec::new()),
+            None => return Ok(None),
+        },
+    };
+    let Some(proc) = c.live(slot) else {
+        return Ok(None);
+    };
+    let (fault, what) = if rng.chance(50) {
+        (StoreFault::Down, "fails every call")
+    } else {
+        (StoreFault::Hang, "stalls every put")
+    };
+    let lasts = rng.millis(1_000, 2_500);
+    let until = now_ms() + duration_ms(lasts);
+    proc.call(Op::Fault { fault }, Duration::from_secs(2))
+        .await
+        .map_err(|e| format!("fault switch: {e:?}"))?;
+    let mut text = format!(
+        "{}'s durable store {what} for {} ms",
+        proc.label,
+        lasts.as_millis()
+    );
+    if let Some(&tenant) = rng.pick(&owned).filter(|_| rng.chance(60)) {
+        let answer = proc.call(Op::Handoff { tenant }, LEAVE_TIMEOUT).await;
+        if let Ok(Answer::Done { epoch: Some(epoch) }) = answer {
+            c.history.handoff_ok(tenant, epoch);
+            c.clear_owner_if(tenant, slot);
+        }
+        text += &format!("; handoff of t{tenant} meanwhile: {}", answer_text(&answer));
+    }
+    let rest = until.saturating_sub(now_ms());
+    tokio::time::sleep(Duration::from_millis(rest)).await;
+    let clear = Op::Fault {
+        fault: StoreFault::Clear,
+    };
+    proc.call(clear, Duration::from_secs(2)).await.ok();
+    Ok(Some(text))
+}
+
+async fn restart(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError> {
+    let slot = match pick_owner(c, rng) {
+        Some((slot, _)) => slot,
+        None => match rng.pick(&c.live_slots()) {
+            Some(&slot) => slot,
+            None => return Ok(None),
+        },
+    };
+    let Some(proc) = c.live(slot) else {
+        return Ok(None);
+    };
+    let closed = proc.call(Op::Close, CLOSE_TIMEOUT).await;
+    c.shutdown(slot, Duration::from_secs(5)).await;
+    restart_slot(c, slot).await?;
+    Ok(Some(format!(
+        "{} closed ({}) and restarted on its state root",
+        proc.label,
+        answer_text(&closed)
+    )))
+}

@@ -1,0 +1,174 @@
+//! The end of a run: stop every fault, close the replicas, start a fresh replica that opens
+//! every tenant and reads its events, then read the floors from the lease file and list what is
+//! left in the durable directory and in every state root. What it gathers is [`Final`], which
+//! the checker judges against the history.
+//!
+//! ```text
+//!  SIGCONT the stopped · clear store faults · close every replica (handoffs) · shut them down
+//!  fresh "checker" replica: open t0…tn (waiting out leases of the dead) · read · wait for sweeps
+//!  lease file: floors · durable dir: objects per tenant · state roots: local tenant directories
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::LeaseStore;
+use leasehold::clock::duration_ms;
+use leasehold::durable::DurableStore;
+use leasehold::durable::dir::DirStore;
+use leasehold::lease::sqlite::SqliteLeaseStore;
+
+use crate::cluster::{BoxError, Cluster, OPEN_TIMEOUT, Proc};
+use crate::protocol::{self, Answer, LeaseFault, Op, StoreFault, now_ms};
+
+/// What is left at the end of a run.
+#[derive(Debug, Default)]
+pub struct Final {
+    /// Every idempotency key the fresh replica read, per tenant.
+    pub keys: HashMap<u32, HashSet<String>>,
+    /// Each tenant's floor, from the lease file.
+    pub floors: HashMap<u32, u64>,
+    /// Each tenant's durable objects.
+    pub objects: HashMap<u32, Vec<String>>,
+    /// Local tenant directories left in the replicas' state roots: `(slot, tenant, files)`.
+    pub local_dirs: Vec<(usize, u32, Vec<String>)>,
+    /// What could not be gathered (the drill failed, not the runtime).
+    pub problems: Vec<String>,
+}
+
+/// Stops the faults, closes the replicas, and gathers [`Final`].
+pub async fn collect(c: &Arc<Cluster>, run_dir: &Path) -> Result<Final, BoxError> {
+    let h = &c.history;
+    for i in 0..c.slots.len() {
+        if c.is_stopped(i) {
+            c.resume(i).await.ok();
+        }
+    }
+    for i in 0..c.slots.len() {
+        if let Some(proc) = c.proc(i) {
+            let clear = Op::Fault {
+                fault: StoreFault::Clear,
+            };
+            proc.call(clear, Duration::from_secs(2)).await.ok();
+            let clear = Op::Lease {
+                fault: LeaseFault::Clear,
+            };
+            proc.call(clear, Duration::from_secs(2)).await.ok();
+        }
+    }
+    let closes = (0..c.slots.len()).map(|i| close_slot(c, i));
+    for line in futures::future::join_all(closes)
+        .await
+        .into_iter()
+        .flatten()
+    {
+        println!("[{:6.1}s] {line}", h.elapsed(now_ms()));
+    }
+    let mut fin = Final::default();
+    let spec = c.spec("checker", run_dir.join("roots").join("checker"));
+    let checker = Proc::spawn(&spec, h.clone()).await?;
+    println!(
+        "[{:6.1}s] fresh replica {} reads every tenant",
+        h.elapsed(now_ms()),
+        checker.label
+    );
+    for tenant in 0..c.tenants {
+        match read_tenant(c, &checker, tenant).await {
+            Ok(keys) => {
+                fin.keys.insert(tenant, keys.into_iter().collect());
+            }
+            Err(e) => fin.problems.push(format!("t{tenant}: {e}")),
+        }
+    }
+    let leases = SqliteLeaseStore::open(&run_dir.join("leases.db"))?;
+    for tenant in 0..c.tenants {
+        let record = leases.read(&protocol::lease_key(tenant)?).await?;
+        fin.floors
+            .insert(tenant, record.map_or(0, |record| record.floor));
+    }
+    wait_for_sweeps(c, &checker, &fin.floors).await;
+    checker.call(Op::Close, Duration::from_secs(20)).await.ok();
+    checker.shutdown(Duration::from_secs(5)).await;
+    list_leftovers(c, run_dir, &mut fin).await?;
+    Ok(fin)
+}
+
+/// Closes slot `i`'s replica (hands its tenants off) and shuts it down.
+async fn close_slot(c: &Cluster, i: usize) -> Option<String> {
+    let proc = c.proc(i)?;
+    let closed = proc.call(Op::Close, Duration::from_secs(30)).await;
+    c.shutdown(i, Duration::from_secs(5)).await;
+    Some(match closed {
+        Ok(Answer::Closed { unflushed }) => {
+            format!("{} closed ({} unflushed)", proc.label, unflushed.len())
+        }
+        other => format!("{} did not close cleanly: {other:?}", proc.label),
+    })
+}
+
+/// Opens `tenant` on the checker (waiting out a dead holder's lease) and reads its keys.
+async fn read_tenant(c: &Cluster, checker: &Proc, tenant: u32) -> Result<Vec<String>, String> {
+    let give_up = now_ms() + 3 * duration_ms(protocol::TTL) + 5_000;
+    loop {
+        let answer = checker.call(Op::Open { tenant }, OPEN_TIMEOUT).await;
+        if let Ok(Answer::Opened {
+            epoch, acquired_hi, ..
+        }) = answer
+        {
+            c.history
+                .grant(tenant, epoch, &checker.label, None, acquired_hi);
+            break;
+        }
+        if now_ms() > give_up {
+            return Err(format!("the checker could not open it: {answer:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    match checker
+        .call(Op::Read { tenant }, Duration::from_secs(20))
+        .await
+    {
+        Ok(Answer::Keys { keys, .. }) => Ok(keys),
+        other => Err(format!("the checker could not read it: {other:?}")),
+    }
+}
+
+/// Waits (at most ten seconds) until the checker swept every tenant with a floor.
+async fn wait_for_sweeps(c: &Cluster, checker: &Proc, floors: &HashMap<u32, u64>) {
+    let give_up = now_ms() + 10_000;
+    while now_ms() < give_up {
+        let waiting = floors
+            .iter()
+            .filter(|&(&t, &floor)| floor > 0 && !c.history.swept(&checker.label, t))
+            .count();
+        if waiting == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("warning: the checker's sweeps did not all finish within 10 s");
+}
+
+/// Lists every tenant's durable objects and the local tenant directories of every slot.
+async fn list_leftovers(c: &Cluster, run_dir: &Path, fin: &mut Final) -> Result<(), BoxError> {
+    let store = DirStore::open(&run_dir.join("durable"))?;
+    let org = protocol::org()?;
+    for tenant in 0..c.tenants {
+        let key = protocol::lease_key(tenant)?;
+        fin.objects.insert(tenant, store.list(&key.prefix()).await?);
+        let id = protocol::tenant_id(tenant)?;
+        for slot in &c.slots {
+            let dir = leasehold::ids::tenant_root(&slot.root, &org, &id);
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                let files = entries
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+                fin.local_dirs.push((slot.index, tenant, files));
+            }
+        }
+    }
+    Ok(())
+}

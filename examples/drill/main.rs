@@ -1,0 +1,106 @@
+//! # The process drill (issue #5, part 1)
+//!
+//! Jepsen-style: real replica processes sharing one SQLite lease file and one durable directory,
+//! clients writing events with unique ids through whichever replica owns each tenant, faults
+//! mixed by a seeded schedule (handoffs, SIGKILL under load and mid-upload, SIGSTOP past the
+//! lease, forget while the owner is stopped, failing and stalling stores, restarts), and a
+//! checker that judges the recorded history against what a fresh replica reads at the end.
+//!
+//! ```text
+//! cargo run --example drill -- --seconds 60                       # random seed, printed
+//! cargo run --example drill -- --seed 7 --seconds 20 --replicas 3
+//! cargo run --example drill -- --seed 7 --break skip-final-image  # must fail
+//! ```
+//!
+//! One binary, two roles: `drill [options]` is the driver; it starts `drill replica …` (this
+//! same executable) once per replica and talks to each over a line protocol on stdin/stdout.
+//!
+//! ## Layout
+//! - `protocol` — requests, replies and reported events; the shared lease timings.
+//! - `replica` — the replica role: a `Supervisor` behind the line protocol.
+//! - `cluster` — the driver's handles to replica processes, the routing table.
+//! - `history` — what happened: writes (invoke, ok/fail/unknown), tenures, the timeline.
+//! - `clients` — the load: writes with unique ids through the owner of each tenant.
+//! - `faults` — the seeded fault schedule.
+//! - `finale` — the end: stop faults, close, read every tenant through a fresh replica, list.
+//! - `checker` — the rules and the verdict.
+//! - `driver` — the driver role: setup, run, summary, exit code.
+//! - `rng` — SplitMix64.
+
+use std::process::ExitCode;
+
+mod checker;
+mod clients;
+mod cluster;
+mod driver;
+mod faults;
+mod finale;
+mod history;
+mod protocol;
+mod replica;
+mod rng;
+
+/// A deliberate bug of the runtime (`leasehold_actors::Breakage`) the drill must catch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BreakSwitch {
+    /// Commit and acknowledge without checking the lease (breaks promise 1).
+    SkipCommitCheck,
+    /// Finish a handoff without its final image (breaks promise 2).
+    SkipFinalImage,
+}
+
+impl BreakSwitch {
+    /// The switch as written on the command line.
+    pub fn as_arg(self) -> &'static str {
+        match self {
+            BreakSwitch::SkipCommitCheck => "skip-commit-check",
+            BreakSwitch::SkipFinalImage => "skip-final-image",
+        }
+    }
+}
+
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "drill",
+    about = "Process drill: real replicas, seeded faults, a history checker"
+)]
+struct Cli {
+    #[command(subcommand)]
+    role: Option<Role>,
+    #[command(flatten)]
+    drive: driver::DriveArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Role {
+    /// One replica process (started by the driver; speaks the line protocol on stdin/stdout).
+    Replica(replica::ReplicaArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = <Cli as clap::Parser>::parse();
+    match cli.role {
+        Some(Role::Replica(args)) => match replica::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("drill replica: {e}");
+                ExitCode::from(2)
+            }
+        },
+        None => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            let ran = runtime
+                .map_err(Into::into)
+                .and_then(|rt| rt.block_on(driver::run(cli.drive)));
+            match ran {
+                Ok(code) => code,
+                Err(e) => {
+                    println!("drill: the drill itself failed: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}

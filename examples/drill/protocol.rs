@@ -1,0 +1,286 @@
+//! The line protocol between the driver and its replicas, and the timings both sides share.
+//!
+//! One JSON object per line. The driver writes [`Request`]s to a replica's stdin, each with an
+//! id; the replica handles them concurrently and writes one [`Line::Reply`] per request, with
+//! that id, in whatever order they finish. Between replies it writes what its runtime reports
+//! ([`Line::Opened`], [`Line::Published`], [`Line::Released`], …) so the checker knows every
+//! tenure. Every time is `CLOCK_MONOTONIC` in milliseconds ([`leasehold::SystemClock`]), which
+//! every process on the host reads alike.
+//!
+//! ```text
+//! driver → replica   {"id":7,"op":{"kind":"write","tenant":2,"key":"t2-c1-000042"}}
+//! replica → driver   {"type":"reply","id":7,"answer":{"written":{"epoch":3,"run_at":…,"ack_at":…}}}
+//! replica → driver   {"type":"published","tenant":2,"epoch":3,"seq":4,"taken_at":…}
+//! ```
+
+use std::time::Duration;
+
+use leasehold::ids::IdError;
+use leasehold::{Clock, LeaseKey, OrgId, SystemClock, TenantId, derive_tenant_id};
+use serde::{Deserialize, Serialize};
+
+/// The organization every drill tenant belongs to.
+pub const ORG: &str = "drill";
+
+/// Lease duration of every replica: short, so that faults play out in seconds.
+pub const TTL: Duration = Duration::from_millis(2_000);
+/// How long before the lease's end a holder stops acting.
+pub const MARGIN: Duration = Duration::from_millis(500);
+/// How often a replica renews its leases.
+pub const RENEW_EVERY: Duration = Duration::from_millis(400);
+/// How often a tenant with new writes publishes an image: the declared crash tail.
+pub const SNAPSHOT_EVERY: Duration = Duration::from_millis(500);
+/// How long a handoff waits for admitted work.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+/// The deadline of every store call.
+pub const STORE_DEADLINE: Duration = Duration::from_secs(1);
+
+/// Error code of a request for a tenant that is not open on the replica (it never ran).
+pub const NOT_OPEN: &str = "DRILL_NOT_OPEN";
+/// Error code of a request the replica could not parse or serve at all.
+pub const BAD_REQUEST: &str = "DRILL_BAD_REQUEST";
+
+/// The key tenant ids are derived with (`derive_tenant_id`), shared by driver and replicas.
+const TENANT_KEY: &[u8] = b"leasehold-drill-tenant-key";
+/// The issuer tenant ids are derived with.
+const ISSUER: &str = "https://drill.invalid";
+
+/// The host's monotonic clock, in milliseconds: the one clock of every drill timestamp.
+pub fn now_ms() -> u64 {
+    SystemClock.now_ms()
+}
+
+/// The organization of every tenant.
+pub fn org() -> Result<OrgId, IdError> {
+    OrgId::new(ORG)
+}
+
+/// The derived id of tenant number `index`.
+pub fn tenant_id(index: u32) -> Result<TenantId, IdError> {
+    derive_tenant_id(TENANT_KEY, ISSUER, &format!("tenant-{index}"))
+}
+
+/// The lease key of tenant number `index`.
+pub fn lease_key(index: u32) -> Result<LeaseKey, IdError> {
+    Ok(LeaseKey::new(&org()?, &tenant_id(index)?))
+}
+
+/// One request to a replica.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    /// Unique over the whole run; the reply carries it back.
+    pub id: u64,
+    /// What to do.
+    pub op: Op,
+}
+
+/// What a request asks of a replica. Tenants are numbered `0..tenants`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Op {
+    /// Append one event whose idempotency key is `key` to an open tenant.
+    Write {
+        /// The tenant.
+        tenant: u32,
+        /// The event's idempotency key, unique over the run.
+        key: String,
+    },
+    /// Open a tenant here (acquire its lease, restore its head).
+    Open {
+        /// The tenant.
+        tenant: u32,
+    },
+    /// Hand an open tenant off gracefully.
+    Handoff {
+        /// The tenant.
+        tenant: u32,
+    },
+    /// Forget (erase) an open tenant.
+    Forget {
+        /// The tenant.
+        tenant: u32,
+    },
+    /// Publish an image of an open tenant now.
+    Snapshot {
+        /// The tenant.
+        tenant: u32,
+    },
+    /// Read every idempotency key of an open tenant's ledger.
+    Read {
+        /// The tenant.
+        tenant: u32,
+    },
+    /// Switch a fault of this replica's durable store.
+    Fault {
+        /// Which one.
+        fault: StoreFault,
+    },
+    /// Switch a fault of this replica's lease store.
+    Lease {
+        /// Which one.
+        fault: LeaseFault,
+    },
+    /// Close the replica: hand off every open tenant.
+    Close,
+}
+
+/// A fault of a replica's durable store ([`leasehold::testkit::FaultyStore`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreFault {
+    /// Every call fails.
+    Down,
+    /// Puts do not return (the store deadline ends them).
+    Hang,
+    /// Every put waits this long first.
+    Slow {
+        /// The wait, in milliseconds.
+        ms: u64,
+    },
+    /// No fault.
+    Clear,
+}
+
+/// A fault of a replica's lease store ([`leasehold::testkit::FaultyLeaseStore`]): the replica
+/// is cut off from the lease store while it keeps serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseFault {
+    /// Every lease-store call fails (renewals too: the holder's term runs out).
+    Down,
+    /// Renewals wait (the store deadline ends them): the holder learns of no loss meanwhile.
+    HoldRenewals,
+    /// No fault.
+    Clear,
+}
+
+/// One line a replica writes to stdout.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Line {
+    /// The replica's supervisor runs; requests may come.
+    Ready {
+        /// The replica's process id.
+        pid: u32,
+    },
+    /// The answer to request `id`.
+    Reply {
+        /// The request's id.
+        id: u64,
+        /// What came of it.
+        answer: Answer,
+    },
+    /// The runtime opened a tenant (reported by the runtime, whoever asked).
+    Opened {
+        /// The tenant.
+        tenant: u32,
+        /// The epoch of the new tenure.
+        epoch: u64,
+    },
+    /// An image was published; every write acknowledged before `taken_at` is in it.
+    Published {
+        /// The tenant.
+        tenant: u32,
+        /// The tenure that published it.
+        epoch: u64,
+        /// Its number in that epoch.
+        seq: u64,
+        /// Holder-clock time just before the image was taken.
+        taken_at: u64,
+    },
+    /// A tenure ended and its lease was handed back.
+    Released {
+        /// The tenant.
+        tenant: u32,
+        /// The tenure.
+        epoch: u64,
+        /// True only for a handoff whose final image was published.
+        flushed: bool,
+    },
+    /// A tenure found its lease gone.
+    Lost {
+        /// The tenant.
+        tenant: u32,
+        /// The tenure.
+        epoch: u64,
+    },
+    /// A tenant was erased up to `floor`.
+    Forgotten {
+        /// The tenant.
+        tenant: u32,
+        /// The floor raised.
+        floor: u64,
+    },
+    /// A sweep of dead epochs finished (`objects`) or failed (`None`).
+    Swept {
+        /// The tenant.
+        tenant: u32,
+        /// How many objects went, or `None` if it failed.
+        objects: Option<usize>,
+    },
+    /// An image could not be published.
+    SnapshotFailed {
+        /// The tenant.
+        tenant: u32,
+        /// Why, as text.
+        error: String,
+    },
+}
+
+/// What came of a request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    /// The write was acknowledged (committed under the lease).
+    Written {
+        /// The tenure that acknowledged it.
+        epoch: u64,
+        /// Time inside the run, before its commit: a lower bound of the commit.
+        run_at: u64,
+        /// Time the acknowledgement reached the replica's host code: an upper bound of it.
+        ack_at: u64,
+    },
+    /// The tenant is open here.
+    Opened {
+        /// Its tenure's epoch.
+        epoch: u64,
+        /// Time just before the open was sent (the acquire came after, if this request made it).
+        acquired_lo: u64,
+        /// A time by which the lease was surely acquired.
+        acquired_hi: u64,
+    },
+    /// Done; `epoch` is the tenure it applied to, when there was one.
+    Done {
+        /// The tenure.
+        epoch: Option<u64>,
+    },
+    /// The replica closed; these tenants could not be flushed.
+    Closed {
+        /// Their lease keys.
+        unflushed: Vec<String>,
+    },
+    /// Every idempotency key of the ledger, oldest first.
+    Keys {
+        /// The tenure read.
+        epoch: u64,
+        /// The keys.
+        keys: Vec<String>,
+    },
+    /// A definite refusal or error, with the runtime's stable code.
+    Failed {
+        /// `LEASEHOLD_FENCED`, `LEASEHOLD_DRAINING`, [`NOT_OPEN`], …
+        code: String,
+        /// The error, as text.
+        message: String,
+        /// For `LEASEHOLD_LEASE_HELD`: the replica that holds the lease.
+        owner: Option<String>,
+    },
+}
+
+/// Whether a write refused with `code` surely did not commit (and must never be read).
+pub fn is_definite_refusal(code: &str) -> bool {
+    matches!(
+        code,
+        "LEASEHOLD_FENCED" | "LEASEHOLD_DRAINING" | "LEASEHOLD_INVALID_ID" | NOT_OPEN | BAD_REQUEST
+    )
+}

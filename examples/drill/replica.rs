@@ -1,0 +1,463 @@
+//! The replica role: one process embedding a [`Supervisor`] on the embedded defaults (a SQLite
+//! lease file and a durable directory shared with the other replicas, a state root of its own),
+//! its durable store wrapped in a [`FaultyStore`] the driver can switch.
+//!
+//! ```text
+//!  stdin ── Request lines ──> one task per request ──> Supervisor / TenantRef
+//!  stdout <── Reply lines <── writer thread <──────────┤
+//!                                         Observer ────┘  (Opened, Published, Released, Lost, …)
+//! ```
+//!
+//! Requests are served concurrently, so replies may come out of order. The process ends when
+//! stdin closes (the driver is done or gone) or after `--lifetime-secs`.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use leasehold::durable::dir::DirStore;
+use leasehold::lease::sqlite::SqliteLeaseStore;
+use leasehold::ledger::NewEvent;
+use leasehold::testkit::{FaultyLeaseStore, FaultyStore};
+use leasehold::{Error, LeaseStore, OrgId, ReplicaId, TenantId};
+use leasehold_actors::{Breakage, Event, Observer, RuntimeConfig, Supervisor, TenantRef};
+use tokio::io::AsyncBufReadExt;
+
+use crate::protocol::{self, Answer, LeaseFault, Line, NOT_OPEN, Op, Request, StoreFault, now_ms};
+
+/// How the driver starts a replica (`drill replica …`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplicaArgs {
+    /// The run directory: `leases.db` and `durable/` are shared by every replica.
+    #[arg(long)]
+    pub run_dir: PathBuf,
+    /// This replica's name (its `replica_id`, the lease owner).
+    #[arg(long)]
+    pub name: String,
+    /// This replica's own state root.
+    #[arg(long)]
+    pub root: PathBuf,
+    /// How many tenants the run has (numbered from 0).
+    #[arg(long)]
+    pub tenants: u32,
+    /// Deliberate bugs to switch on (`skip-commit-check`, `skip-final-image`).
+    #[arg(long = "break", value_enum)]
+    pub breakage: Vec<crate::BreakSwitch>,
+    /// The process ends after this long whatever happens.
+    #[arg(long, default_value_t = 3_600)]
+    pub lifetime_secs: u64,
+}
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// What the writer thread takes.
+enum Out {
+    /// One line to print.
+    Line(String),
+    /// Answer when every line before it is printed.
+    Flush(mpsc::SyncSender<()>),
+}
+
+/// The replica's stdout: one writer thread, one line per message, flushed at once.
+#[derive(Clone)]
+struct Output(mpsc::Sender<Out>);
+
+impl Output {
+    fn start() -> Self {
+        let (tx, rx) = mpsc::channel::<Out>();
+        std::thread::spawn(move || {
+            let stdout = std::io::stdout();
+            for item in rx {
+                match item {
+                    Out::Line(text) => {
+                        let mut lock = stdout.lock();
+                        if writeln!(lock, "{text}")
+                            .and_then(|()| lock.flush())
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Out::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+            }
+        });
+        Self(tx)
+    }
+
+    fn send(&self, line: &Line) {
+        match serde_json::to_string(line) {
+            Ok(text) => {
+                let _ = self.0.send(Out::Line(text));
+            }
+            Err(e) => eprintln!("drill replica: cannot encode a line: {e}"),
+        }
+    }
+
+    /// Waits (at most two seconds) until every line sent so far is printed.
+    fn flush(&self) {
+        let (tx, rx) = mpsc::sync_channel(1);
+        if self.0.send(Out::Flush(tx)).is_ok() {
+            let _ = rx.recv_timeout(Duration::from_secs(2));
+        }
+    }
+}
+
+/// Forwards the runtime's events about tenants to stdout.
+struct Forwarder {
+    /// Where lines go.
+    out: Output,
+    /// Lease key → tenant number.
+    tenants: HashMap<String, u32>,
+}
+
+impl Observer for Forwarder {
+    fn on_event(&self, event: &Event) {
+        let tenant = |key: &str| self.tenants.get(key).copied();
+        let line = match event {
+            Event::Opened { key, epoch, .. } => tenant(key).map(|tenant| Line::Opened {
+                tenant,
+                epoch: *epoch,
+            }),
+            Event::SnapshotPublished {
+                key,
+                image,
+                taken_at_ms,
+            } => tenant(key).map(|tenant| Line::Published {
+                tenant,
+                epoch: image.epoch,
+                seq: image.seq,
+                taken_at: *taken_at_ms,
+            }),
+            Event::Released {
+                key,
+                epoch,
+                flushed,
+            } => tenant(key).map(|tenant| Line::Released {
+                tenant,
+                epoch: *epoch,
+                flushed: *flushed,
+            }),
+            Event::Lost { key, epoch } => tenant(key).map(|tenant| Line::Lost {
+                tenant,
+                epoch: *epoch,
+            }),
+            Event::Forgotten { key, floor } => tenant(key).map(|tenant| Line::Forgotten {
+                tenant,
+                floor: *floor,
+            }),
+            Event::Swept { key, objects } => tenant(key).map(|tenant| Line::Swept {
+                tenant,
+                objects: Some(*objects),
+            }),
+            Event::SweepFailed { key, .. } => tenant(key).map(|tenant| Line::Swept {
+                tenant,
+                objects: None,
+            }),
+            Event::SnapshotFailed { key, error } => {
+                tenant(key).map(|tenant| Line::SnapshotFailed {
+                    tenant,
+                    error: error.clone(),
+                })
+            }
+            _ => None,
+        };
+        if let Some(line) = line {
+            self.out.send(&line);
+        }
+    }
+}
+
+/// The replica's state, shared by the tasks serving requests.
+struct Replica {
+    /// The runtime.
+    supervisor: Supervisor,
+    /// The lease store behind the faults, to read the record of a tenure just acquired.
+    leases: SqliteLeaseStore,
+    /// The lease store's fault switches.
+    lease_faults: FaultyLeaseStore,
+    /// The durable store's fault switches.
+    store: FaultyStore,
+    /// Stdout.
+    out: Output,
+    /// The organization.
+    org: OrgId,
+    /// Tenant ids by number.
+    tenants: Vec<TenantId>,
+}
+
+/// Runs the replica role until stdin closes. Blocks.
+pub fn run(args: ReplicaArgs) -> Result<(), BoxError> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let out = Output::start();
+    let served = actix::System::new().block_on(serve(args, out.clone()));
+    out.flush();
+    served
+}
+
+fn breakage(switches: &[crate::BreakSwitch]) -> Breakage {
+    Breakage {
+        skip_commit_check: switches.contains(&crate::BreakSwitch::SkipCommitCheck),
+        skip_final_image: switches.contains(&crate::BreakSwitch::SkipFinalImage),
+    }
+}
+
+async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
+    let leases = SqliteLeaseStore::open(&args.run_dir.join("leases.db"))?;
+    let lease_faults = FaultyLeaseStore::new(Arc::new(leases.clone()));
+    let store = FaultyStore::new(Arc::new(DirStore::open(&args.run_dir.join("durable"))?));
+    let org = protocol::org()?;
+    let tenants = (0..args.tenants)
+        .map(protocol::tenant_id)
+        .collect::<Result<Vec<_>, _>>()?;
+    let keys = (0..args.tenants)
+        .map(|t| protocol::lease_key(t).map(|k| (k.to_string(), t)))
+        .collect::<Result<HashMap<_, _>, _>>()?;
+    let mut config = RuntimeConfig::new(
+        ReplicaId::new(&args.name)?,
+        args.root.clone(),
+        lease_faults.shared(),
+        store.shared(),
+    );
+    config.ttl = protocol::TTL;
+    config.margin = protocol::MARGIN;
+    config.renew_every = Some(protocol::RENEW_EVERY);
+    config.snapshot_every = Some(protocol::SNAPSHOT_EVERY);
+    config.drain_timeout = protocol::DRAIN_TIMEOUT;
+    config.store_deadline = protocol::STORE_DEADLINE;
+    config.arbiters = 2;
+    config.breakage = breakage(&args.breakage);
+    config.observer = Some(Arc::new(Forwarder {
+        out: out.clone(),
+        tenants: keys,
+    }));
+    let replica = Rc::new(Replica {
+        supervisor: Supervisor::start(config)?,
+        leases,
+        lease_faults,
+        store,
+        out,
+        org,
+        tenants,
+    });
+    replica.out.send(&Line::Ready {
+        pid: std::process::id(),
+    });
+    let lifetime = Duration::from_secs(args.lifetime_secs);
+    let _ = tokio::time::timeout(lifetime, read_requests(replica.clone())).await;
+    let _ = replica
+        .supervisor
+        .events_delivered(Duration::from_secs(1))
+        .await;
+    Ok(())
+}
+
+/// Reads requests until stdin closes, serving each on a task of its own.
+async fn read_requests(replica: Rc<Replica>) {
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        match serde_json::from_str::<Request>(&line) {
+            Ok(Request { id, op }) => {
+                let replica = replica.clone();
+                actix::spawn(async move {
+                    let answer = replica.handle(op).await;
+                    replica.out.send(&Line::Reply { id, answer });
+                });
+            }
+            Err(e) => eprintln!("drill replica: bad request line {line:?}: {e}"),
+        }
+    }
+}
+
+fn failed(e: &Error) -> Answer {
+    let owner = match e {
+        Error::LeaseHeld { owner, .. } => Some(owner.clone()),
+        _ => None,
+    };
+    Answer::Failed {
+        code: e.code().to_string(),
+        message: e.to_string(),
+        owner,
+    }
+}
+
+fn refused(code: &str, message: String) -> Answer {
+    Answer::Failed {
+        code: code.to_string(),
+        message,
+        owner: None,
+    }
+}
+
+impl Replica {
+    async fn handle(&self, op: Op) -> Answer {
+        let outcome = match op {
+            Op::Write { tenant, key } => self.write(tenant, key).await,
+            Op::Open { tenant } => self.open(tenant).await,
+            Op::Handoff { tenant } => self.handoff(tenant).await,
+            Op::Forget { tenant } => self.forget(tenant).await,
+            Op::Snapshot { tenant } => self.snapshot(tenant).await,
+            Op::Read { tenant } => self.read(tenant).await,
+            Op::Fault { fault } => Ok(self.fault(fault)),
+            Op::Lease { fault } => Ok(self.lease_fault(fault)),
+            Op::Close => self.close().await,
+        };
+        outcome.unwrap_or_else(|answer| answer)
+    }
+
+    fn tenant_id(&self, tenant: u32) -> Result<&TenantId, Answer> {
+        let index = usize::try_from(tenant).unwrap_or(usize::MAX);
+        self.tenants.get(index).ok_or_else(|| {
+            refused(
+                protocol::BAD_REQUEST,
+                format!("no tenant number {tenant} in this run"),
+            )
+        })
+    }
+
+    /// The tenant's handle if it is open here.
+    async fn lookup(&self, tenant: u32) -> Result<TenantRef, Answer> {
+        let id = self.tenant_id(tenant)?;
+        self.supervisor
+            .tenant(&self.org, id)
+            .await
+            .ok_or_else(|| refused(NOT_OPEN, format!("tenant {tenant} is not open here")))
+    }
+
+    async fn write(&self, tenant: u32, key: String) -> Result<Answer, Answer> {
+        let handle = self.lookup(tenant).await?;
+        let epoch = handle.epoch();
+        let ran = handle
+            .run(move |ledger| {
+                let run_at = now_ms();
+                ledger.insert_event(&NewEvent::new("drill.write", key))?;
+                Ok(run_at)
+            })
+            .await;
+        let ack_at = now_ms();
+        let run_at = ran.map_err(|e| failed(&e))?;
+        Ok(Answer::Written {
+            epoch,
+            run_at,
+            ack_at,
+        })
+    }
+
+    async fn open(&self, tenant: u32) -> Result<Answer, Answer> {
+        let id = self.tenant_id(tenant)?.clone();
+        let acquired_lo = now_ms();
+        let handle = self
+            .supervisor
+            .open(&self.org, &id)
+            .await
+            .map_err(|e| failed(&e))?;
+        let mut acquired_hi = now_ms();
+        // The store stamped `expires_at = acquired + ttl`, unless a renewal moved it since:
+        // either way `expires_at - ttl` is no earlier than the acquire.
+        let key = leasehold::LeaseKey::new(&self.org, &id);
+        if let Ok(Some(record)) = self.leases.read(&key).await
+            && record.epoch == handle.epoch()
+        {
+            let ttl = leasehold::clock::duration_ms(protocol::TTL);
+            acquired_hi = acquired_hi.min(record.expires_at_ms.saturating_sub(ttl));
+        }
+        Ok(Answer::Opened {
+            epoch: handle.epoch(),
+            acquired_lo,
+            acquired_hi,
+        })
+    }
+
+    async fn handoff(&self, tenant: u32) -> Result<Answer, Answer> {
+        let handle = self.lookup(tenant).await?;
+        let epoch = Some(handle.epoch());
+        handle.handoff().await.map_err(|e| failed(&e))?;
+        Ok(Answer::Done { epoch })
+    }
+
+    async fn forget(&self, tenant: u32) -> Result<Answer, Answer> {
+        let handle = self.lookup(tenant).await?;
+        let epoch = Some(handle.epoch());
+        handle.forget().await.map_err(|e| failed(&e))?;
+        Ok(Answer::Done { epoch })
+    }
+
+    async fn snapshot(&self, tenant: u32) -> Result<Answer, Answer> {
+        let handle = self.lookup(tenant).await?;
+        let epoch = Some(handle.epoch());
+        handle.snapshot().await.map_err(|e| failed(&e))?;
+        Ok(Answer::Done { epoch })
+    }
+
+    async fn read(&self, tenant: u32) -> Result<Answer, Answer> {
+        /// Events read per page; the loop ends at the ledger's end.
+        const PAGE: usize = 2_000;
+        let handle = self.lookup(tenant).await?;
+        let epoch = handle.epoch();
+        let keys = handle
+            .run(|ledger| {
+                let mut keys = Vec::new();
+                let mut after = 0;
+                loop {
+                    let page = ledger.events_after(after, PAGE)?;
+                    let Some(last) = page.last() else { break };
+                    after = last.seq;
+                    keys.extend(page.into_iter().map(|e| e.idem_key));
+                }
+                Ok(keys)
+            })
+            .await
+            .map_err(|e| failed(&e))?;
+        Ok(Answer::Keys { epoch, keys })
+    }
+
+    fn fault(&self, fault: StoreFault) -> Answer {
+        match fault {
+            StoreFault::Down => self.store.set_down(true),
+            StoreFault::Hang => self.store.hang_puts(true),
+            StoreFault::Slow { ms } => self.store.slow_put(|_| true, Duration::from_millis(ms)),
+            StoreFault::Clear => {
+                self.store.set_down(false);
+                self.store.hang_puts(false);
+                self.store.clear_slow_put();
+            }
+        }
+        Answer::Done { epoch: None }
+    }
+
+    fn lease_fault(&self, fault: LeaseFault) -> Answer {
+        match fault {
+            LeaseFault::Down => self.lease_faults.set_down(true),
+            LeaseFault::HoldRenewals => self.lease_faults.hold_renewals(),
+            LeaseFault::Clear => {
+                self.lease_faults.set_down(false);
+                self.lease_faults.release_renewals();
+            }
+        }
+        Answer::Done { epoch: None }
+    }
+
+    async fn close(&self) -> Result<Answer, Answer> {
+        let unflushed = self.supervisor.close().await.map_err(|e| failed(&e))?;
+        // The observer has queued the handoffs' Released lines: they go out before the reply.
+        let _ = self
+            .supervisor
+            .events_delivered(Duration::from_secs(2))
+            .await;
+        Ok(Answer::Closed {
+            unflushed: unflushed.iter().map(|k| k.to_string()).collect(),
+        })
+    }
+}
