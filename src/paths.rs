@@ -154,3 +154,84 @@ pub fn remove_ledger_files(
     }
     Ok(())
 }
+
+/// The file in a tenant's directory that names the epoch of the tenure that wrote it.
+pub const TENURE_FILE: &str = "tenure";
+
+/// Records in the tenant's directory that its files belong to tenure `epoch`.
+pub fn write_tenure(dir: &Path, epoch: u64) -> Result<(), PathError> {
+    let file = dir.join(TENURE_FILE);
+    std::fs::write(&file, epoch.to_string()).map_err(|e| io_error(&file, &e))
+}
+
+/// The epoch recorded in the tenant's directory, if there is a directory with a readable marker.
+pub fn read_tenure(
+    state_root: &Path,
+    org: &OrgId,
+    tenant: &TenantId,
+) -> Result<Option<u64>, PathError> {
+    let Some(dir) = checked_tenant_dir(state_root, org, tenant)? else {
+        return Ok(None);
+    };
+    match std::fs::read_to_string(dir.join(TENURE_FILE)) {
+        Ok(text) => Ok(text.trim().parse().ok()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error(&dir, &e)),
+    }
+}
+
+/// Deletes the scratch files an interrupted image upload left in a tenant's directory
+/// (`*.tmp`). Returns how many went.
+pub fn remove_scratch_files(dir: &Path) -> Result<usize, PathError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| io_error(dir, &e))?;
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error(dir, &e))?;
+        let path = entry.path();
+        let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+        if is_file && path.extension().is_some_and(|x| x == "tmp") {
+            std::fs::remove_file(&path).map_err(|e| io_error(&path, &e))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Every `(org, tenant)` with a directory under `<state_root>/orgs/*/tenants/*`. Names that are
+/// not valid ids, and symlinks, are skipped: they are nobody's tenants.
+pub fn tenant_dirs(state_root: &Path) -> Result<Vec<(OrgId, TenantId)>, PathError> {
+    let orgs = state_root.join("orgs");
+    let mut found = Vec::new();
+    for org in real_subdirs(&orgs)? {
+        let Ok(org_id) = OrgId::new(org.clone()) else {
+            continue;
+        };
+        let tenants = orgs.join(&org).join("tenants");
+        for tenant in real_subdirs(&tenants)? {
+            if let Ok(tenant_id) = TenantId::new(tenant) {
+                found.push((org_id.clone(), tenant_id));
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The names of the real (not symlinked) directories in `dir`; none if `dir` does not exist.
+fn real_subdirs(dir: &Path) -> Result<Vec<String>, PathError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error(dir, &e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error(dir, &e))?;
+        if entry.file_type().is_ok_and(|t| t.is_dir())
+            && let Ok(name) = entry.file_name().into_string()
+        {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}

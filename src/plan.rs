@@ -1,4 +1,5 @@
-//! Pure decisions, functions of their inputs only: what a sweep may delete. (The others live
+//! Pure decisions, functions of their inputs only: what a sweep may delete, in the durable store
+//! and on a replica's disk. (The others live
 //! beside their types: whether a lease holds is [`crate::lease::LeaseTerm`], which image a
 //! restore falls back to is [`crate::image::next_candidate`], how a tenant's state may move is
 //! `leasehold_actors::TenantStatus::can_move_to`.)
@@ -23,6 +24,13 @@ pub fn sweepable_epochs(key: &LeaseKey, listed: &[String], floor: u64) -> Vec<St
         .into_iter()
         .map(|e| crate::layout::epoch_prefix(key, e))
         .collect()
+}
+
+/// Whether a replica's local copy of a tenant is dead: its tenure (`marker`, the epoch recorded
+/// in the tenant's directory) is at or below the floor, so it holds only forgotten writes. A copy
+/// without a marker is never judged dead.
+pub fn local_copy_is_dead(marker: Option<u64>, floor: u64) -> bool {
+    marker.is_some_and(|epoch| epoch <= floor)
 }
 
 #[cfg(test)]
@@ -52,5 +60,17 @@ mod tests {
             vec!["acme/t1/e00000001/", "acme/t1/e00000002/"]
         );
         assert!(sweepable_epochs(&key("t1"), &listed, 0).is_empty());
+    }
+
+    #[test]
+    fn a_local_copy_is_dead_only_when_its_known_tenure_is_at_or_below_the_floor() {
+        assert!(local_copy_is_dead(Some(1), 2));
+        assert!(local_copy_is_dead(Some(2), 2));
+        assert!(!local_copy_is_dead(Some(3), 2));
+        assert!(!local_copy_is_dead(Some(1), 0));
+        assert!(
+            !local_copy_is_dead(None, 9),
+            "without a marker nothing is deleted"
+        );
     }
 }

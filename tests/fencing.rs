@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use leasehold::Error;
+use leasehold::LeaseStore;
 use leasehold::ledger::{LedgerError, NewEvent};
 
 fn count_on_disk(file: &std::path::Path, idem: &str) -> i64 {
@@ -114,6 +115,35 @@ async fn a_run_whose_lease_lapses_during_its_commit_is_reported_fenced_and_ends_
         Vec::<String>::new(),
         "nothing of the lapsed tenure counts"
     );
+}
+
+#[actix_rt::test]
+async fn an_image_in_flight_when_a_commit_lapses_is_never_published() {
+    let fleet = Fleet::new().await;
+    let clock = JumpClock {
+        base: leasehold::ManualClock::new(5_000),
+        reads_left: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
+    };
+    let c2 = clock.clone();
+    let a = fleet.replica_with("replica-a", "replica-a", move |c| c.clock = Arc::new(c2));
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    let (held, gate) = gated();
+    fleet.durable.before_next_put_matching(is_image, held);
+    let uploading = actix_rt::spawn(t.snapshot());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // The admission and pre-commit reads see the lease; the post-commit read finds it gone.
+    clock.arm(2);
+    let late = insert(&t, "late").await;
+    assert!(matches!(late, Err(Error::Fenced { .. })), "got {late:?}");
+    gate.send(()).unwrap();
+    let published = within(3_000, "the snapshot", uploading).await.unwrap();
+    assert!(
+        published.is_err(),
+        "the image of an ended tenure is not published: {published:?}"
+    );
+    let record = fleet.leases.read(&key()).await.unwrap().unwrap();
+    assert_eq!(record.head, None, "the head did not move");
 }
 
 #[actix_rt::test]

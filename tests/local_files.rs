@@ -99,3 +99,76 @@ async fn p3_two_replicas_sharing_a_state_root_the_restore_replaces_the_file_and_
     next.handoff().await.unwrap();
     assert_eq!(keys_of(&c.open().await).await, ["k-1", "k-2"]);
 }
+
+#[actix_rt::test]
+async fn a_replica_that_lost_its_tenure_drops_its_copy_once_a_successor_forgot_the_tenant() {
+    let fleet = Fleet::new().await;
+    if !fleet.store_clock_is_manual("lost copy of a forgotten tenant") {
+        return;
+    }
+    let a = fleet.replica("replica-a");
+    let b = fleet.replica("replica-b");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    // A is cut off past its lease; B takes over and forgets the tenant.
+    fleet.advance(TTL + Duration::from_millis(1));
+    b.open().await.forget().await.unwrap();
+    assert!(
+        a.ledger_file().exists(),
+        "A still has its copy of the forgotten tenant"
+    );
+    // A learns at its next renewal that the tenure is over, and that it was forgotten.
+    a.sup.renew_now().await.unwrap();
+    eventually(3_000, "the dead copy to be dropped", || async {
+        !a.ledger_file().exists()
+    })
+    .await;
+    assert!(
+        a.saw(|e| matches!(
+            e,
+            leasehold_actors::Event::LocalCopyDropped { epoch: 1, .. }
+        ))
+        .await
+    );
+}
+
+#[actix_rt::test]
+async fn an_abandoned_copy_of_a_tenant_forgotten_elsewhere_goes_at_the_next_local_sweep_and_a_live_one_stays()
+ {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("replica-a");
+    let b = fleet.replica("replica-b");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    t.abandon().await.unwrap();
+    let other = a.open2().await;
+    insert(&other, "kept").await.unwrap();
+    other.abandon().await.unwrap();
+    b.open().await.forget().await.unwrap();
+    assert!(a.ledger_file().exists());
+    assert_eq!(
+        a.sup.sweep_local().await.unwrap(),
+        1,
+        "only the forgotten tenant's copy goes"
+    );
+    assert!(!a.ledger_file().exists());
+    let kept = leasehold::paths::ledger_path(&a.state_root, &org(), &tenant2());
+    assert!(
+        kept.exists(),
+        "a copy whose tenure is above the floor is kept"
+    );
+}
+
+#[actix_rt::test]
+async fn scratch_images_of_an_interrupted_upload_are_removed_at_the_next_open() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("replica-a");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    t.abandon().await.unwrap();
+    let dir = a.ledger_file().parent().unwrap().to_path_buf();
+    std::fs::write(dir.join("image-e00000001-000009.tmp"), b"half an image").unwrap();
+    let again = a.open().await;
+    assert!(!dir.join("image-e00000001-000009.tmp").exists());
+    assert!(again.is_open().await);
+}

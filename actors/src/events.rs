@@ -101,6 +101,14 @@ pub enum Event {
         /// How many objects went.
         objects: usize,
     },
+    /// A replica dropped its local copy of a tenant whose tenure is at or below the floor: a
+    /// successor forgot the tenant while this replica was stopped, cut off or crashed.
+    LocalCopyDropped {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The dead tenure the copy belonged to.
+        epoch: u64,
+    },
     /// A sweep failed; the next open tries again.
     SweepFailed {
         /// `<org>/<tenant>`.
@@ -135,6 +143,7 @@ impl Event {
             Event::Forgotten { .. } => "forgotten",
             Event::Swept { .. } => "swept",
             Event::SweepFailed { .. } => "sweep_failed",
+            Event::LocalCopyDropped { .. } => "local_copy_dropped",
             Event::CloseProgress { .. } => "close_progress",
         }
     }

@@ -20,12 +20,14 @@ use leasehold::{Error, LeaseKey, OrgId, TenantId};
 use tokio::sync::oneshot;
 
 mod close;
+mod local_sweep;
 mod open;
 
 use crate::config::RuntimeConfig;
 use crate::events::{Event, EventSink};
 use crate::lease_actor::{LeaseActor, RenewNow};
 use crate::runtime::Runtime;
+use crate::status::TenantStatus;
 use crate::tenant::TenantRef;
 use crate::tenant::messages::{BeginDrain, CancelDrain, Flush, ForgetBegun, TenantGone};
 
@@ -67,6 +69,8 @@ impl Supervisor {
             closing: false,
         }
         .start();
+        // Copies a crash left behind of tenants forgotten meanwhile go first.
+        addr.do_send(local_sweep::SweepLocal);
         Ok(Self { addr, events })
     }
 
@@ -102,6 +106,16 @@ impl Supervisor {
     pub async fn renew_now(&self) -> Result<(), Error> {
         let lease_actor = self.addr.send(GetLeaseActor).await.map_err(|_| stopped())?;
         lease_actor.send(RenewNow).await.map_err(|_| stopped())?
+    }
+
+    /// Drops this replica's local copies of tenants forgotten elsewhere (their recorded tenure is
+    /// at or below the floor). Runs by itself at start and whenever a tenure here ends without a
+    /// handoff; returns how many copies went.
+    pub async fn sweep_local(&self) -> Result<usize, Error> {
+        self.addr
+            .send(local_sweep::SweepLocal)
+            .await
+            .map_err(|_| stopped())?
     }
 
     /// Waits until the observer has seen every event emitted so far (at most `limit`).
@@ -294,13 +308,22 @@ fn handoff(tenant: TenantRef, rt: Arc<Runtime>) -> impl Future<Output = Result<(
 impl Handler<TenantGone> for SupervisorActor {
     type Result = ();
 
-    fn handle(&mut self, msg: TenantGone, _ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: TenantGone, ctx: &mut Context<Self>) {
         if self
             .table
             .get(&msg.key)
             .is_some_and(|e| e.tenant.epoch() == msg.epoch)
         {
             self.table.remove(&msg.key);
+        }
+        if msg.status == TenantStatus::Abandoned {
+            // The local copy stays for the next open, unless a successor forgets the tenant.
+            let check = self.sweep_local(vec![msg.key]).map(|outcome, _, _| {
+                if let Err(e) = outcome {
+                    tracing::warn!(error = %e, "checking a local copy against its floor failed");
+                }
+            });
+            ctx.spawn(check);
         }
     }
 }

@@ -82,7 +82,13 @@ async fn start(
     let rt = &plan.rt;
     let (org, tenant) = (plan.key.org().clone(), plan.key.tenant().clone());
     let root = rt.state_root.clone();
-    let dir = blocking(move || Ok(paths::ensure_tenant_dir(&root, &org, &tenant)?)).await?;
+    let dir = blocking(move || {
+        let dir = paths::ensure_tenant_dir(&root, &org, &tenant)?;
+        // Images an interrupted upload left behind are never needed again.
+        paths::remove_scratch_files(&dir)?;
+        Ok(dir)
+    })
+    .await?;
     let db_path = dir.join(paths::LEDGER_FILE);
     let restored = image::fetch_restorable(
         rt.durable.as_ref(),
@@ -92,7 +98,8 @@ async fn start(
     )
     .await?;
     let head = restored.as_ref().map(|(m, _)| m.image_ref());
-    let (path, options) = (db_path.clone(), rt.ledger.clone());
+    let (path, options, tenure_dir) = (db_path.clone(), rt.ledger.clone(), dir.clone());
+    let epoch = record.epoch;
     let ledger = blocking(move || {
         // The durable head is the authority: a local file left by an abandoned tenure is
         // replaced, never recovered (L2).
@@ -100,6 +107,9 @@ async fn start(
             Some((_, bytes)) => image::install_image(&bytes, &path)?,
             None => image::install_empty(&path)?,
         }
+        // The files now belong to this tenure: a forget that raises the floor past it makes
+        // them dead (see `local_copy_is_dead`).
+        paths::write_tenure(&tenure_dir, epoch)?;
         Ok(Ledger::open(&path, &options)?)
     })
     .await?;

@@ -52,6 +52,7 @@ impl TenantActor {
         self.gone.do_send(TenantGone {
             key: self.key().clone(),
             epoch: self.cell.epoch,
+            status: to,
         });
     }
 

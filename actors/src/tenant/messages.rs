@@ -118,6 +118,8 @@ pub(crate) struct TenantGone {
     pub(crate) key: LeaseKey,
     /// The tenure that ended.
     pub(crate) epoch: u64,
+    /// The final state it reached.
+    pub(crate) status: TenantStatus,
 }
 
 /// Sent to the supervisor when a forget starts, so that `close` can wait for it.

@@ -105,6 +105,11 @@ impl Publisher {
         .await;
         let _ = std::fs::remove_file(&file.path);
         let image = uploaded?.image_ref();
+        // A tenure that ended meanwhile (a lapse after a commit ends it) publishes nothing more:
+        // this image may hold a write its caller was told was fenced.
+        if !self.cell.holds(self.rt.now_ms()) {
+            return Err(self.fenced());
+        }
         self.rt
             .leases
             .publish_head(
