@@ -10,9 +10,6 @@
 # violation exits non-zero, keeps its run directory and writes the full history there. Rerun a
 # failure with: cargo run --example drill -- --seed <seed> --seconds <seconds>
 #
-# `--tolerate stale-local-copy`: a known gap of the runtime (a lost tenure keeps its local copy
-# of a tenant that a successor forgot, until its next open there) is reported, not failed. Set
-# DRILL_STRICT=1 to fail on it too.
 #
 # Honors CARGO and CARGO_TARGET_DIR; extra arguments go to both runs (scripts/drill.sh --replicas 4).
 set -euo pipefail
@@ -21,8 +18,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo="${CARGO:-cargo}"
 fixed_seed="${DRILL_FIXED_SEED:-20260405}"
 random_seed="${DRILL_RANDOM_SEED:-$(( (RANDOM << 15 | RANDOM) % 1000000000 ))}"
-tolerate=(--tolerate stale-local-copy)
-[[ "${DRILL_STRICT:-0}" == 1 ]] && tolerate=()
 
 echo "drill.sh: building the drill"
 "$cargo" build --quiet --example drill --features testkit
@@ -31,8 +26,8 @@ drill="$target_dir/debug/examples/drill"
 
 status=0
 echo "drill.sh: fixed seed $fixed_seed for 60 s"
-"$drill" --seed "$fixed_seed" --seconds 60 "${tolerate[@]}" "$@" || status=$?
+"$drill" --seed "$fixed_seed" --seconds 60 "$@" || status=$?
 echo "drill.sh: random seed $random_seed for 30 s"
-"$drill" --seed "$random_seed" --seconds 30 "${tolerate[@]}" "$@" || { s=$?; [[ $status != 0 ]] || status=$s; }
+"$drill" --seed "$random_seed" --seconds 30 "$@" || { s=$?; [[ $status != 0 ]] || status=$s; }
 echo "drill.sh: seeds $fixed_seed (fixed) and $random_seed (random): $([[ $status == 0 ]] && echo passed || echo "FAILED (exit $status)")"
 exit "$status"
