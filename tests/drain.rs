@@ -90,7 +90,7 @@ async fn d3(how: Overtaken) {
     insert(&t, "k-1").await.unwrap();
     let _stuck = t.admit().await.unwrap();
     let handing_off = actix_rt::spawn(t.handoff());
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    until_status(&t, TenantStatus::Draining).await;
     match how {
         Overtaken::Abandon => t.abandon().await.unwrap(),
         Overtaken::Forget => t.forget().await.unwrap(),
@@ -146,7 +146,7 @@ async fn d4_while_a_handoff_drains_new_calls_are_refused_and_running_work_finish
         done
     });
     let handing_off = actix_rt::spawn(t.handoff());
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    until_status(&t, TenantStatus::Draining).await;
     let run = t.run(|_| Ok(1)).await;
     assert!(
         matches!(run, Err(ref e) if e.is_draining()),

@@ -128,15 +128,15 @@ async fn an_image_in_flight_when_a_commit_lapses_is_never_published() {
     let a = fleet.replica_with("replica-a", "replica-a", move |c| c.clock = Arc::new(c2));
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
-    let (held, gate) = gated();
+    let (held, mut gate) = gated();
     fleet.durable.before_next_put_matching(is_image, held);
     let uploading = actix_rt::spawn(t.snapshot());
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    gate.reached().await;
     // The admission and pre-commit reads see the lease; the post-commit read finds it gone.
     clock.arm(2);
     let late = insert(&t, "late").await;
     assert!(matches!(late, Err(Error::Fenced { .. })), "got {late:?}");
-    gate.send(()).unwrap();
+    gate.open();
     let published = within(3_000, "the snapshot", uploading).await.unwrap();
     assert!(
         published.is_err(),

@@ -16,13 +16,12 @@ async fn f1_a_snapshot_upload_under_way_cannot_outlive_forget() {
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
-    let (held, gate) = gated();
+    let (held, mut gate) = gated();
     fleet.durable.before_next_put_matching(is_image, held);
     let uploading = actix_rt::spawn(t.snapshot());
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.reached().await;
     let forgetting = actix_rt::spawn(t.forget());
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    gate.send(()).unwrap();
+    gate.open();
     let _ = within(3_000, "the snapshot", uploading).await;
     within(3_000, "forget", forgetting).await.unwrap().unwrap();
     assert_eq!(
@@ -58,13 +57,13 @@ async fn f3_forget_during_the_final_flush_wins_and_nothing_of_the_tenant_stays()
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     insert(&t, "k-2").await.unwrap();
-    let (held, gate) = gated();
+    let (held, mut gate) = gated();
     fleet.durable.before_next_put_matching(is_image, held);
     let handing_off = actix_rt::spawn(t.handoff());
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.reached().await; // the final image is in flight
     let forgetting = actix_rt::spawn(t.forget());
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    gate.send(()).unwrap();
+    until_status(&t, leasehold_actors::TenantStatus::Forgetting).await;
+    gate.open();
     let handoff = within(3_000, "the handoff", handing_off).await.unwrap();
     let forgotten = within(3_000, "forget", forgetting).await.unwrap();
     assert!(forgotten.is_ok(), "forget resolved: {forgotten:?}");
@@ -102,7 +101,6 @@ async fn f4_forget_keeps_the_lease_renewed_while_it_waits_for_a_slow_upload() {
         .durable
         .slow_put(is_image, Duration::from_millis(2_000));
     let uploading = actix_rt::spawn(t.snapshot());
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let forgotten = within(10_000, "forget over a slow upload", t.forget()).await;
     let _ = uploading.await;
     assert!(forgotten.is_ok(), "forget resolved: {forgotten:?}");
@@ -119,12 +117,11 @@ async fn f5_while_forget_waits_for_an_upload_every_call_is_refused_with_draining
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
-    let (held, gate) = gated();
+    let (held, mut gate) = gated();
     fleet.durable.before_next_put_matching(is_image, held);
     let uploading = actix_rt::spawn(t.snapshot());
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    gate.reached().await;
     let forgetting = actix_rt::spawn(t.forget());
-    tokio::time::sleep(Duration::from_millis(30)).await;
     let write = insert(&t, "late-1").await;
     assert!(
         matches!(write, Err(ref e) if e.is_draining()),
@@ -140,7 +137,7 @@ async fn f5_while_forget_waits_for_an_upload_every_call_is_refused_with_draining
         matches!(admitted, Err(ref e) if e.is_draining()),
         "an admission: {admitted:?}"
     );
-    gate.send(()).unwrap();
+    gate.open();
     let _ = uploading.await;
     within(3_000, "forget", forgetting).await.unwrap().unwrap();
 }
@@ -151,19 +148,18 @@ async fn f6_while_forget_waits_an_abandon_does_not_take_the_lease_and_a_second_f
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
-    let (held, gate) = gated();
+    let (held, mut gate) = gated();
     fleet.durable.before_next_put_matching(is_image, held);
     let uploading = actix_rt::spawn(t.snapshot());
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    gate.reached().await;
     let forgetting = actix_rt::spawn(t.forget());
-    tokio::time::sleep(Duration::from_millis(30)).await;
     t.abandon().await.unwrap();
     let second = within(1_000, "a second forget", t.forget()).await;
     assert!(
         matches!(second, Err(ref e) if e.is_draining()),
         "got {second:?}"
     );
-    gate.send(()).unwrap();
+    gate.open();
     let _ = uploading.await;
     let forgotten = within(3_000, "forget", forgetting).await.unwrap();
     assert!(
@@ -229,19 +225,18 @@ async fn f8_closing_waits_for_a_forget_under_way_though_the_tenant_left_the_tabl
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
-    let (held, gate) = gated();
+    let (held, mut gate) = gated();
     fleet.durable.before_next_put_matching(is_image, held);
     let uploading = actix_rt::spawn(t.snapshot());
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    gate.reached().await;
     let forgetting = actix_rt::spawn(t.forget());
-    tokio::time::sleep(Duration::from_millis(30)).await;
     let closing = actix_rt::spawn(a.sup.close());
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(
         !closing.is_finished(),
         "close is still waiting for the forget"
     );
-    gate.send(()).unwrap();
+    gate.open();
     let unflushed = within(3_000, "close", closing).await.unwrap().unwrap();
     assert!(unflushed.is_empty(), "nothing unflushed: {unflushed:?}");
     assert_eq!(

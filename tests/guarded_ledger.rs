@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::time::Duration;
 
 use common::*;
 use leasehold::Error;
@@ -114,7 +113,7 @@ async fn t1_run_takes_a_synchronous_closure_and_what_it_returns_cannot_reach_the
     // Long work takes a ticket and comes back through it, inside the lease and the drain.
     let ticket = t.admit().await.unwrap();
     let handing_off = actix_rt::spawn(t.handoff());
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_status(&t, leasehold_actors::TenantStatus::Draining).await;
     let event = leasehold::ledger::NewEvent::new("test", "k-1");
     ticket.run(move |l| l.insert_event(&event)).await.unwrap();
     drop(ticket);

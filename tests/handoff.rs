@@ -180,7 +180,6 @@ async fn h4_the_lease_is_renewed_while_a_handoff_drains_so_work_longer_than_the_
         drop(ticket);
         done
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
     within(10_000, "the handoff", t.handoff()).await.unwrap();
     work.await.unwrap().unwrap();
     assert!(
@@ -236,7 +235,7 @@ async fn h6_a_handoff_overtaken_by_an_abandon_stays_abandoned_and_flushes_nothin
     insert(&t, "k-1").await.unwrap();
     let ticket = t.admit().await.unwrap();
     let handing_off = actix_rt::spawn(t.handoff());
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    until_status(&t, TenantStatus::Draining).await;
     t.abandon().await.unwrap();
     drop(ticket);
     let outcome = within(3_000, "the handoff", handing_off).await.unwrap();

@@ -354,15 +354,44 @@ where
     Box::new(move || f.boxed())
 }
 
-/// A hook that waits until `gate` is opened.
-pub fn gated() -> (Hook, tokio::sync::oneshot::Sender<()>) {
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    (
-        hook(async move {
-            let _ = rx.await;
-        }),
-        tx,
-    )
+/// Where a [`gated`] hook stands: `reached` resolves when the hooked call has arrived at the
+/// store, and the call goes on once `open` is called.
+pub struct Gate {
+    reached: tokio::sync::oneshot::Receiver<()>,
+    open: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Gate {
+    /// Waits until the hooked call is held at the store.
+    pub async fn reached(&mut self) {
+        within(5_000, "the hooked store call", &mut self.reached)
+            .await
+            .unwrap();
+    }
+
+    /// Lets the hooked call go on.
+    pub fn open(self) {
+        let _ = self.open.send(());
+    }
+}
+
+/// A hook that holds its store call until the [`Gate`] is opened.
+pub fn gated() -> (Hook, Gate) {
+    let (reached_tx, reached) = tokio::sync::oneshot::channel::<()>();
+    let (open, open_rx) = tokio::sync::oneshot::channel::<()>();
+    let held = hook(async move {
+        let _ = reached_tx.send(());
+        let _ = open_rx.await;
+    });
+    (held, Gate { reached, open })
+}
+
+/// Waits until the tenant is in `status` (real time, polling).
+pub async fn until_status(t: &TenantRef, status: leasehold_actors::TenantStatus) {
+    eventually(3_000, &format!("the tenant to be {status}"), || async {
+        t.status().await == status
+    })
+    .await;
 }
 
 /// True for image keys.
