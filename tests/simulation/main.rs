@@ -9,6 +9,22 @@
 //! - `world` — the system under test: supervisors, stores, clocks, handles.
 //! - `check` — runs a sequence on a fresh world beside the model and says where they part.
 //!
+//! ## What the model holds the runtime to
+//! - A run (or ticket run) is `Ok` exactly when its tenure serves and the holder's lease holds;
+//!   otherwise `Fenced` (lapsed, ended) or `Draining` (leaving). Every read returns exactly the
+//!   acknowledged writes of the tenure, on top of what it restored.
+//! - A snapshot or handoff publishes exactly the committed ledger, or fails with the store's
+//!   error (outage, deadline) and changes nothing but leftover objects; a handoff that fails
+//!   serves again, one whose lease lapsed while it drained is fenced and abandoned.
+//! - An open restores exactly the head — the last image published, i.e. everything acknowledged
+//!   before the last successful snapshot or handoff, never a refused write — or, for a damaged
+//!   head, its base; after a forget, nothing. It is refused while another lease is live.
+//! - After every op the lease record (owner, epoch, expiry, released, floor, head), every image
+//!   and manifest in the durable store (nothing at or below the floor but what a failed forget
+//!   left), every replica's local directories and every tenure's status are as predicted.
+//! - Races (a handoff beside a write or a forget) may end in any order the messages can take;
+//!   the model keeps every branch the observed outcome allows.
+//!
 //! A failing case is shrunk by proptest, printed, and its seed saved in
 //! `proptest-regressions/simulation.txt` (committed), which every later run replays first.
 //! `LEASEHOLD_SIM_CASES` sets the number of cases, `LEASEHOLD_SIM_SEED` pins the seed (the one
@@ -161,6 +177,74 @@ fn regression_handoffs_under_outages_stalls_and_races_lose_no_acknowledged_write
     ]);
 }
 
+#[test]
+fn regression_a_corrupt_head_is_skipped_for_its_base_never_for_anything_at_or_below_the_floor() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Snapshot { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        Snapshot { t: 0, at: Newest },
+        CorruptHead { t: 0 },
+        Abandon { t: 0, at: Newest },
+        Open { r: 1, t: 0 },
+        Read { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        Handoff { t: 0, at: Newest },
+        CorruptHead { t: 0 },
+        Open { r: 2, t: 0 },
+        Read { t: 0, at: Newest },
+        Forget { t: 0, at: Newest },
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Snapshot { t: 0, at: Newest },
+        CorruptHead { t: 0 },
+        Abandon { t: 0, at: Newest },
+        Open { r: 1, t: 0 },
+    ]);
+}
+
+/// Shrunk by proptest: a lost tenure's local copy, dead once the tenant was forgotten
+/// elsewhere, is dropped by the supervisor's background local sweep.
+#[test]
+fn regression_a_dead_local_copy_may_go_when_its_tenure_is_lost() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Open { r: 0, t: 1 },
+        Advance { ms: TTL_MS + 1 },
+        Open { r: 1, t: 0 },
+        Forget { t: 0, at: Newest },
+        Write { t: 0, at: Older(1) },
+        Forget { t: 1, at: Newest },
+        Read { t: 0, at: Older(1) },
+        Renew { r: 0 },
+        SweepLocal { r: 0 },
+        Open { r: 0, t: 0 },
+        Open { r: 0, t: 1 },
+    ]);
+}
+
+/// Shrunk by proptest: damaging the head twice leaves it damaged (the harness once flipped the
+/// same bits back).
+#[test]
+fn regression_a_head_damaged_twice_stays_damaged() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Open { r: 0, t: 1 },
+        DrainedHandoff {
+            t: 1,
+            at: Newest,
+            pause: 0,
+            renew: false,
+        },
+        CorruptHead { t: 1 },
+        CorruptHead { t: 1 },
+    ]);
+}
+
 /// A configuration for the broken-build tests: a pinned seed, nothing persisted (the failure
 /// is the point), a short shrink so the report names a small sequence.
 fn broken_build_config() -> Config {
@@ -169,6 +253,7 @@ fn broken_build_config() -> Config {
         failure_persistence: None,
         rng_seed: RngSeed::Fixed(0x5eed_0005),
         max_shrink_iters: 256,
+        max_shrink_time: 10_000,
         ..Config::default()
     }
 }

@@ -61,6 +61,10 @@ pub enum Op {
     LeaseDown(bool),
     /// Puts become slightly slow (well within the deadline), or fast again.
     SlowPuts(bool),
+    /// `Supervisor::sweep_local` on replica `r`: drop local copies of forgotten tenures.
+    SweepLocal { r: usize },
+    /// The head image's bytes are damaged in the store (bit rot): it fails its checksum.
+    CorruptHead { t: usize },
     /// Every fault cleared and every lease left to expire: how each case ends (never generated).
     Settle,
 }
@@ -132,6 +136,8 @@ pub fn op() -> impl Strategy<Value = Op> {
         4 => switch(Op::DurableDown),
         4 => switch(Op::LeaseDown),
         2 => switch(Op::SlowPuts),
+        1 => tenant().prop_map(|t| Op::CorruptHead { t }),
+        2 => replica().prop_map(|r| Op::SweepLocal { r }),
     ]
 }
 

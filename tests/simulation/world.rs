@@ -68,7 +68,7 @@ pub struct Seen {
 /// One simulated fleet.
 pub struct World {
     /// Holds every file (on tmpfs when there is one).
-    _dir: TempDir,
+    dir: TempDir,
     /// The lease store's clock.
     store_clock: ManualClock,
     /// Each replica's clock.
@@ -121,7 +121,7 @@ impl World {
         ));
         let final_log = EventLog::new();
         let mut world = Self {
-            _dir: dir,
+            dir,
             store_clock,
             clocks: Vec::new(),
             leases,
@@ -141,7 +141,7 @@ impl World {
     }
 
     fn start_replica(&mut self, r: usize, breakage: Breakage) {
-        let root = self._dir.path().join("nodes").join(replica_name(r));
+        let root = self.dir.path().join("nodes").join(replica_name(r));
         let clock = ManualClock::new(REPLICA_BASE_MS + self.now());
         let mut cfg = RuntimeConfig::new(
             ReplicaId::new(replica_name(r)).unwrap(),
@@ -285,6 +285,8 @@ impl World {
                 }
                 vec![Res::Ok]
             }
+            Op::CorruptHead { t } => vec![self.corrupt_head(t).await],
+            Op::SweepLocal { r } => vec![settle(count(self.sups[r].sweep_local())).await],
             Op::Settle => {
                 self.leases.set_down(false);
                 self.durable.set_down(false);
@@ -317,6 +319,25 @@ impl World {
             Ok(Err(e)) => res_of(&e),
             Err(late) => late,
         }
+    }
+
+    /// Zeroes the first bytes (the SQLite header) of the head image's file, behind the store's
+    /// back: it fails its checksum, however often it is done.
+    async fn corrupt_head(&self, t: usize) -> Res {
+        let key = key_of(t);
+        let record = self.leases.inner().read(&key).await.unwrap();
+        let Some(head) = record.and_then(|r| r.head) else {
+            return Res::Skipped;
+        };
+        let object = leasehold::layout::image_key(&key, head.epoch, head.seq);
+        let path = object
+            .split('/')
+            .fold(self.dir.path().join("durable"), |p, s| p.join(s));
+        let mut bytes = std::fs::read(&path).unwrap();
+        let header = bytes.len().min(16);
+        bytes[..header].fill(0);
+        std::fs::write(&path, bytes).unwrap();
+        Res::Ok
     }
 
     async fn stalled(&self, h: &TenantRef, handoff: bool) -> Res {
@@ -472,6 +493,7 @@ pub fn res_of(e: &Error) -> Res {
         Error::LeaseHeld { .. } => Res::LeaseHeld,
         Error::Store(StoreError::Unavailable { .. }) => Res::StoreDown,
         Error::Store(StoreError::Timeout { .. }) => Res::StoreTimeout,
+        Error::Corrupt(_) => Res::Corrupt,
         other => Res::Other(format!("{}: {other}", other.code())),
     }
 }
@@ -489,6 +511,10 @@ async fn settle(fut: impl Future<Output = Result<Res, Error>>) -> Res {
         Ok(Err(e)) => res_of(&e),
         Err(late) => late,
     }
+}
+
+async fn count(fut: impl Future<Output = Result<usize, Error>>) -> Result<Res, Error> {
+    fut.await.map(Res::Count)
 }
 
 async fn unit(fut: impl Future<Output = Result<(), Error>>) -> Result<Res, Error> {

@@ -1,0 +1,155 @@
+//! The model of the serving verbs: open (acquire, restore), runs and tickets, snapshots and
+//! the publisher they share with the handoff.
+
+use super::{Dir, Image, MARGIN_MS, Res, Row, State, Status, TTL_MS, Tenure};
+
+impl State {
+    /// `Supervisor::open`.
+    pub(super) fn open(&mut self, r: usize, t: usize) -> Res {
+        if let Some(epoch) = self.table[r][t] {
+            return Res::Epoch(epoch);
+        }
+        if self.lease_down {
+            return Res::StoreDown;
+        }
+        if self.row_live(t) {
+            return Res::LeaseHeld;
+        }
+        let now = self.now;
+        let ts = &mut self.tenants[t];
+        let epoch = ts.row.as_ref().map_or(0, |row| row.epoch) + 1;
+        ts.row = Some(Row {
+            owner: r,
+            epoch,
+            expires_at: now + TTL_MS,
+            released: false,
+        });
+        self.dirs[r][t] = Dir::Present;
+        let restored = match (ts.head, self.durable_down) {
+            (None, _) => Ok(None),
+            // The restore cannot read the head.
+            (Some(_), true) => Err(Res::StoreDown),
+            (Some(head), false) => ts.restorable(head).map(Some),
+        };
+        let restored = match restored {
+            Ok(restored) => restored,
+            Err(e) => {
+                // The open fails and hands the lease back.
+                if let Some(row) = ts.row.as_mut() {
+                    row.released = true;
+                }
+                return e;
+            }
+        };
+        let tenure = Tenure {
+            replica: r,
+            status: Status::Serving,
+            valid_until: now + TTL_MS - MARGIN_MS,
+            ended: false,
+            local: restored.map_or_else(Vec::new, |at| ts.objects[&at].content.clone()),
+            dirty: false,
+            next_seq: 1,
+            chain_head: restored,
+        };
+        self.tenures.insert((t, epoch), tenure);
+        self.local_sweeps[r][t] = false;
+        self.table[r][t] = Some(epoch);
+        self.registered[r][t] = Some(epoch);
+        self.latest[r][t] = Some(epoch);
+        Res::Epoch(epoch)
+    }
+
+    /// Whether a call may run on a serving tenant: the lease must hold.
+    pub(super) fn admission(&self, k: (usize, u64)) -> Result<(), Res> {
+        match self.tenures[&k].status {
+            Status::Serving => {}
+            Status::Forgetting => return Err(Res::Draining),
+            _ => return Err(Res::Fenced),
+        }
+        if self.holds(k) {
+            Ok(())
+        } else {
+            Err(Res::Fenced)
+        }
+    }
+
+    /// A run inserting event `id`.
+    pub(super) fn write(&mut self, k: (usize, u64), id: String) -> Res {
+        if let Err(e) = self.admission(k) {
+            return e;
+        }
+        let tenure = self.tenure(k);
+        tenure.local.push(id);
+        tenure.dirty = true;
+        Res::Ok
+    }
+
+    /// A run reading every event id; it commits an (empty) batch like any run.
+    pub(super) fn read(&mut self, k: (usize, u64)) -> Res {
+        if let Err(e) = self.admission(k) {
+            return e;
+        }
+        let tenure = self.tenure(k);
+        tenure.dirty = true;
+        Res::Keys(tenure.local.clone())
+    }
+
+    /// Admit, one ticket run, drop the ticket.
+    pub(super) fn ticket(&mut self, k: (usize, u64), id: String) -> Vec<Res> {
+        if let Err(e) = self.admission(k) {
+            return vec![e];
+        }
+        vec![Res::Ok, self.write(k, id)]
+    }
+
+    /// Takes, uploads and publishes an image (the publisher); `hung`: puts never answer.
+    pub(super) fn publish(&mut self, k: (usize, u64), hung: bool) -> Result<(), Res> {
+        if !self.holds(k) {
+            return Err(Res::Fenced);
+        }
+        let (t, epoch) = k;
+        let seq = {
+            let tenure = self.tenure(k);
+            tenure.next_seq += 1;
+            tenure.next_seq - 1
+        };
+        if self.durable_down {
+            return Err(Res::StoreDown);
+        }
+        if hung {
+            return Err(Res::StoreTimeout);
+        }
+        let image = Image {
+            content: self.tenures[&k].local.clone(),
+            base: self.tenures[&k].chain_head,
+            corrupt: false,
+        };
+        self.tenants[t].objects.insert((epoch, seq), image);
+        if self.lease_down {
+            return Err(Res::StoreDown);
+        }
+        let replica = self.tenures[&k].replica;
+        if !self.store_live(t, replica, epoch) || epoch <= self.tenants[t].floor {
+            return Err(Res::Fenced);
+        }
+        self.tenants[t].head = Some((epoch, seq));
+        let tenure = self.tenure(k);
+        tenure.chain_head = Some((epoch, seq));
+        tenure.dirty = false;
+        Ok(())
+    }
+
+    /// `TenantRef::snapshot`.
+    pub(super) fn snapshot(&mut self, k: (usize, u64), hung: bool) -> Res {
+        if let Err(e) = self.admission(k) {
+            return e;
+        }
+        if !self.tenures[&k].dirty {
+            return Res::Head(self.tenures[&k].chain_head);
+        }
+        match self.publish(k, hung) {
+            Ok(()) => Res::Head(self.tenures[&k].chain_head),
+            Err(e) => e,
+        }
+    }
+}
