@@ -159,7 +159,7 @@ pub struct SupervisorActor {
     /// Opens under way, shared by concurrent callers of the same tenant.
     opening: HashMap<LeaseKey, SharedOpen>,
     /// Forgets under way: `close` waits for them.
-    forgets: Vec<(LeaseKey, oneshot::Receiver<()>)>,
+    forgets: Vec<((LeaseKey, u64), oneshot::Receiver<()>)>,
     /// Set by `close`: no more opens.
     closing: bool,
 }
@@ -332,9 +332,17 @@ impl Handler<ForgetBegun> for SupervisorActor {
     type Result = ();
 
     fn handle(&mut self, msg: ForgetBegun, _ctx: &mut Context<Self>) {
-        // The tenant leaves the table now: a forgotten tenant is not handed off by `close`.
-        self.table.remove(&msg.key);
-        self.forgets.retain(|(key, _)| key != &msg.key);
-        self.forgets.push((msg.key, msg.done));
+        // The tenure leaves the table now: a tenant being forgotten is not handed off by `close`.
+        // A retried forget of an older tenure leaves a newer one alone.
+        if self
+            .table
+            .get(&msg.key)
+            .is_some_and(|e| e.tenant.epoch() == msg.epoch)
+        {
+            self.table.remove(&msg.key);
+        }
+        let tenure = (msg.key, msg.epoch);
+        self.forgets.retain(|(t, _)| t != &tenure);
+        self.forgets.push((tenure, msg.done));
     }
 }

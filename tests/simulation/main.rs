@@ -329,7 +329,6 @@ fn a_handoff_reported_flushed_without_its_final_image_is_reported_at_once() {
 /// there is refused with `LeaseHeld` (held by the replica itself), and `close` would neither
 /// hand the live tenure off nor report it unflushed.
 #[test]
-#[ignore = "runtime bug: ForgetBegun removes the table entry of a newer tenure (see the report)"]
 fn regression_a_retried_forget_of_an_old_tenure_leaves_the_newer_tenure_in_the_table() {
     use Op::*;
     replay(&[

@@ -54,7 +54,7 @@ impl Handler<Close> for SupervisorActor {
             let forgets = std::mem::take(&mut act.forgets);
             let limit = act.rt.drain_timeout;
             async move {
-                for (key, done) in forgets {
+                for ((key, _epoch), done) in forgets {
                     if tokio::time::timeout(limit, done).await.is_err() {
                         tracing::warn!(%key, "close stopped waiting for a forget");
                     }

@@ -242,6 +242,7 @@ impl Handler<Forget> for TenantActor {
         let (done_tx, done_rx) = oneshot::channel();
         self.forgets.do_send(ForgetBegun {
             key: self.key().clone(),
+            epoch: self.cell.epoch,
             done: done_rx,
         });
         let settled = self.uploads_settled();

@@ -128,6 +128,8 @@ pub(crate) struct TenantGone {
 pub(crate) struct ForgetBegun {
     /// The tenant's key.
     pub(crate) key: LeaseKey,
+    /// The tenure being forgotten (an older one than the table's, if a failed forget is retried).
+    pub(crate) epoch: u64,
     /// Resolves when the forget is over, however it ended.
     pub(crate) done: oneshot::Receiver<()>,
 }
