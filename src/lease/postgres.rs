@@ -20,6 +20,9 @@
 //! ([`PgOptions::op_timeout`], [`StoreError::Timeout`]) and the server aborts a statement that
 //! outlives it (`statement_timeout`). See `docs/operations.md` for the table, the privileges and
 //! the clock.
+//!
+//! The statements and the conversions of values live in `postgres/sql.rs`, the mapping of driver
+//! and pool errors in `postgres/errors.rs`.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -28,8 +31,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
-use tokio_postgres::error::SqlState;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{NoTls, Row};
 
 use crate::clock::duration_ms;
@@ -38,6 +40,12 @@ use crate::error::Error;
 use crate::ids::LeaseKey;
 use crate::layout::ImageRef;
 use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome};
+
+mod errors;
+mod sql;
+
+use errors::{not_held, pg_error, pool_error};
+use sql::{COLUMNS, Statements, get, record, to_i64, ttl_param};
 
 /// The table used when the operator names none.
 pub const DEFAULT_TABLE: &str = "leasehold_leases";
@@ -141,99 +149,6 @@ impl fmt::Debug for PostgresLeaseStore {
             .field("pool_available", &status.available)
             .field("opts", &self.opts)
             .finish()
-    }
-}
-
-/// The columns every statement returns, in the order [`record`] reads them.
-const COLUMNS: &str = "l.key, l.owner, l.epoch, \
-    floor(extract(epoch FROM l.expires_at) * 1000)::int8 AS expires_ms, \
-    l.released, l.floor, l.head_epoch, l.head_seq, l.head_sha256";
-
-/// `clock_timestamp() + ttl`, with the ttl in milliseconds as parameter `$n`.
-fn until(n: u8) -> String {
-    format!("clock_timestamp() + ${n}::float8 * interval '1 millisecond'")
-}
-
-/// The lease of `$1` is live for owner `$2` at epoch `$3`, by the server's clock.
-const LIVE: &str = "l.key = $1 AND l.owner = $2 AND l.epoch = $3 \
-    AND NOT l.released AND l.expires_at > clock_timestamp()";
-
-/// The SQL of every operation, built once with the table name.
-#[derive(Debug, Clone)]
-struct Statements {
-    /// `CREATE TABLE IF NOT EXISTS`.
-    create: String,
-    /// The record of one key.
-    read: String,
-    /// Insert or take over an expired or released lease.
-    acquire: String,
-    /// Extend one live lease.
-    renew: String,
-    /// Extend many live leases of one owner.
-    renew_many: String,
-    /// Hand a live lease back.
-    release: String,
-    /// Move the head of a live lease.
-    publish_head: String,
-    /// Raise the floor of a live lease and clear its head.
-    mark_forgotten: String,
-}
-
-impl Statements {
-    fn new(table: &str) -> Self {
-        let t = format!("\"{table}\"");
-        Self {
-            create: format!(
-                "CREATE TABLE IF NOT EXISTS {t} (
-                    key         text        PRIMARY KEY,
-                    owner       text        NOT NULL,
-                    epoch       int8        NOT NULL CHECK (epoch >= 1),
-                    expires_at  timestamptz NOT NULL,
-                    released    boolean     NOT NULL DEFAULT false,
-                    floor       int8        NOT NULL DEFAULT 0 CHECK (floor >= 0 AND floor <= epoch),
-                    head_epoch  int8,
-                    head_seq    int8,
-                    head_sha256 text,
-                    CHECK ((head_epoch IS NULL) = (head_seq IS NULL)
-                       AND (head_seq IS NULL) = (head_sha256 IS NULL))
-                )"
-            ),
-            read: format!("SELECT {COLUMNS} FROM {t} AS l WHERE l.key = $1"),
-            acquire: format!(
-                "INSERT INTO {t} AS l (key, owner, epoch, expires_at, released, floor)
-                 VALUES ($1, $2, 1, {u}, false, 0)
-                 ON CONFLICT (key) DO UPDATE
-                    SET owner = excluded.owner, epoch = l.epoch + 1,
-                        expires_at = {u}, released = false
-                    WHERE l.released OR l.expires_at <= clock_timestamp()
-                 RETURNING {COLUMNS}",
-                u = until(3)
-            ),
-            renew: format!(
-                "UPDATE {t} AS l SET expires_at = greatest(l.expires_at, {u})
-                 WHERE {LIVE} RETURNING {COLUMNS}",
-                u = until(4)
-            ),
-            renew_many: format!(
-                "UPDATE {t} AS l SET expires_at = greatest(l.expires_at, {u})
-                 FROM unnest($1::text[], $2::int8[]) AS r(key, epoch)
-                 WHERE l.key = r.key AND l.epoch = r.epoch AND l.owner = $4
-                   AND NOT l.released AND l.expires_at > clock_timestamp()
-                 RETURNING l.key, l.epoch",
-                u = until(3)
-            ),
-            release: format!("UPDATE {t} AS l SET released = true WHERE {LIVE} RETURNING l.key"),
-            publish_head: format!(
-                "UPDATE {t} AS l SET head_epoch = $4, head_seq = $5, head_sha256 = $6
-                 WHERE {LIVE} AND l.epoch > l.floor AND l.epoch = $4
-                 RETURNING {COLUMNS}"
-            ),
-            mark_forgotten: format!(
-                "UPDATE {t} AS l
-                    SET floor = l.epoch, head_epoch = NULL, head_seq = NULL, head_sha256 = NULL
-                 WHERE {LIVE} RETURNING {COLUMNS}"
-            ),
-        }
     }
 }
 
@@ -542,155 +457,6 @@ impl LeaseStore for PostgresLeaseStore {
     }
 }
 
-/// [`LeaseError::NotHeld`] for this tenure.
-fn not_held(key: &LeaseKey, owner: &str, epoch: u64) -> LeaseError {
-    LeaseError::NotHeld {
-        key: key.to_string(),
-        owner: owner.to_string(),
-        epoch,
-    }
-}
-
-/// A ttl as the `float8` milliseconds the statements add to the server's clock.
-fn ttl_param(ttl: Duration) -> f64 {
-    ttl.as_secs_f64() * 1_000.0
-}
-
-/// An epoch or sequence number as a PostgreSQL `int8`.
-fn to_i64(op: &'static str, n: u64) -> Result<i64, StoreError> {
-    i64::try_from(n).map_err(|_| StoreError::Backend {
-        op,
-        message: format!("{n} does not fit a PostgreSQL int8"),
-    })
-}
-
-/// An `int8` column read back as an epoch, sequence number or time.
-fn to_u64(op: &'static str, n: i64) -> Result<u64, StoreError> {
-    u64::try_from(n).map_err(|_| StoreError::Backend {
-        op,
-        message: format!("negative value {n} in the lease table"),
-    })
-}
-
-/// Column `idx` of `row`, typed.
-fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
-    op: &'static str,
-    row: &'a Row,
-    idx: usize,
-) -> Result<T, StoreError> {
-    row.try_get(idx).map_err(|e| pg_error(op, &e))
-}
-
-/// A row of [`COLUMNS`] as a [`LeaseRecord`].
-fn record(op: &'static str, row: &Row) -> Result<LeaseRecord, StoreError> {
-    let head_epoch: Option<i64> = get(op, row, 6)?;
-    let head_seq: Option<i64> = get(op, row, 7)?;
-    let head_sha256: Option<String> = get(op, row, 8)?;
-    let head = match (head_epoch, head_seq, head_sha256) {
-        (Some(epoch), Some(seq), Some(sha256)) => Some(ImageRef {
-            epoch: to_u64(op, epoch)?,
-            seq: to_u64(op, seq)?,
-            sha256,
-        }),
-        _ => None,
-    };
-    Ok(LeaseRecord {
-        key: get(op, row, 0)?,
-        owner: get(op, row, 1)?,
-        epoch: to_u64(op, get(op, row, 2)?)?,
-        expires_at_ms: to_u64(op, get(op, row, 3)?)?,
-        released: get(op, row, 4)?,
-        floor: to_u64(op, get(op, row, 5)?)?,
-        head,
-    })
-}
-
-/// SQL states that say the server or the connection is gone or refusing, not that the statement
-/// is wrong: class 08 (connection exception), 53 (insufficient resources), 57P0x (shutdown),
-/// 57014 (cancelled by `statement_timeout`: rolled back, so nothing changed).
-fn is_unavailable_state(state: &SqlState) -> bool {
-    let code = state.code();
-    code.starts_with("08")
-        || code.starts_with("53")
-        || matches!(code, "57P01" | "57P02" | "57P03" | "57014")
-}
-
-/// A driver error as a [`StoreError`]: no connection, or a lost one, is `Unavailable` (the lease
-/// is then unknown, never held); a statement the server refused is `Backend`.
-fn pg_error(op: &'static str, e: &tokio_postgres::Error) -> StoreError {
-    match e.as_db_error() {
-        Some(db) if is_unavailable_state(db.code()) => StoreError::Unavailable {
-            op,
-            message: format!("{}: {}", db.code().code(), db.message()),
-        },
-        Some(db) => StoreError::Backend {
-            op,
-            message: format!("{}: {}", db.code().code(), db.message()),
-        },
-        None if is_connection_loss(e) => StoreError::Unavailable {
-            op,
-            message: with_cause(e),
-        },
-        None => StoreError::Backend {
-            op,
-            message: with_cause(e),
-        },
-    }
-}
-
-/// Whether the driver lost or never had its connection: the socket failed (refused, reset,
-/// timed out) or the connection closed. The driver's error kinds are private; its `Display`
-/// prints the kind alone, so the kind is read from there.
-fn is_connection_loss(e: &tokio_postgres::Error) -> bool {
-    const LOSS: [&str; 4] = [
-        "error communicating with the server",
-        "error connecting to server",
-        "connection closed",
-        "timeout waiting for server",
-    ];
-    e.is_closed() || LOSS.contains(&e.to_string().as_str()) || has_io_source(e)
-}
-
-/// Whether an `std::io::Error` is among the causes of `e`.
-fn has_io_source(e: &tokio_postgres::Error) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if s.is::<std::io::Error>() {
-            return true;
-        }
-        source = s.source();
-    }
-    false
-}
-
-/// The error and its cause, as one line.
-fn with_cause(e: &tokio_postgres::Error) -> String {
-    match std::error::Error::source(e) {
-        Some(cause) => format!("{e}: {cause}"),
-        None => e.to_string(),
-    }
-}
-
-/// A pool error as a [`StoreError`]: no connection within the wait or connect timeout is
-/// `Unavailable`.
-fn pool_error(op: &'static str, e: PoolError) -> StoreError {
-    match e {
-        PoolError::Backend(pg) => pg_error(op, &pg),
-        PoolError::Timeout(kind) => StoreError::Unavailable {
-            op,
-            message: format!("no database connection: pool {kind:?} timeout"),
-        },
-        PoolError::Closed => StoreError::Unavailable {
-            op,
-            message: "the connection pool is closed".to_string(),
-        },
-        other => StoreError::Backend {
-            op,
-            message: other.to_string(),
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -733,30 +499,5 @@ mod tests {
         };
         assert!(zero_deadline.check().is_err());
         assert_eq!(PgOptions::default().check(), Ok(()));
-    }
-
-    #[test]
-    fn connection_states_are_unavailable_and_statement_errors_are_not() {
-        assert!(is_unavailable_state(&SqlState::CONNECTION_FAILURE));
-        assert!(is_unavailable_state(&SqlState::TOO_MANY_CONNECTIONS));
-        assert!(is_unavailable_state(&SqlState::ADMIN_SHUTDOWN));
-        assert!(!is_unavailable_state(&SqlState::UNIQUE_VIOLATION));
-        assert!(!is_unavailable_state(&SqlState::INSUFFICIENT_PRIVILEGE));
-    }
-
-    #[test]
-    fn statements_name_the_table_and_use_only_the_server_clock() {
-        let s = Statements::new("my_leases");
-        for sql in [
-            &s.acquire,
-            &s.renew,
-            &s.renew_many,
-            &s.release,
-            &s.publish_head,
-        ] {
-            assert!(sql.contains("\"my_leases\""), "{sql}");
-            assert!(sql.contains("clock_timestamp()"), "{sql}");
-            assert!(!sql.contains("now()"), "{sql}");
-        }
     }
 }

@@ -1,0 +1,184 @@
+//! The SQL of the PostgreSQL lease store: the lease table's `CREATE TABLE`, one statement per
+//! operation (built once, with the table name filled in), and the conversions of epochs, ttls and
+//! rows between Rust values and the statements' parameters and columns.
+//!
+//! Every statement judges expiry by the server's clock (`clock_timestamp()`) alone.
+
+use std::time::Duration;
+
+use tokio_postgres::Row;
+
+use crate::durable::StoreError;
+use crate::layout::ImageRef;
+use crate::lease::LeaseRecord;
+
+use super::errors::pg_error;
+
+/// The columns every statement returns, in the order [`record`] reads them.
+pub(super) const COLUMNS: &str = "l.key, l.owner, l.epoch, \
+    floor(extract(epoch FROM l.expires_at) * 1000)::int8 AS expires_ms, \
+    l.released, l.floor, l.head_epoch, l.head_seq, l.head_sha256";
+
+/// `clock_timestamp() + ttl`, with the ttl in milliseconds as parameter `$n`.
+fn until(n: u8) -> String {
+    format!("clock_timestamp() + ${n}::float8 * interval '1 millisecond'")
+}
+
+/// The lease of `$1` is live for owner `$2` at epoch `$3`, by the server's clock.
+const LIVE: &str = "l.key = $1 AND l.owner = $2 AND l.epoch = $3 \
+    AND NOT l.released AND l.expires_at > clock_timestamp()";
+
+/// The SQL of every operation, built once with the table name.
+#[derive(Debug, Clone)]
+pub(super) struct Statements {
+    /// `CREATE TABLE IF NOT EXISTS`.
+    pub(super) create: String,
+    /// The record of one key.
+    pub(super) read: String,
+    /// Insert or take over an expired or released lease.
+    pub(super) acquire: String,
+    /// Extend one live lease.
+    pub(super) renew: String,
+    /// Extend many live leases of one owner.
+    pub(super) renew_many: String,
+    /// Hand a live lease back.
+    pub(super) release: String,
+    /// Move the head of a live lease.
+    pub(super) publish_head: String,
+    /// Raise the floor of a live lease and clear its head.
+    pub(super) mark_forgotten: String,
+}
+
+impl Statements {
+    /// The statements of the lease table `table` (a name [`super::check_table_name`] accepted).
+    pub(super) fn new(table: &str) -> Self {
+        let t = format!("\"{table}\"");
+        Self {
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    key         text        PRIMARY KEY,
+                    owner       text        NOT NULL,
+                    epoch       int8        NOT NULL CHECK (epoch >= 1),
+                    expires_at  timestamptz NOT NULL,
+                    released    boolean     NOT NULL DEFAULT false,
+                    floor       int8        NOT NULL DEFAULT 0 CHECK (floor >= 0 AND floor <= epoch),
+                    head_epoch  int8,
+                    head_seq    int8,
+                    head_sha256 text,
+                    CHECK ((head_epoch IS NULL) = (head_seq IS NULL)
+                       AND (head_seq IS NULL) = (head_sha256 IS NULL))
+                )"
+            ),
+            read: format!("SELECT {COLUMNS} FROM {t} AS l WHERE l.key = $1"),
+            acquire: format!(
+                "INSERT INTO {t} AS l (key, owner, epoch, expires_at, released, floor)
+                 VALUES ($1, $2, 1, {u}, false, 0)
+                 ON CONFLICT (key) DO UPDATE
+                    SET owner = excluded.owner, epoch = l.epoch + 1,
+                        expires_at = {u}, released = false
+                    WHERE l.released OR l.expires_at <= clock_timestamp()
+                 RETURNING {COLUMNS}",
+                u = until(3)
+            ),
+            renew: format!(
+                "UPDATE {t} AS l SET expires_at = greatest(l.expires_at, {u})
+                 WHERE {LIVE} RETURNING {COLUMNS}",
+                u = until(4)
+            ),
+            renew_many: format!(
+                "UPDATE {t} AS l SET expires_at = greatest(l.expires_at, {u})
+                 FROM unnest($1::text[], $2::int8[]) AS r(key, epoch)
+                 WHERE l.key = r.key AND l.epoch = r.epoch AND l.owner = $4
+                   AND NOT l.released AND l.expires_at > clock_timestamp()
+                 RETURNING l.key, l.epoch",
+                u = until(3)
+            ),
+            release: format!("UPDATE {t} AS l SET released = true WHERE {LIVE} RETURNING l.key"),
+            publish_head: format!(
+                "UPDATE {t} AS l SET head_epoch = $4, head_seq = $5, head_sha256 = $6
+                 WHERE {LIVE} AND l.epoch > l.floor AND l.epoch = $4
+                 RETURNING {COLUMNS}"
+            ),
+            mark_forgotten: format!(
+                "UPDATE {t} AS l
+                    SET floor = l.epoch, head_epoch = NULL, head_seq = NULL, head_sha256 = NULL
+                 WHERE {LIVE} RETURNING {COLUMNS}"
+            ),
+        }
+    }
+}
+
+/// A ttl as the `float8` milliseconds the statements add to the server's clock.
+pub(super) fn ttl_param(ttl: Duration) -> f64 {
+    ttl.as_secs_f64() * 1_000.0
+}
+
+/// An epoch or sequence number as a PostgreSQL `int8`.
+pub(super) fn to_i64(op: &'static str, n: u64) -> Result<i64, StoreError> {
+    i64::try_from(n).map_err(|_| StoreError::Backend {
+        op,
+        message: format!("{n} does not fit a PostgreSQL int8"),
+    })
+}
+
+/// An `int8` column read back as an epoch, sequence number or time.
+fn to_u64(op: &'static str, n: i64) -> Result<u64, StoreError> {
+    u64::try_from(n).map_err(|_| StoreError::Backend {
+        op,
+        message: format!("negative value {n} in the lease table"),
+    })
+}
+
+/// Column `idx` of `row`, typed.
+pub(super) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+    op: &'static str,
+    row: &'a Row,
+    idx: usize,
+) -> Result<T, StoreError> {
+    row.try_get(idx).map_err(|e| pg_error(op, &e))
+}
+
+/// A row of [`COLUMNS`] as a [`LeaseRecord`].
+pub(super) fn record(op: &'static str, row: &Row) -> Result<LeaseRecord, StoreError> {
+    let head_epoch: Option<i64> = get(op, row, 6)?;
+    let head_seq: Option<i64> = get(op, row, 7)?;
+    let head_sha256: Option<String> = get(op, row, 8)?;
+    let head = match (head_epoch, head_seq, head_sha256) {
+        (Some(epoch), Some(seq), Some(sha256)) => Some(ImageRef {
+            epoch: to_u64(op, epoch)?,
+            seq: to_u64(op, seq)?,
+            sha256,
+        }),
+        _ => None,
+    };
+    Ok(LeaseRecord {
+        key: get(op, row, 0)?,
+        owner: get(op, row, 1)?,
+        epoch: to_u64(op, get(op, row, 2)?)?,
+        expires_at_ms: to_u64(op, get(op, row, 3)?)?,
+        released: get(op, row, 4)?,
+        floor: to_u64(op, get(op, row, 5)?)?,
+        head,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_name_the_table_and_use_only_the_server_clock() {
+        let s = Statements::new("my_leases");
+        for sql in [
+            &s.acquire,
+            &s.renew,
+            &s.renew_many,
+            &s.release,
+            &s.publish_head,
+        ] {
+            assert!(sql.contains("\"my_leases\""), "{sql}");
+            assert!(sql.contains("clock_timestamp()"), "{sql}");
+            assert!(!sql.contains("now()"), "{sql}");
+        }
+    }
+}

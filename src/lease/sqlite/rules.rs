@@ -1,0 +1,338 @@
+//! The lease rules of the SQLite store: pure functions that decide, from a key's row and the
+//! store's time, whether an acquire, renew, release, publish or forget goes through and what the
+//! row becomes. No I/O and no clock: [`SqliteLeaseStore`](super::SqliteLeaseStore) reads its
+//! clock inside the write transaction, loads the row, applies a rule and saves what it returns.
+//!
+//! The rules are SQLite's own: a row records the boot its expiry counts in, and a row of another
+//! boot is expired. The PostgreSQL store states the same rules in its statements instead, judged
+//! by the server's clock.
+
+use std::sync::Arc;
+
+use crate::layout::ImageRef;
+use crate::lease::{LeaseError, LeaseRecord};
+
+/// The largest time SQLite can store (an `INTEGER` is an `i64`); expiries saturate here.
+pub(super) const LAST_MS: u64 = i64::MAX.unsigned_abs();
+
+/// The store's time, read inside the write transaction.
+#[derive(Debug, Clone)]
+pub(super) struct StoreTime {
+    /// The store clock's reading.
+    pub(super) now_ms: u64,
+    /// The boot that reading counts in.
+    pub(super) boot_id: Arc<str>,
+}
+
+/// One row of `leases`, without its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct LeaseRow {
+    /// The holder, or last holder.
+    pub(super) owner: String,
+    /// The epoch of the last acquisition.
+    pub(super) epoch: u64,
+    /// The end of the lease, on the store's clock in boot `boot_id`.
+    pub(super) expires_at_ms: u64,
+    /// The boot `expires_at_ms` counts in.
+    pub(super) boot_id: String,
+    /// Whether the holder handed the lease back.
+    pub(super) released: bool,
+    /// The highest forgotten epoch.
+    pub(super) floor: u64,
+    /// The newest published image.
+    pub(super) head: Option<ImageRef>,
+}
+
+impl LeaseRow {
+    /// Live: not released, written in this boot, and not yet at its end.
+    fn is_live(&self, at: &StoreTime) -> bool {
+        !self.released && self.boot_id == *at.boot_id && at.now_ms < self.expires_at_ms
+    }
+
+    /// The row as the record of `key`.
+    pub(super) fn record(&self, key: &str) -> LeaseRecord {
+        LeaseRecord {
+            key: key.to_owned(),
+            owner: self.owner.clone(),
+            epoch: self.epoch,
+            expires_at_ms: self.expires_at_ms,
+            released: self.released,
+            floor: self.floor,
+            head: self.head.clone(),
+        }
+    }
+}
+
+/// The `(owner, epoch)` a call names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Tenure {
+    /// The caller's owner name.
+    owner: String,
+    /// The epoch the caller believes it holds (0 for an acquire).
+    epoch: u64,
+}
+
+impl Tenure {
+    /// The tenure of `owner` at `epoch`.
+    pub(super) fn new(owner: &str, epoch: u64) -> Self {
+        Self {
+            owner: owner.to_owned(),
+            epoch,
+        }
+    }
+}
+
+/// Why a change was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// A live lease of `(owner, epoch)` stands in the way of an acquire.
+    Held {
+        /// The holder.
+        owner: String,
+        /// Its epoch.
+        epoch: u64,
+    },
+    /// The caller's tenure does not hold a live lease (or may not do this with it).
+    NotHeld,
+}
+
+impl Refusal {
+    /// The error a caller of tenure `caller` hears for `key`.
+    pub(super) fn into_error(self, key: &str, caller: &Tenure) -> LeaseError {
+        let key = key.to_owned();
+        match self {
+            Refusal::Held { owner, epoch } => LeaseError::Held { key, owner, epoch },
+            Refusal::NotHeld => LeaseError::NotHeld {
+                key,
+                owner: caller.owner.clone(),
+                epoch: caller.epoch,
+            },
+        }
+    }
+}
+
+/// What a rule decided: the row to save, or why nothing changes.
+pub(super) type Decision = Result<LeaseRow, Refusal>;
+
+/// The end of a lease granted `ttl_ms` from now, saturating at [`LAST_MS`].
+pub(super) fn ends_at(ttl_ms: u64, at: &StoreTime) -> u64 {
+    at.now_ms.saturating_add(ttl_ms).min(LAST_MS)
+}
+
+/// The row, if the caller's tenure holds it live.
+fn held<'r>(
+    row: Option<&'r LeaseRow>,
+    t: &Tenure,
+    at: &StoreTime,
+) -> Result<&'r LeaseRow, Refusal> {
+    row.filter(|r| r.is_live(at) && r.owner == t.owner && r.epoch == t.epoch)
+        .ok_or(Refusal::NotHeld)
+}
+
+/// Acquire: a free, released or expired key goes to the caller at the next epoch; floor and head
+/// stay.
+pub(super) fn take(row: Option<&LeaseRow>, t: &Tenure, ttl_ms: u64, at: &StoreTime) -> Decision {
+    if let Some(live) = row.filter(|r| r.is_live(at)) {
+        let (owner, epoch) = (live.owner.clone(), live.epoch);
+        return Err(Refusal::Held { owner, epoch });
+    }
+    Ok(LeaseRow {
+        owner: t.owner.clone(),
+        epoch: row.map_or(0, |r| r.epoch) + 1,
+        expires_at_ms: ends_at(ttl_ms, at),
+        boot_id: at.boot_id.to_string(),
+        released: false,
+        floor: row.map_or(0, |r| r.floor),
+        head: row.and_then(|r| r.head.clone()),
+    })
+}
+
+/// Renew: the caller's live lease now ends `ttl` from now.
+pub(super) fn extend(row: Option<&LeaseRow>, t: &Tenure, ttl_ms: u64, at: &StoreTime) -> Decision {
+    let expires_at_ms = ends_at(ttl_ms, at);
+    held(row, t, at).map(|r| LeaseRow {
+        expires_at_ms,
+        ..r.clone()
+    })
+}
+
+/// Release: the caller's live lease can be acquired at once.
+pub(super) fn hand_back(row: Option<&LeaseRow>, t: &Tenure, at: &StoreTime) -> Decision {
+    held(row, t, at).map(|r| LeaseRow {
+        released: true,
+        ..r.clone()
+    })
+}
+
+/// Publish: the head moves to `image` for a live tenure above the floor, if `image` belongs to
+/// that epoch.
+pub(super) fn move_head(
+    row: Option<&LeaseRow>,
+    t: &Tenure,
+    image: &ImageRef,
+    at: &StoreTime,
+) -> Decision {
+    let row = held(row, t, at)?;
+    if t.epoch <= row.floor || image.epoch != t.epoch {
+        return Err(Refusal::NotHeld);
+    }
+    let head = Some(image.clone());
+    Ok(LeaseRow {
+        head,
+        ..row.clone()
+    })
+}
+
+/// Forget: the floor rises to the caller's live epoch and the head goes; the lease stays held.
+pub(super) fn forget(row: Option<&LeaseRow>, t: &Tenure, at: &StoreTime) -> Decision {
+    let row = held(row, t, at)?;
+    let floor = row.floor.max(t.epoch);
+    Ok(LeaseRow {
+        floor,
+        head: None,
+        ..row.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOOT: &str = "boot-1";
+
+    fn at(now_ms: u64) -> StoreTime {
+        StoreTime {
+            now_ms,
+            boot_id: BOOT.into(),
+        }
+    }
+
+    fn t(owner: &str, epoch: u64) -> Tenure {
+        Tenure::new(owner, epoch)
+    }
+
+    /// A live row of `a` at epoch 3 that ends at 100.
+    fn live() -> LeaseRow {
+        let owner = "a".to_owned();
+        let (epoch, expires_at_ms, floor, released) = (3, 100, 0, false);
+        LeaseRow {
+            owner,
+            epoch,
+            expires_at_ms,
+            boot_id: BOOT.into(),
+            released,
+            floor,
+            head: None,
+        }
+    }
+
+    fn image(epoch: u64, seq: u64) -> ImageRef {
+        ImageRef {
+            epoch,
+            seq,
+            sha256: "ab".repeat(32),
+        }
+    }
+
+    #[test]
+    fn a_free_key_is_taken_at_epoch_one() {
+        let taken = take(None, &t("a", 0), 100, &at(5)).unwrap();
+        assert_eq!(
+            (taken.owner.as_str(), taken.epoch, taken.expires_at_ms),
+            ("a", 1, 105)
+        );
+        assert_eq!((taken.floor, taken.head, taken.released), (0, None, false));
+    }
+
+    #[test]
+    fn a_live_lease_is_refused_and_an_ended_or_released_one_is_taken_at_the_next_epoch() {
+        let held = Refusal::Held {
+            owner: "a".into(),
+            epoch: 3,
+        };
+        assert_eq!(take(Some(&live()), &t("b", 0), 10, &at(99)), Err(held));
+        assert_eq!(
+            take(Some(&live()), &t("b", 0), 10, &at(100)).unwrap().epoch,
+            4
+        );
+        let released = LeaseRow {
+            released: true,
+            ..live()
+        };
+        assert_eq!(
+            take(Some(&released), &t("b", 0), 10, &at(0)).unwrap().epoch,
+            4
+        );
+    }
+
+    #[test]
+    fn a_row_of_another_boot_is_expired_whatever_its_time() {
+        let old = LeaseRow {
+            boot_id: "boot-0".into(),
+            expires_at_ms: u64::MAX,
+            ..live()
+        };
+        let taken = take(Some(&old), &t("b", 0), 10, &at(1)).unwrap();
+        assert_eq!((taken.epoch, taken.boot_id.as_str()), (4, BOOT));
+        assert_eq!(
+            extend(Some(&old), &t("a", 3), 10, &at(1)),
+            Err(Refusal::NotHeld)
+        );
+    }
+
+    #[test]
+    fn taking_keeps_floor_and_head() {
+        let head = Some(image(3, 1));
+        let forgotten = LeaseRow {
+            floor: 2,
+            head: head.clone(),
+            released: true,
+            ..live()
+        };
+        let taken = take(Some(&forgotten), &t("b", 0), 10, &at(0)).unwrap();
+        assert_eq!((taken.floor, taken.head), (2, head));
+    }
+
+    #[test]
+    fn only_the_live_owner_and_epoch_may_renew_release_publish_or_forget() {
+        let (row, now) = (live(), at(50));
+        for wrong in [t("b", 3), t("a", 2), t("a", 4)] {
+            let img = image(wrong.epoch, 1);
+            assert_eq!(extend(Some(&row), &wrong, 10, &now), Err(Refusal::NotHeld));
+            assert_eq!(hand_back(Some(&row), &wrong, &now), Err(Refusal::NotHeld));
+            assert_eq!(forget(Some(&row), &wrong, &now), Err(Refusal::NotHeld));
+            assert_eq!(
+                move_head(Some(&row), &wrong, &img, &now),
+                Err(Refusal::NotHeld)
+            );
+        }
+        let right = t("a", 3);
+        assert_eq!(extend(None, &right, 10, &now), Err(Refusal::NotHeld));
+        assert_eq!(
+            extend(Some(&row), &right, 10, &at(100)),
+            Err(Refusal::NotHeld)
+        );
+        assert_eq!(
+            extend(Some(&row), &right, 70, &now).unwrap().expires_at_ms,
+            120
+        );
+        assert!(hand_back(Some(&row), &right, &now).unwrap().released);
+    }
+
+    #[test]
+    fn publish_needs_an_epoch_above_the_floor_and_an_image_of_that_epoch() {
+        let (me, now) = (t("a", 3), at(50));
+        let refused = move_head(Some(&live()), &me, &image(2, 1), &now);
+        assert_eq!(refused, Err(Refusal::NotHeld));
+        let moved = move_head(Some(&live()), &me, &image(3, 1), &now).unwrap();
+        assert_eq!(moved.head, Some(image(3, 1)));
+        let forgotten = forget(Some(&moved), &me, &now).unwrap();
+        assert_eq!((forgotten.floor, forgotten.head.clone()), (3, None));
+        assert!(
+            forgotten.is_live(&now),
+            "the lease stays held after a forget"
+        );
+        let buried = move_head(Some(&forgotten), &me, &image(3, 2), &now);
+        assert_eq!(buried, Err(Refusal::NotHeld));
+    }
+}
