@@ -4,7 +4,10 @@
 #
 #   1. a fixed seed for about 60 s (DRILL_FIXED_SEED, default 20260405), reproducible;
 #   2. a random seed for about 30 s (DRILL_RANDOM_SEED to pin it), to find what the fixed one
-#      does not.
+#      does not;
+#   3. only when LEASEHOLD_TEST_PG_URL is set (scripts/with-servers.sh scripts/drill.sh): the
+#      fixed seed for about 20 s on PostgreSQL and S3 (--backend postgres-s3), the drill built
+#      again with the postgres and s3 features. Without the servers this run is skipped.
 #
 # Each run prints its seed first ("drill: seed=…") and a summary line last; a run that finds a
 # violation exits non-zero, keeps its run directory and writes the full history there. Rerun a
@@ -25,9 +28,21 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 drill="$target_dir/debug/examples/drill"
 
 status=0
+on_servers=""
 echo "drill.sh: fixed seed $fixed_seed for 60 s"
 "$drill" --seed "$fixed_seed" --seconds 60 "$@" || status=$?
 echo "drill.sh: random seed $random_seed for 30 s"
 "$drill" --seed "$random_seed" --seconds 30 "$@" || { s=$?; [[ $status != 0 ]] || status=$s; }
-echo "drill.sh: seeds $fixed_seed (fixed) and $random_seed (random): $([[ $status == 0 ]] && echo passed || echo "FAILED (exit $status)")"
+if [[ -n "${LEASEHOLD_TEST_PG_URL:-}" ]]; then
+    echo "drill.sh: building the drill with the postgres and s3 features"
+    "$cargo" build --quiet --example drill --features "testkit postgres s3"
+    echo "drill.sh: fixed seed $fixed_seed for 20 s on postgres-s3"
+    "$drill" --backend postgres-s3 --seed "$fixed_seed" --seconds 20 "$@" \
+        || { s=$?; [[ $status != 0 ]] || status=$s; }
+    on_servers=", $fixed_seed on postgres-s3"
+else
+    echo "drill.sh: no postgres-s3 run: LEASEHOLD_TEST_PG_URL is not set" \
+        "(scripts/with-servers.sh scripts/drill.sh runs one)"
+fi
+echo "drill.sh: seeds $fixed_seed (fixed) and $random_seed (random)$on_servers: $([[ $status == 0 ]] && echo passed || echo "FAILED (exit $status)")"
 exit "$status"

@@ -1,7 +1,10 @@
 //! The process drill (issue #5, `examples/drill`): real replica processes, seeded faults, a
 //! history checker. These tests run the built example: once on a fixed seed expecting every
 //! promise kept, and once per deliberate bug (`leasehold_actors::Breakage`) expecting the
-//! checker to name the broken promise and the drill to exit non-zero.
+//! checker to name the broken promise and the drill to exit non-zero. One more runs on the
+//! fleet backends (`--backend postgres-s3`, issue #4): it needs the `postgres` and `s3` features
+//! and the servers `scripts/test.sh` starts, and fails without them; the others run on the
+//! default backend (a lease file and a durable directory).
 //!
 //! The example is built with the cargo running these tests (`cargo build --example drill` with
 //! this package's features, a no-op when `cargo test` built it already), then run from
@@ -170,5 +173,67 @@ fn drill_a_forgotten_tenant_leaves_no_local_copy_on_a_zombie() {
         summary(&output).contains("tolerated=0"),
         "{}",
         summary(&output)
+    );
+}
+
+/// The fault count `kind=N` of a summary line.
+#[cfg(all(feature = "postgres", feature = "s3"))]
+fn fault_count(summary: &str, kind: &str) -> Option<u64> {
+    summary
+        .split([' ', '[', ']'])
+        .find_map(|field| field.strip_prefix(kind)?.strip_prefix('=')?.parse().ok())
+}
+
+/// The replicas (`replica-N`, generation dropped) that handed tenant `t0` off successfully.
+#[cfg(all(feature = "postgres", feature = "s3"))]
+fn handed_off_by(output: &str) -> std::collections::BTreeSet<&str> {
+    output
+        .lines()
+        .filter_map(|line| line.split_once(" hands t0 off: ok"))
+        .filter_map(|(head, _)| head.rsplit(' ').next())
+        .filter_map(|label| label.split('#').next())
+        .collect()
+}
+
+#[cfg(all(feature = "postgres", feature = "s3"))]
+#[test]
+fn drill_on_postgres_and_s3_hands_a_tenant_back_and_forth() {
+    for var in [
+        "LEASEHOLD_TEST_PG_URL",
+        "LEASEHOLD_TEST_S3_ENDPOINT",
+        "LEASEHOLD_TEST_S3_BUCKET",
+    ] {
+        assert!(
+            std::env::var_os(var).is_some(),
+            "{var} is not set: this drill needs a PostgreSQL and an S3 server. Run it through \
+             scripts/test.sh (or scripts/with-servers.sh cargo test --features \"testkit postgres \
+             s3\" --test drill), which starts throwaway ones on loopback ports"
+        );
+    }
+    let (code, output) = drill(&[
+        "--backend",
+        "postgres-s3",
+        "--seed",
+        "20260405",
+        "--seconds",
+        "10",
+        "--replicas",
+        "2",
+        "--tenants",
+        "1",
+        "--faults",
+        "handoff",
+    ]);
+    let summary = summary(&output);
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
+    assert!(summary.contains("lost_otherwise=0"), "{summary}");
+    assert!(summary.contains("violations=0"), "{summary}");
+    let handoffs = fault_count(summary, "handoff").unwrap_or(0);
+    assert!(handoffs >= 3, "only {handoffs} handoffs: {summary}");
+    let senders = handed_off_by(&output);
+    assert_eq!(
+        senders.into_iter().collect::<Vec<_>>(),
+        ["replica-1", "replica-2"],
+        "both replicas handed the tenant off: {summary}"
     );
 }

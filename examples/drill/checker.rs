@@ -18,6 +18,33 @@
 //! One known gap can be tolerated (`--tolerate stale-local-copy`): a replica whose tenure was
 //! lost (a zombie, a crash) keeps its local copy until its next open of that tenant, also when
 //! a successor forgot the tenant meanwhile. It is then reported, not failed.
+//!
+//! ## Clocks, per backend
+//!
+//! Every time the rules compare (`run_at`, `ack_at`, `taken_at`, `acquired_hi`) is a reading
+//! of the host's `CLOCK_MONOTONIC` by the driver or a replica; no rule reads a store's clock.
+//! What differs is how tightly a tenure's start is known. `acquired_hi`, "the lease was surely
+//! acquired by then", is the earliest of: the replica's reading when the acquire's answer came
+//! back ([`crate::acquire_times`]), its reading when the open returned, and the driver's when
+//! it heard the `opened` line. On `sqlite-dir` it is also `expires_at − ttl` of the record,
+//! which the store stamped on that same clock: the exact moment of the acquire.
+//!
+//! On `postgres-s3` the record's `expires_at` is the database server's wall clock and is never
+//! used, so the checker **cannot conclude**:
+//!
+//! * that a zombie's commit did not fall between the moment the server granted the successor's
+//!   acquire and the moment its answer reached the successor (one loopback round trip): such a
+//!   commit passes `ack-after-successor`, and an image taken then passes
+//!   `overlapping-tenures`. Anything later is caught as on SQLite.
+//! * anything about the server's clock. Expiry on PostgreSQL is sound only while that clock
+//!   runs at the holders' rate and is not stepped (`docs/operations.md`); a step forward larger
+//!   than the margin would let a successor in early, and the checker would report the
+//!   resulting overlap as a violation of promise 1 without being able to tell it from a bug of
+//!   the runtime. The test servers run on the drill's host, so their clocks agree in rate.
+//!
+//! The floors come from the lease store and the objects from a listing of the durable store
+//! (through the `LeaseStore` and `DurableStore` traits) on either backend; S3 lists are
+//! strongly consistent, so `forgotten-object-left` means the same on both.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -9,7 +9,7 @@
 //! ```
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -20,6 +20,7 @@ use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::BreakSwitch;
+use crate::backend::Backend;
 use crate::history::{CallError, History, Outcome};
 use crate::protocol::{Answer, Line, Op, Request};
 
@@ -49,8 +50,13 @@ type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Answer>>>>;
 pub struct Spawn {
     /// This very binary.
     pub exe: PathBuf,
-    /// The run directory (lease file, durable directory, logs).
+    /// The run directory (logs, state roots; on `sqlite-dir` the lease file and the durable
+    /// directory).
     pub run_dir: PathBuf,
+    /// Where the run keeps its leases and images.
+    pub backend: Backend,
+    /// The run's name (its table and bucket prefix on `postgres-s3`).
+    pub run_name: String,
     /// The replica's name.
     pub name: String,
     /// Its state root.
@@ -93,6 +99,10 @@ impl Proc {
         cmd.arg("replica")
             .arg("--run-dir")
             .arg(&spec.run_dir)
+            .arg("--backend")
+            .arg(spec.backend.as_arg())
+            .arg("--run-name")
+            .arg(&spec.run_name)
             .arg("--name")
             .arg(&spec.name)
             .arg("--root")
@@ -336,6 +346,11 @@ impl Cluster {
             owners: Mutex::new(HashMap::new()),
             open_locks,
         }
+    }
+
+    /// The run directory.
+    pub fn run_dir(&self) -> &Path {
+        &self.template.run_dir
     }
 
     /// The spawn spec of a process that is not a slot's (the final checker).

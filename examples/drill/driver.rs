@@ -3,7 +3,9 @@
 //! verdict.
 //!
 //! ```text
-//!  run dir: leases.db · durable/ · roots/replica-N/ · roots/checker/ · logs/replica-N.log
+//!  run dir: roots/replica-N/ · roots/checker/ · logs/replica-N.log
+//!  stores (crate::backend): sqlite-dir: leases.db · durable/ in the run dir
+//!                           postgres-s3: table and bucket prefix drill_<seed>_<pid>
 //!  t=0 start N replicas ─> clients (tenants × clients-per-tenant) + fault schedule + progress
 //!  t=seconds ─> finale (stop faults, close, fresh replica reads) ─> checker ─> summary, exit
 //! ```
@@ -14,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::BreakSwitch;
+use crate::backend::{self, Backend, Stores};
 use crate::checker::{self, Report, Tolerance, Violation};
 use crate::cluster::{BoxError, Cluster, Spawn};
 use crate::faults::{self, FaultKind};
@@ -56,6 +59,11 @@ pub struct DriveArgs {
     /// Keep the run directory after a clean run too.
     #[arg(long)]
     pub keep: bool,
+    /// Where leases and images live: `sqlite-dir` (a lease file and a directory in the run
+    /// directory) or `postgres-s3` (a table and a bucket prefix named after the run, on the
+    /// servers `scripts/with-servers.sh` starts; needs the `postgres` and `s3` features).
+    #[arg(long, value_enum, default_value_t = Backend::SqliteDir)]
+    pub backend: Backend,
 }
 
 /// A known gap of the runtime the checker may report without failing.
@@ -83,8 +91,9 @@ pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
     let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
     let broken: Vec<&str> = args.breakage.iter().map(|b| b.as_arg()).collect();
     println!(
-        "drill: seed={seed} seconds={} replicas={} tenants={} clients={} faults={} break={} \
-         (rerun: --seed {seed})",
+        "drill: seed={seed} backend={} seconds={} replicas={} tenants={} clients={} faults={} \
+         break={} (rerun: --seed {seed})",
+        args.backend.as_arg(),
         args.seconds,
         args.replicas,
         args.tenants,
@@ -111,10 +120,15 @@ pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
     };
     std::fs::create_dir_all(run_dir.join("logs"))?;
     std::fs::create_dir_all(run_dir.join("roots"))?;
+    let run_name = backend::run_name(seed);
+    let stores = backend::open(args.backend, &run_dir, &run_name).await?;
+    println!("drill: leases and images in {}", stores.location);
     let history = Arc::new(History::new());
     let template = Spawn {
         exe: std::env::current_exe()?,
         run_dir: run_dir.clone(),
+        backend: args.backend,
+        run_name,
         name: String::new(),
         root: PathBuf::new(),
         tenants: args.tenants,
@@ -127,7 +141,7 @@ pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
         args.replicas.max(1),
         history.clone(),
     ));
-    let outcome = drive(&cluster, &args, seed, kinds, &run_dir).await;
+    let outcome = drive(&cluster, &args, seed, kinds, &stores).await;
     let verdict = match outcome {
         Ok((record, fin)) => judge(&record, &fin, &args, seed, &history),
         Err(e) => {
@@ -162,7 +176,7 @@ async fn drive(
     args: &DriveArgs,
     seed: u64,
     kinds: Vec<FaultKind>,
-    run_dir: &std::path::Path,
+    stores: &Stores,
 ) -> Result<(Record, Final), BoxError> {
     let h = &cluster.history;
     let starts = (0..cluster.slots.len()).map(|i| cluster.start(i));
@@ -173,7 +187,7 @@ async fn drive(
         "[{:6.1}s] {} replicas ready under {}",
         h.elapsed(now_ms()),
         cluster.slots.len(),
-        run_dir.display()
+        cluster.run_dir().display()
     );
     let end_ms = now_ms() + args.seconds * 1_000;
     let mut tasks = Vec::new();
@@ -201,7 +215,7 @@ async fn drive(
         counts.failed,
         counts.unknown
     );
-    let fin = finale::collect(cluster, run_dir).await?;
+    let fin = finale::collect(cluster, stores).await?;
     Ok((h.snapshot(), fin))
 }
 

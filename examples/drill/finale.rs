@@ -1,25 +1,25 @@
 //! The end of a run: stop every fault, close the replicas, start a fresh replica that opens
-//! every tenant and reads its events, then read the floors from the lease file and list what is
-//! left in the durable directory and in every state root. What it gathers is [`Final`], which
-//! the checker judges against the history.
+//! every tenant and reads its events, then read the floors from the lease store and list what
+//! is left in the durable store and in every state root. What it gathers is [`Final`], which
+//! the checker judges against the history. The stores are read through the [`LeaseStore`] and
+//! [`DurableStore`] traits, behind no fault, so every backend serves (a lease file and a
+//! directory, or PostgreSQL and S3).
 //!
 //! ```text
 //!  SIGCONT the stopped · clear store faults · close every replica (handoffs) · shut them down
 //!  fresh "checker" replica: open t0…tn (waiting out leases of the dead) · read · wait for sweeps
-//!  lease file: floors · durable dir: objects per tenant · state roots: local tenant directories
+//!  lease store: floors · durable store: objects per tenant · state roots: local tenant directories
 //! ```
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::LeaseStore;
 use leasehold::clock::duration_ms;
 use leasehold::durable::DurableStore;
-use leasehold::durable::dir::DirStore;
-use leasehold::lease::sqlite::SqliteLeaseStore;
 
+use crate::backend::Stores;
 use crate::cluster::{BoxError, Cluster, OPEN_TIMEOUT, Proc};
 use crate::protocol::{self, Answer, LeaseFault, Op, StoreFault, now_ms};
 
@@ -28,7 +28,7 @@ use crate::protocol::{self, Answer, LeaseFault, Op, StoreFault, now_ms};
 pub struct Final {
     /// Every idempotency key the fresh replica read, per tenant.
     pub keys: HashMap<u32, HashSet<String>>,
-    /// Each tenant's floor, from the lease file.
+    /// Each tenant's floor, from the lease store.
     pub floors: HashMap<u32, u64>,
     /// Each tenant's durable objects.
     pub objects: HashMap<u32, Vec<String>>,
@@ -39,7 +39,7 @@ pub struct Final {
 }
 
 /// Stops the faults, closes the replicas, and gathers [`Final`].
-pub async fn collect(c: &Arc<Cluster>, run_dir: &Path) -> Result<Final, BoxError> {
+pub async fn collect(c: &Arc<Cluster>, stores: &Stores) -> Result<Final, BoxError> {
     let h = &c.history;
     for i in 0..c.slots.len() {
         if c.is_stopped(i) {
@@ -67,7 +67,7 @@ pub async fn collect(c: &Arc<Cluster>, run_dir: &Path) -> Result<Final, BoxError
         println!("[{:6.1}s] {line}", h.elapsed(now_ms()));
     }
     let mut fin = Final::default();
-    let spec = c.spec("checker", run_dir.join("roots").join("checker"));
+    let spec = c.spec("checker", c.run_dir().join("roots").join("checker"));
     let checker = Proc::spawn(&spec, h.clone()).await?;
     println!(
         "[{:6.1}s] fresh replica {} reads every tenant",
@@ -82,16 +82,15 @@ pub async fn collect(c: &Arc<Cluster>, run_dir: &Path) -> Result<Final, BoxError
             Err(e) => fin.problems.push(format!("t{tenant}: {e}")),
         }
     }
-    let leases = SqliteLeaseStore::open(&run_dir.join("leases.db"))?;
     for tenant in 0..c.tenants {
-        let record = leases.read(&protocol::lease_key(tenant)?).await?;
+        let record = stores.leases.read(&protocol::lease_key(tenant)?).await?;
         fin.floors
             .insert(tenant, record.map_or(0, |record| record.floor));
     }
     wait_for_sweeps(c, &checker, &fin.floors).await;
     checker.call(Op::Close, Duration::from_secs(20)).await.ok();
     checker.shutdown(Duration::from_secs(5)).await;
-    list_leftovers(c, run_dir, &mut fin).await?;
+    list_leftovers(c, stores.durable.as_ref(), &mut fin).await?;
     Ok(fin)
 }
 
@@ -152,8 +151,11 @@ async fn wait_for_sweeps(c: &Cluster, checker: &Proc, floors: &HashMap<u32, u64>
 }
 
 /// Lists every tenant's durable objects and the local tenant directories of every slot.
-async fn list_leftovers(c: &Cluster, run_dir: &Path, fin: &mut Final) -> Result<(), BoxError> {
-    let store = DirStore::open(&run_dir.join("durable"))?;
+async fn list_leftovers(
+    c: &Cluster,
+    store: &dyn DurableStore,
+    fin: &mut Final,
+) -> Result<(), BoxError> {
     let org = protocol::org()?;
     for tenant in 0..c.tenants {
         let key = protocol::lease_key(tenant)?;

@@ -1,15 +1,19 @@
 //! # The process drill (issue #5, part 1)
 //!
-//! Jepsen-style: real replica processes sharing one SQLite lease file and one durable directory,
-//! clients writing events with unique ids through whichever replica owns each tenant, faults
-//! mixed by a seeded schedule (handoffs, SIGKILL under load and mid-upload, SIGSTOP past the
-//! lease, forget while the owner is stopped, failing and stalling stores, restarts), and a
-//! checker that judges the recorded history against what a fresh replica reads at the end.
+//! Jepsen-style: real replica processes sharing one lease store and one durable store (a SQLite
+//! lease file and a durable directory; or, with `--backend postgres-s3`, a PostgreSQL table and
+//! an S3 bucket prefix), clients writing events with unique ids through whichever replica owns
+//! each tenant, faults mixed by a seeded schedule (handoffs, SIGKILL under load and
+//! mid-upload, SIGSTOP past the lease, forget while the owner is stopped, failing and stalling
+//! stores, restarts), and a checker that judges the recorded history against what a fresh
+//! replica reads at the end.
 //!
 //! ```text
 //! cargo run --example drill -- --seconds 60                       # random seed, printed
 //! cargo run --example drill -- --seed 7 --seconds 20 --replicas 3
 //! cargo run --example drill -- --seed 7 --break skip-final-image  # must fail
+//! scripts/with-servers.sh cargo run --example drill --features "testkit postgres s3" -- \
+//!     --backend postgres-s3 --replicas 2 --faults handoff --seconds 10
 //! ```
 //!
 //! One binary, two roles: `drill [options]` is the driver; it starts `drill replica …` (this
@@ -17,6 +21,8 @@
 //!
 //! ## Layout
 //! - `protocol` — requests, replies and reported events; the shared lease timings.
+//! - `backend` — the stores of a run (`sqlite-dir`, `postgres-s3`) and what their clocks mean.
+//! - `acquire_times` — a lease store wrapper noting when each acquire returned (monotonic).
 //! - `replica` — the replica role: a `Supervisor` behind the line protocol.
 //! - `cluster` — the driver's handles to replica processes, the routing table.
 //! - `history` — what happened: writes (invoke, ok/fail/unknown), tenures, the timeline.
@@ -29,6 +35,8 @@
 
 use std::process::ExitCode;
 
+mod acquire_times;
+mod backend;
 mod checker;
 mod clients;
 mod cluster;

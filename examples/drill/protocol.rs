@@ -5,7 +5,8 @@
 //! that id, in whatever order they finish. Between replies it writes what its runtime reports
 //! ([`Line::Opened`], [`Line::Published`], [`Line::Released`], …) so the checker knows every
 //! tenure. Every time is `CLOCK_MONOTONIC` in milliseconds ([`leasehold::SystemClock`]), which
-//! every process on the host reads alike.
+//! every process on the host reads alike — never a lease store's clock (on PostgreSQL that is
+//! the server's wall clock).
 //!
 //! ```text
 //! driver → replica   {"id":7,"op":{"kind":"write","tenant":2,"key":"t2-c1-000042"}}
@@ -246,7 +247,8 @@ pub enum Answer {
         epoch: u64,
         /// Time just before the open was sent (the acquire came after, if this request made it).
         acquired_lo: u64,
-        /// A time by which the lease was surely acquired.
+        /// A time by which the lease was surely acquired: when the acquire's answer came back,
+        /// or (on the host's clock, SQLite) the record's `expires_at - ttl` if earlier.
         acquired_hi: u64,
     },
     /// Done; `epoch` is the tenure it applied to, when there was one.

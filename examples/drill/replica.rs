@@ -1,6 +1,8 @@
-//! The replica role: one process embedding a [`Supervisor`] on the embedded defaults (a SQLite
-//! lease file and a durable directory shared with the other replicas, a state root of its own),
-//! its durable store wrapped in a [`FaultyStore`] the driver can switch.
+//! The replica role: one process embedding a [`Supervisor`] on the run's stores (by default a
+//! SQLite lease file and a durable directory shared with the other replicas; with
+//! `--backend postgres-s3` a PostgreSQL table and an S3 prefix, see [`crate::backend`]) and a
+//! state root of its own. Its lease store is wrapped in [`AcquireTimes`] and a
+//! [`FaultyLeaseStore`], its durable store in a [`FaultyStore`]; the driver switches the faults.
 //!
 //! ```text
 //!  stdin ── Request lines ──> one task per request ──> Supervisor / TenantRef
@@ -19,22 +21,31 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use leasehold::durable::dir::DirStore;
-use leasehold::lease::sqlite::SqliteLeaseStore;
+use leasehold::lease::SharedLeaseStore;
 use leasehold::ledger::NewEvent;
 use leasehold::testkit::{FaultyLeaseStore, FaultyStore};
 use leasehold::{Error, LeaseStore, OrgId, ReplicaId, TenantId};
 use leasehold_actors::{Breakage, Event, Observer, RuntimeConfig, Supervisor, TenantRef};
 use tokio::io::AsyncBufReadExt;
 
+use crate::acquire_times::AcquireTimes;
+use crate::backend::{self, Backend};
+use crate::cluster::BoxError;
 use crate::protocol::{self, Answer, LeaseFault, Line, NOT_OPEN, Op, Request, StoreFault, now_ms};
 
 /// How the driver starts a replica (`drill replica …`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplicaArgs {
-    /// The run directory: `leases.db` and `durable/` are shared by every replica.
+    /// The run directory: on `sqlite-dir`, `leases.db` and `durable/` are shared by every
+    /// replica.
     #[arg(long)]
     pub run_dir: PathBuf,
+    /// Where the run keeps its leases and images.
+    #[arg(long, value_enum, default_value_t = Backend::SqliteDir)]
+    pub backend: Backend,
+    /// The run's name: its PostgreSQL table and S3 prefix on `postgres-s3`.
+    #[arg(long, default_value = "drill")]
+    pub run_name: String,
     /// This replica's name (its `replica_id`, the lease owner).
     #[arg(long)]
     pub name: String,
@@ -51,8 +62,6 @@ pub struct ReplicaArgs {
     #[arg(long, default_value_t = 3_600)]
     pub lifetime_secs: u64,
 }
-
-type BoxError = Box<dyn std::error::Error>;
 
 /// What the writer thread takes.
 enum Out {
@@ -179,7 +188,11 @@ struct Replica {
     /// The runtime.
     supervisor: Supervisor,
     /// The lease store behind the faults, to read the record of a tenure just acquired.
-    leases: SqliteLeaseStore,
+    leases: SharedLeaseStore,
+    /// When each acquire of this replica returned.
+    acquired: AcquireTimes,
+    /// Whether a lease record's `expires_at_ms` is on the drill's clock (not on PostgreSQL).
+    records_use_host_clock: bool,
     /// The lease store's fault switches.
     lease_faults: FaultyLeaseStore,
     /// The durable store's fault switches.
@@ -215,9 +228,10 @@ fn breakage(switches: &[crate::BreakSwitch]) -> Breakage {
 }
 
 async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
-    let leases = SqliteLeaseStore::open(&args.run_dir.join("leases.db"))?;
-    let lease_faults = FaultyLeaseStore::new(Arc::new(leases.clone()));
-    let store = FaultyStore::new(Arc::new(DirStore::open(&args.run_dir.join("durable"))?));
+    let stores = backend::open(args.backend, &args.run_dir, &args.run_name).await?;
+    let acquired = AcquireTimes::new(stores.leases.clone());
+    let lease_faults = FaultyLeaseStore::new(Arc::new(acquired.clone()));
+    let store = FaultyStore::new(stores.durable);
     let org = protocol::org()?;
     let tenants = (0..args.tenants)
         .map(protocol::tenant_id)
@@ -245,7 +259,9 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     }));
     let replica = Rc::new(Replica {
         supervisor: Supervisor::start(config)?,
-        leases,
+        leases: stores.leases,
+        acquired,
+        records_use_host_clock: args.backend.records_use_host_clock(),
         lease_faults,
         store,
         out,
@@ -364,10 +380,16 @@ impl Replica {
             .await
             .map_err(|e| failed(&e))?;
         let mut acquired_hi = now_ms();
-        // The store stamped `expires_at = acquired + ttl`, unless a renewal moved it since:
-        // either way `expires_at - ttl` is no earlier than the acquire.
         let key = leasehold::LeaseKey::new(&self.org, &id);
-        if let Ok(Some(record)) = self.leases.read(&key).await
+        // The acquire's answer came back after the store granted the lease.
+        if let Some(at) = self.acquired.returned_at(&key, handle.epoch()) {
+            acquired_hi = acquired_hi.min(at);
+        }
+        // On the host's clock (SQLite), the store stamped `expires_at = acquired + ttl`, unless
+        // a renewal moved it since: either way `expires_at - ttl` is no earlier than the
+        // acquire. PostgreSQL's `expires_at` is the server's wall clock: never compared.
+        if self.records_use_host_clock
+            && let Ok(Some(record)) = self.leases.read(&key).await
             && record.epoch == handle.epoch()
         {
             let ttl = leasehold::clock::duration_ms(protocol::TTL);
