@@ -172,3 +172,20 @@ async fn scratch_images_of_an_interrupted_upload_are_removed_at_the_next_open() 
     assert!(!dir.join("image-e00000001-000009.tmp").exists());
     assert!(again.is_open().await);
 }
+
+#[actix_rt::test]
+async fn close_drops_the_copies_of_tenants_forgotten_elsewhere() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("replica-a");
+    let b = fleet.replica("replica-b");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    t.abandon().await.unwrap();
+    b.open().await.forget().await.unwrap();
+    assert!(
+        a.ledger_file().exists(),
+        "the abandoned copy outlived the forget elsewhere"
+    );
+    assert!(a.sup.close().await.unwrap().is_empty());
+    assert!(!a.ledger_file().exists(), "close dropped it");
+}

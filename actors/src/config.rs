@@ -40,6 +40,9 @@ pub struct RuntimeConfig {
     /// How often a tenant with new writes publishes an image; `None` only on request and at
     /// handoff. This is the crash RPO. Default 60 s.
     pub snapshot_every: Option<Duration>,
+    /// How often the replica drops local copies of tenants forgotten elsewhere (see
+    /// `Supervisor::sweep_local`); `None` only at start, at tenure ends and at `close`. Default 60 s.
+    pub local_sweep_every: Option<Duration>,
     /// How long a handoff waits for admitted work before it fails with `DrainTimeout`. Default 120 s.
     pub drain_timeout: Duration,
     /// How many tenants `close` hands off at a time. Default 8.
@@ -78,6 +81,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("margin", &self.margin)
             .field("renew_every", &self.renew_every)
             .field("snapshot_every", &self.snapshot_every)
+            .field("local_sweep_every", &self.local_sweep_every)
             .field("drain_timeout", &self.drain_timeout)
             .field("close_concurrency", &self.close_concurrency)
             .field("store_deadline", &self.store_deadline)
@@ -104,6 +108,7 @@ impl RuntimeConfig {
             margin: Duration::from_secs(5),
             renew_every: Some(Duration::from_secs(10)),
             snapshot_every: Some(Duration::from_secs(60)),
+            local_sweep_every: Some(Duration::from_secs(60)),
             drain_timeout: Duration::from_secs(120),
             close_concurrency: 8,
             store_deadline: Duration::from_secs(10),
@@ -135,6 +140,9 @@ impl RuntimeConfig {
         }
         if let Some(every) = self.snapshot_every {
             positive("snapshot_every", every)?;
+        }
+        if let Some(every) = self.local_sweep_every {
+            positive("local_sweep_every", every)?;
         }
         positive("drain_timeout", self.drain_timeout)?;
         positive("store_deadline", self.store_deadline)?;

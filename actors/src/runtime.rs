@@ -36,6 +36,8 @@ pub(crate) struct Runtime {
     pub(crate) renew_every: Option<Duration>,
     /// Periodic snapshot period, or `None`.
     pub(crate) snapshot_every: Option<Duration>,
+    /// Periodic local sweep period, or `None`.
+    pub(crate) local_sweep_every: Option<Duration>,
     /// How long a handoff waits for admitted work.
     pub(crate) drain_timeout: Duration,
     /// How many tenants `close` hands off at a time.
@@ -67,6 +69,7 @@ impl Runtime {
             margin: config.margin,
             renew_every: config.renew_every,
             snapshot_every: config.snapshot_every,
+            local_sweep_every: config.local_sweep_every,
             drain_timeout: config.drain_timeout,
             close_concurrency: config.close_concurrency,
             ledger: config.ledger,

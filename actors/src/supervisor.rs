@@ -167,6 +167,18 @@ pub struct SupervisorActor {
 impl Actor for SupervisorActor {
     type Context = Context<Self>;
 
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(every) = self.rt.local_sweep_every {
+            ctx.run_interval(every, |act, ctx| {
+                ctx.spawn(act.sweep_all_local().map(|swept, _, _| {
+                    if let Err(e) = swept {
+                        tracing::warn!(error = %e, "the periodic local sweep failed");
+                    }
+                }));
+            });
+        }
+    }
+
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
         for arbiter in &self.arbiters {
             arbiter.stop();

@@ -1,6 +1,7 @@
 //! Closing a replica: hand every open tenant off, `close_concurrency` at a time so that one stuck
 //! tenant holds only its own slot, wait for forgets under way, and report the tenants that could
-//! not be flushed in the order they were opened. Progress goes out as events.
+//! not be flushed in the order they were opened, then drop dead local copies. Progress goes out
+//! as events.
 
 use actix::prelude::*;
 use futures::StreamExt;
@@ -59,9 +60,18 @@ impl Handler<Close> for SupervisorActor {
                         tracing::warn!(%key, "close stopped waiting for a forget");
                     }
                 }
-                Ok(unflushed)
+                unflushed
             }
             .into_actor(act)
+            .then(|unflushed, act, _| {
+                // Last, copies of tenants forgotten elsewhere while this replica held them.
+                act.sweep_all_local().map(move |swept, _, _| {
+                    if let Err(e) = swept {
+                        tracing::warn!(error = %e, "the local sweep at close failed");
+                    }
+                    Ok(unflushed)
+                })
+            })
         }))
     }
 }

@@ -1,6 +1,6 @@
 //! Dropping dead local copies: a replica that was stopped, cut off or crashed while a successor
 //! forgot a tenant still holds that tenant's files. Whenever a tenure here ends without a
-//! handoff, at start, and on request, the supervisor reads the tenant's floor and deletes a local
+//! handoff, at start, at `close`, every `local_sweep_every`, and on request, the supervisor reads the tenant's floor and deletes a local
 //! copy whose recorded tenure is at or below it (CONTRACT promise 5) — never one of a tenant that
 //! is open or opening here.
 
@@ -76,14 +76,21 @@ impl SupervisorActor {
     }
 }
 
-impl Handler<SweepLocal> for SupervisorActor {
-    type Result = ResponseActFuture<Self, Result<usize, Error>>;
-
-    fn handle(&mut self, _msg: SweepLocal, _ctx: &mut Context<Self>) -> Self::Result {
+impl SupervisorActor {
+    /// Checks every tenant directory of this replica.
+    pub(super) fn sweep_all_local(&mut self) -> ResponseActFuture<Self, Result<usize, Error>> {
         let keys = match paths::tenant_dirs(&self.rt.state_root) {
             Ok(dirs) => dirs.iter().map(|(o, t)| LeaseKey::new(o, t)).collect(),
             Err(e) => return Box::pin(actix::fut::ready(Err(Error::from(e)))),
         };
         self.sweep_local(keys)
+    }
+}
+
+impl Handler<SweepLocal> for SupervisorActor {
+    type Result = ResponseActFuture<Self, Result<usize, Error>>;
+
+    fn handle(&mut self, _msg: SweepLocal, _ctx: &mut Context<Self>) -> Self::Result {
+        self.sweep_all_local()
     }
 }
