@@ -9,7 +9,6 @@
 
 mod common;
 
-
 use common::*;
 use leasehold::Error;
 use leasehold::ledger::LedgerError;
