@@ -10,17 +10,42 @@ use common::*;
 use leasehold::testkit::LeaseOp;
 use leasehold_actors::{Event, TenantRef};
 
+/// A forget waiting behind a snapshot whose image upload is held at the store.
+struct ForgetBehindUpload {
+    /// The snapshot.
+    uploading:
+        actix_rt::task::JoinHandle<Result<Option<leasehold::layout::ImageRef>, leasehold::Error>>,
+    /// The forget, sent while the upload was held.
+    forgetting: actix_rt::task::JoinHandle<Result<(), leasehold::Error>>,
+    /// Lets the upload go on.
+    gate: Gate,
+}
+
+/// Starts a snapshot of `t`, waits until its image is held at the store, then starts a forget.
+async fn forget_behind_held_upload(fleet: &Fleet, t: &TenantRef) -> ForgetBehindUpload {
+    let (held, mut gate) = gated();
+    fleet.durable.before_next_put_matching(is_image, held);
+    let uploading = actix_rt::spawn(t.snapshot());
+    gate.reached().await;
+    let forgetting = actix_rt::spawn(t.forget());
+    ForgetBehindUpload {
+        uploading,
+        forgetting,
+        gate,
+    }
+}
+
 #[actix_rt::test]
 async fn f1_a_snapshot_upload_under_way_cannot_outlive_forget() {
     let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
-    let (held, mut gate) = gated();
-    fleet.durable.before_next_put_matching(is_image, held);
-    let uploading = actix_rt::spawn(t.snapshot());
-    gate.reached().await;
-    let forgetting = actix_rt::spawn(t.forget());
+    let ForgetBehindUpload {
+        uploading,
+        forgetting,
+        gate,
+    } = forget_behind_held_upload(&fleet, &t).await;
     gate.open();
     let _ = within(3_000, "the snapshot", uploading).await;
     within(3_000, "forget", forgetting).await.unwrap().unwrap();
@@ -117,11 +142,11 @@ async fn f5_while_forget_waits_for_an_upload_every_call_is_refused_with_draining
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
-    let (held, mut gate) = gated();
-    fleet.durable.before_next_put_matching(is_image, held);
-    let uploading = actix_rt::spawn(t.snapshot());
-    gate.reached().await;
-    let forgetting = actix_rt::spawn(t.forget());
+    let ForgetBehindUpload {
+        uploading,
+        forgetting,
+        gate,
+    } = forget_behind_held_upload(&fleet, &t).await;
     let write = insert(&t, "late-1").await;
     assert!(
         matches!(write, Err(ref e) if e.is_draining()),
@@ -148,11 +173,11 @@ async fn f6_while_forget_waits_an_abandon_does_not_take_the_lease_and_a_second_f
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
-    let (held, mut gate) = gated();
-    fleet.durable.before_next_put_matching(is_image, held);
-    let uploading = actix_rt::spawn(t.snapshot());
-    gate.reached().await;
-    let forgetting = actix_rt::spawn(t.forget());
+    let ForgetBehindUpload {
+        uploading,
+        forgetting,
+        gate,
+    } = forget_behind_held_upload(&fleet, &t).await;
     t.abandon().await.unwrap();
     let second = within(1_000, "a second forget", t.forget()).await;
     assert!(
@@ -225,11 +250,11 @@ async fn f8_closing_waits_for_a_forget_under_way_though_the_tenant_left_the_tabl
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
-    let (held, mut gate) = gated();
-    fleet.durable.before_next_put_matching(is_image, held);
-    let uploading = actix_rt::spawn(t.snapshot());
-    gate.reached().await;
-    let forgetting = actix_rt::spawn(t.forget());
+    let ForgetBehindUpload {
+        uploading,
+        forgetting,
+        gate,
+    } = forget_behind_held_upload(&fleet, &t).await;
     let closing = actix_rt::spawn(a.sup.close());
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(
