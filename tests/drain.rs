@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use leasehold::Error;
+use leasehold::testkit::LeaseOp;
 use leasehold_actors::{Event, RuntimeConfig, Supervisor, TenantStatus};
 
 #[actix_rt::test]
@@ -177,6 +178,9 @@ async fn d5_a_call_on_a_tenant_whose_abandon_is_under_way_is_refused_with_draini
     let a = fleet.replica("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
+    // The abandon's lease release is held, so the abandon stays under way.
+    let (held, gate) = gated();
+    fleet.leases.before_next(LeaseOp::Release, held);
     let abandoning = t.abandon();
     let run = t.run(|_| Ok(1)).await;
     assert!(matches!(run, Err(ref e) if e.is_draining()), "got {run:?}");
@@ -185,6 +189,7 @@ async fn d5_a_call_on_a_tenant_whose_abandon_is_under_way_is_refused_with_draini
         matches!(forget, Err(ref e) if e.is_draining()),
         "got {forget:?}"
     );
+    gate.open();
     abandoning.await.unwrap();
     let released = a
         .events()

@@ -277,3 +277,78 @@ async fn f8_closing_waits_for_a_forget_under_way_though_the_tenant_left_the_tabl
     within(3_000, "forget", forgetting).await.unwrap().unwrap();
     let _ = uploading.await;
 }
+
+#[actix_rt::test]
+async fn a_forget_that_cannot_delete_still_ends_the_tenure_and_the_leftovers_are_swept() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("replica-a");
+    let b = fleet.replica("replica-b");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    t.snapshot().await.unwrap();
+    fleet.durable.set_down(true);
+    let forgotten = t.forget().await;
+    assert!(
+        matches!(forgotten, Err(leasehold::Error::Store(_))),
+        "the caller hears the deletes failed: {forgotten:?}"
+    );
+    assert_eq!(
+        t.status().await,
+        leasehold_actors::TenantStatus::Forgotten,
+        "the floor was raised: the tenant is forgotten"
+    );
+    eventually(3_000, "the dead local copy to go", || async {
+        !a.ledger_file().exists()
+    })
+    .await;
+    fleet.durable.set_down(false);
+    // The lease was handed back: a successor opens at once, empty, and sweeps the leftovers.
+    let next = b.open().await;
+    assert_eq!(keys_of(&next).await, Vec::<String>::new());
+    eventually(3_000, "the leftovers to be swept", || async {
+        fleet
+            .stored(&format!("{}e00000001/", key().prefix()))
+            .await
+            .is_empty()
+    })
+    .await;
+}
+
+#[actix_rt::test]
+async fn a_forget_that_cannot_raise_the_floor_ends_the_tenure_like_an_abandon() {
+    let fleet = Fleet::new().await;
+    if !fleet.store_clock_is_manual("forget without a lease store") {
+        return;
+    }
+    let a = fleet.replica("replica-a");
+    let b = fleet.replica("replica-b");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    t.snapshot().await.unwrap();
+    fleet.leases.set_down(true);
+    let forgotten = t.forget().await;
+    assert!(
+        matches!(forgotten, Err(leasehold::Error::Store(_))),
+        "{forgotten:?}"
+    );
+    assert_eq!(
+        t.status().await,
+        leasehold_actors::TenantStatus::Abandoned,
+        "nothing was forgotten"
+    );
+    fleet.leases.set_down(false);
+    // No renewal keeps the lease alive for a tenant nobody can use: it expires.
+    let started = fleet.leases.renewals_started();
+    a.sup.renew_now().await.unwrap();
+    assert_eq!(
+        fleet.leases.renewals_started(),
+        started,
+        "the tenure left the renewal chain"
+    );
+    fleet.advance(TTL + Duration::from_millis(1));
+    assert_eq!(
+        keys_of(&b.open().await).await,
+        ["k-1"],
+        "the tenant was not forgotten"
+    );
+}

@@ -8,6 +8,7 @@
 //!                 │  └──────────┘          │
 //!                 ├──> abandoning ──> abandoned  (also from draining, flushing; a lost lease)
 //!                 └──> forgetting ──> forgotten  (also from draining, flushing)
+//!                           └──────> abandoned  (a forget that could not raise the floor)
 //! ```
 //! Everything moves forward except `serving <- draining | flushing`, when a handoff fails.
 //! `released`, `abandoned` and `forgotten` are final.
@@ -54,7 +55,7 @@ impl TenantStatus {
                     Released | Serving | Abandoning | Abandoned | Forgetting
                 )
                 | (Abandoning, Abandoned)
-                | (Forgetting, Forgotten)
+                | (Forgetting, Forgotten | Abandoned)
         )
     }
 

@@ -328,8 +328,9 @@ impl Handler<TenantGone> for SupervisorActor {
         {
             self.table.remove(&msg.key);
         }
-        if msg.status == TenantStatus::Abandoned {
-            // The local copy stays for the next open, unless a successor forgets the tenant.
+        if msg.status != TenantStatus::Released {
+            // An abandoned copy stays for the next open, unless a successor forgets the tenant;
+            // one a failed forget could not delete is dead already.
             let check = self.sweep_local(vec![msg.key]).map(|outcome, _, _| {
                 if let Err(e) = outcome {
                     tracing::warn!(error = %e, "checking a local copy against its floor failed");

@@ -81,8 +81,6 @@ pub(crate) struct TenantActor {
     pub(super) commits: u64,
     /// `commits` as of the last published image (or the restore).
     pub(super) published_commits: u64,
-    /// True while a forget is running (a second one is refused).
-    pub(super) forget_running: bool,
     /// True once a flush has published and is handing the lease back: too late to overtake.
     pub(super) releasing: bool,
 }
@@ -108,7 +106,6 @@ impl TenantActor {
             upload_waiters: Vec::new(),
             commits: 0,
             published_commits: 0,
-            forget_running: false,
             releasing: false,
         }
     }

@@ -182,10 +182,15 @@ impl Handler<Flush> for TenantActor {
         let needed = self.dirty() && !self.rt.skips_final_image();
         let upload = needed.then(|| self.begin_upload());
         let uploading = upload.is_some();
+        // With nothing to publish the head already holds every commit, but the tenure must
+        // still hold to call the handoff flushed.
+        let held = self.cell.holds(self.rt.now_ms());
+        let fenced = self.fenced();
         let work = async move {
             match upload {
                 Some((publisher, commits)) => publisher.publish().await.map(|i| Some((i, commits))),
-                None => Ok(None),
+                None if held => Ok(None),
+                None => Err(fenced),
             }
         };
         Box::pin(work.into_actor(self).then(move |outcome, act, _| {
@@ -222,20 +227,14 @@ impl Handler<Forget> for TenantActor {
 
     fn handle(&mut self, _msg: Forget, _ctx: &mut Context<Self>) -> Self::Result {
         self.commit_batch();
-        let may_start = match self.status {
-            TenantStatus::Serving | TenantStatus::Draining | TenantStatus::Flushing => {
-                !self.releasing
-            }
-            TenantStatus::Forgetting => !self.forget_running,
-            _ => false,
-        };
+        let may_start = matches!(
+            self.status,
+            TenantStatus::Serving | TenantStatus::Draining | TenantStatus::Flushing
+        ) && !self.releasing;
         if !may_start {
             return ready(Err(self.refusal()));
         }
-        if self.status != TenantStatus::Forgetting {
-            self.move_to(TenantStatus::Forgetting);
-        }
-        self.forget_running = true;
+        self.move_to(TenantStatus::Forgetting);
         self.settle_drain();
         self.tickets.clear();
         self.close_ledger();
@@ -248,14 +247,19 @@ impl Handler<Forget> for TenantActor {
         let settled = self.uploads_settled();
         let erase = self.erase(settled);
         Box::pin(erase.into_actor(self).then(move |erased, act, _| {
-            act.forget_running = false;
-            match erased {
-                Ok(floor) => act.after_erase(floor, done_tx),
-                Err(e) => ready(Err(e)),
-            }
+            let reply = match erased {
+                Ok(floor) => act.after_erase(floor, None),
+                Err((error, Some(floor))) => act.after_erase(floor, Some(error)),
+                Err((error, None)) => act.forget_failed(error),
+            };
+            let _ = done_tx.send(());
+            reply
         }))
     }
 }
+
+/// Why an erase stopped, and the floor if it had already been raised.
+type EraseError = (Error, Option<u64>);
 
 impl TenantActor {
     /// Waits for uploads under way, raises the floor, deletes every epoch at or below it and the
@@ -263,7 +267,7 @@ impl TenantActor {
     fn erase(
         &self,
         settled: oneshot::Receiver<()>,
-    ) -> impl std::future::Future<Output = Result<u64, Error>> + 'static {
+    ) -> impl std::future::Future<Output = Result<u64, EraseError>> + 'static {
         let rt = self.rt.clone();
         let key = self.key().clone();
         let epoch = self.cell.epoch;
@@ -272,19 +276,31 @@ impl TenantActor {
             let record = rt
                 .leases
                 .mark_forgotten(&key, rt.replica.as_str(), epoch)
-                .await?;
-            sweep_dead_epochs(rt.durable.as_ref(), &key, record.floor).await?;
+                .await
+                .map_err(|e| (Error::from(e), None))?;
+            let floor = Some(record.floor);
+            sweep_dead_epochs(rt.durable.as_ref(), &key, record.floor)
+                .await
+                .map_err(|e| (Error::from(e), floor))?;
             let root = rt.state_root.clone();
             let (org, tenant) = (key.org().clone(), key.tenant().clone());
-            tokio::task::spawn_blocking(move || paths::remove_tenant_dir(&root, &org, &tenant))
-                .await
-                .map_err(|e| Error::Closed(format!("local delete task failed: {e}")))??;
-            Ok(record.floor)
+            let removed =
+                tokio::task::spawn_blocking(move || paths::remove_tenant_dir(&root, &org, &tenant))
+                    .await
+                    .map_err(|e| Error::Closed(format!("local delete task failed: {e}")));
+            match removed {
+                Ok(Ok(_)) => Ok(record.floor),
+                Ok(Err(e)) => Err((Error::from(e), floor)),
+                Err(e) => Err((e, floor)),
+            }
         }
     }
 
-    /// Hands the lease back after an erase and reports the tenant forgotten.
-    fn after_erase(&mut self, floor: u64, done: oneshot::Sender<()>) -> Reply<()> {
+    /// Ends the tenure after a forget (the floor is raised) and reports the tenant forgotten.
+    /// With `incomplete`, some copy at or below the floor could not be deleted: the caller hears
+    /// that error, and the copies go at the next open's sweep, `leasehold sweep`, or the local
+    /// sweep.
+    fn after_erase(&mut self, floor: u64, incomplete: Option<Error>) -> Reply<()> {
         self.end_tenure();
         let rt = self.rt.clone();
         let key = self.key().clone();
@@ -305,8 +321,30 @@ impl TenantActor {
                 flushed: false,
             });
             act.finish(TenantStatus::Forgotten);
-            let _ = done.send(());
-            Ok(())
+            incomplete.map_or(Ok(()), Err)
+        }))
+    }
+
+    /// A forget that could not raise the floor: nothing was forgotten, and the tenure ends like
+    /// an abandon (the local file stays), so the lease is not renewed for ever by a tenant
+    /// nobody can use. Forget again after opening the tenant anew.
+    fn forget_failed(&mut self, error: Error) -> Reply<()> {
+        self.end_tenure();
+        let rt = self.rt.clone();
+        let key = self.key().clone();
+        let epoch = self.cell.epoch;
+        let call = async move { rt.leases.release(&key, rt.replica.as_str(), epoch).await };
+        Box::pin(call.into_actor(self).map(move |released, act, _| {
+            if let Err(e) = released {
+                tracing::warn!(key = %act.key(), error = %e, "releasing after a failed forget failed; the lease will expire");
+            }
+            act.rt.events.emit(Event::Released {
+                key: act.key().to_string(),
+                epoch,
+                flushed: false,
+            });
+            act.finish(TenantStatus::Abandoned);
+            Err(error)
         }))
     }
 }

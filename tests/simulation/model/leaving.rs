@@ -32,7 +32,7 @@ impl State {
         let (t, epoch) = k;
         let replica = self.tenures[&k].replica;
         self.tenure(k).status = status;
-        if status == Status::Abandoned {
+        if status != Status::Released {
             // The supervisor checks the local copy against the floor, in the background.
             self.local_sweeps[replica][t] = true;
         }
@@ -95,7 +95,8 @@ impl State {
     pub(super) fn forget(&mut self, k: (usize, u64)) -> Res {
         let (t, epoch) = k;
         match self.tenures[&k].status {
-            Status::Serving | Status::Forgetting => {}
+            Status::Serving => {}
+            Status::Forgetting => return Res::Draining,
             _ => return Res::Fenced,
         }
         let replica = self.tenures[&k].replica;
@@ -105,10 +106,16 @@ impl State {
         if self.table[replica][t] == Some(epoch) {
             self.table[replica][t] = None;
         }
+        // A forget that cannot raise the floor forgets nothing and ends the tenure like an
+        // abandon: the lease is released (if the store answers) and the local file stays.
         if self.lease_down {
+            self.release(k);
+            self.finish(k, Status::Abandoned);
             return Res::StoreDown;
         }
         if !self.store_live(t, replica, epoch) {
+            self.release(k);
+            self.finish(k, Status::Abandoned);
             return Res::Fenced;
         }
         let ts = &mut self.tenants[t];
@@ -126,6 +133,10 @@ impl State {
             ts.leftovers.insert(o);
         }
         if self.durable_down {
+            // The floor is raised: the tenure ends forgotten all the same; what could not be
+            // deleted goes at the next open's sweep, and the dead local copy at a local sweep.
+            self.release(k);
+            self.finish(k, Status::Forgotten);
             return Res::StoreDown;
         }
         ts.leftovers.clear();
