@@ -208,7 +208,8 @@ mod tests {
     fn zero_absurd_and_inconsistent_options_are_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let day = MAX_DURATION + Duration::from_millis(1);
-        let cases: Vec<(&str, Box<dyn Fn(&mut RuntimeConfig)>)> = vec![
+        type Breaks = Box<dyn Fn(&mut RuntimeConfig)>;
+        let cases: Vec<(&str, Breaks)> = vec![
             ("ttl", Box::new(|c| c.ttl = Duration::ZERO)),
             ("ttl", Box::new(move |c| c.ttl = day)),
             ("margin", Box::new(|c| c.margin = c.ttl)),
