@@ -247,13 +247,16 @@ impl Handler<Forget> for TenantActor {
         let settled = self.uploads_settled();
         let erase = self.erase(settled);
         Box::pin(erase.into_actor(self).then(move |erased, act, _| {
-            let reply = match erased {
+            let ending = match erased {
                 Ok(floor) => act.after_erase(floor, None),
                 Err((error, Some(floor))) => act.after_erase(floor, Some(error)),
                 Err((error, None)) => act.forget_failed(error),
             };
-            let _ = done_tx.send(());
-            reply
+            // `close` waits for this: the tenure is over and its lease handed back.
+            ending.map(move |outcome, _, _| {
+                let _ = done_tx.send(());
+                outcome
+            })
         }))
     }
 }
