@@ -138,7 +138,7 @@ mod tests {
     }
 
     #[test]
-    fn final_states_have_no_way_out_and_side_states_one() {
+    fn final_states_have_no_way_out_and_side_states_lead_only_to_final_ones() {
         for from in ALL.into_iter().filter(|s| s.is_final()) {
             assert!(ALL.iter().all(|&to| !from.can_move_to(to)), "{from}");
         }
@@ -148,7 +148,12 @@ mod tests {
         );
         assert_eq!(
             ALL.iter().filter(|&&to| Forgetting.can_move_to(to)).count(),
-            1
+            2
+        );
+        assert!(Forgetting.can_move_to(Forgotten));
+        assert!(
+            Forgetting.can_move_to(Abandoned),
+            "a forget that could not raise the floor ends like an abandon"
         );
         assert!(
             !Abandoning.can_move_to(Forgetting),
