@@ -352,3 +352,33 @@ async fn a_forget_that_cannot_raise_the_floor_ends_the_tenure_like_an_abandon() 
         "the tenant was not forgotten"
     );
 }
+
+#[actix_rt::test]
+async fn an_open_on_the_replica_while_its_forget_runs_is_refused_and_works_once_it_is_over() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("replica-a");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    let ForgetBehindUpload {
+        uploading,
+        forgetting,
+        gate,
+    } = forget_behind_held_upload(&fleet, &t).await;
+    until_status(&t, leasehold_actors::TenantStatus::Forgetting).await;
+    // The erase will delete this replica's directory of the tenant: no new tenure may use it yet.
+    let early = a.sup.open(&org(), &tenant()).await;
+    assert!(
+        matches!(early, Err(ref e) if e.is_draining()),
+        "got {early:?}"
+    );
+    gate.open();
+    within(3_000, "forget", forgetting).await.unwrap().unwrap();
+    let _ = uploading.await;
+    let again = a.open().await;
+    assert_eq!(keys_of(&again).await, Vec::<String>::new());
+    insert(&again, "k-2").await.unwrap();
+    assert!(
+        a.ledger_file().exists(),
+        "the new tenure's files are in place"
+    );
+}

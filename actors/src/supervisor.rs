@@ -231,6 +231,14 @@ impl Handler<Open> for SupervisorActor {
         if let Some(entry) = self.table.get(&key) {
             return Box::pin(actix::fut::ready(Ok(entry.tenant.clone())));
         }
+        if self.forgets.iter().any(|((k, _), _)| k == &key) {
+            // Its erase still deletes this replica's directory of the tenant: a new tenure here
+            // would lose its files to it. Open again once the forget is over.
+            return Box::pin(actix::fut::ready(Err(Error::Draining {
+                key: key.to_string(),
+                state: "forgetting".into(),
+            })));
+        }
         if let Some(shared) = self.opening.get(&key) {
             return Box::pin(shared.clone().into_actor(self));
         }
@@ -328,6 +336,9 @@ impl Handler<TenantGone> for SupervisorActor {
         {
             self.table.remove(&msg.key);
         }
+        // A forget of this tenure, if any, is over.
+        self.forgets
+            .retain(|((key, epoch), _)| !(key == &msg.key && *epoch == msg.epoch));
         if msg.status != TenantStatus::Released {
             // An abandoned copy stays for the next open, unless a successor forgets the tenant;
             // one a failed forget could not delete is dead already.

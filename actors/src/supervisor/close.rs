@@ -9,6 +9,7 @@ use leasehold::{Error, LeaseKey};
 
 use super::{Close, SupervisorActor, handoff};
 use crate::events::Event;
+use crate::status::TenantStatus;
 
 impl Handler<Close> for SupervisorActor {
     type Result = ResponseActFuture<Self, Result<Vec<LeaseKey>, Error>>;
@@ -30,14 +31,19 @@ impl Handler<Close> for SupervisorActor {
                 .buffer_unordered(rt.close_concurrency);
             while let Some((entry, outcome)) = results.next().await {
                 done += 1;
-                match outcome {
-                    Ok(()) => {}
+                let erased = match &outcome {
+                    Ok(()) => false,
                     // A tenant that a forget took meanwhile is erased, not unflushed.
-                    Err(Error::Draining { state, .. }) if state == "forgetting" => {}
-                    Err(e) => {
-                        tracing::warn!(key = %entry.tenant.key(), error = %e, "not flushed at close");
-                        unflushed.push((entry.order, entry.tenant.key().clone()));
-                    }
+                    Err(_) => matches!(
+                        entry.tenant.status().await,
+                        TenantStatus::Forgetting | TenantStatus::Forgotten
+                    ),
+                };
+                if let Err(e) = outcome
+                    && !erased
+                {
+                    tracing::warn!(key = %entry.tenant.key(), error = %e, "not flushed at close");
+                    unflushed.push((entry.order, entry.tenant.key().clone()));
                 }
                 rt.events.emit(Event::CloseProgress {
                     done,

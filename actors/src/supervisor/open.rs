@@ -103,13 +103,14 @@ async fn start(
     let ledger = blocking(move || {
         // The durable head is the authority: a local file left by an abandoned tenure is
         // replaced, never recovered (L2).
+        // The files belong to this tenure from now on: a forget that raises the floor past it
+        // makes them dead (see `local_copy_is_dead`). Marked first, so that no crash can leave
+        // a ledger here that no marker names.
+        paths::write_tenure(&tenure_dir, epoch)?;
         match restored {
             Some((_, bytes)) => image::install_image(&bytes, &path)?,
             None => image::install_empty(&path)?,
         }
-        // The files now belong to this tenure: a forget that raises the floor past it makes
-        // them dead (see `local_copy_is_dead`).
-        paths::write_tenure(&tenure_dir, epoch)?;
         Ok(Ledger::open(&path, &options)?)
     })
     .await?;

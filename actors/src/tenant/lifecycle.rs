@@ -356,7 +356,9 @@ impl Handler<LeaseLost> for TenantActor {
     type Result = ();
 
     fn handle(&mut self, _msg: LeaseLost, _ctx: &mut Context<Self>) {
+        // A tenure handing its lease back (after its final image was published) ends as it is.
         let stays = self.status.is_final()
+            || self.releasing
             || matches!(
                 self.status,
                 TenantStatus::Forgetting | TenantStatus::Abandoning
