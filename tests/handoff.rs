@@ -211,15 +211,7 @@ async fn h5_a_handoff_that_resumes_service_after_a_failed_flush_does_not_double_
         assert!(t.handoff().await.is_err());
         fleet.durable.set_down(false);
     }
-    a.events().await;
-    a.log.clear();
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
-    let renewals = a
-        .events()
-        .await
-        .iter()
-        .filter(|e| matches!(e, Event::Renewed { .. }))
-        .count();
+    let renewals = a.renewals_during(Duration::from_millis(1_300)).await;
     assert!(
         (2..=6).contains(&renewals),
         "one chain renews every 300 ms: saw {renewals} renewals in 1.3 s"

@@ -287,6 +287,19 @@ impl Replica {
         self.events().await.iter().any(pred)
     }
 
+    /// How many renewal round trips this replica made during the next `window` (real time):
+    /// one renewal chain makes one per `renew_every`.
+    pub async fn renewals_during(&self, window: Duration) -> usize {
+        self.events().await;
+        self.log.clear();
+        tokio::time::sleep(window).await;
+        self.events()
+            .await
+            .iter()
+            .filter(|e| matches!(e, Event::Renewed { .. }))
+            .count()
+    }
+
     /// Whether a `released { flushed: true }` of `key` was emitted.
     pub async fn flushed(&self, key: &LeaseKey) -> bool {
         let key = key.to_string();
