@@ -108,6 +108,12 @@ impl Error {
     pub fn is_fenced(&self) -> bool {
         matches!(self, Error::Fenced { .. })
     }
+
+    /// True when a store call gave up before its answer came: it may still have applied, or
+    /// apply later (docs/guarantees.md, "Late landings"). Only an idempotent retry tells.
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Error::Store(StoreError::Timeout { .. }))
+    }
 }
 
 impl From<StoreError> for Error {

@@ -24,12 +24,12 @@ mod local_sweep;
 mod open;
 
 use crate::config::RuntimeConfig;
-use crate::events::{Event, EventSink};
+use crate::events::EventSink;
 use crate::lease_actor::{LeaseActor, RenewNow};
 use crate::runtime::Runtime;
 use crate::status::TenantStatus;
 use crate::tenant::TenantRef;
-use crate::tenant::messages::{BeginDrain, CancelDrain, Flush, ForgetBegun, TenantGone};
+use crate::tenant::messages::{ForgetBegun, TenantGone};
 
 type SharedOpen = Shared<BoxFuture<'static, Result<TenantRef, Error>>>;
 
@@ -200,14 +200,6 @@ struct Lookup {
     key: LeaseKey,
 }
 
-/// Hands a tenant off under the drain deadline.
-#[derive(Message)]
-#[rtype(result = "Result<(), Error>")]
-pub(crate) struct Handoff {
-    /// The tenant.
-    pub(crate) tenant: TenantRef,
-}
-
 /// Closes the replica.
 #[derive(Message)]
 #[rtype(result = "Result<Vec<LeaseKey>, Error>")]
@@ -284,44 +276,6 @@ impl Handler<GetLeaseActor> for SupervisorActor {
 
     fn handle(&mut self, _msg: GetLeaseActor, _ctx: &mut Context<Self>) -> Self::Result {
         self.lease_actor.clone()
-    }
-}
-
-impl Handler<Handoff> for SupervisorActor {
-    type Result = ResponseFuture<Result<(), Error>>;
-
-    fn handle(&mut self, msg: Handoff, _ctx: &mut Context<Self>) -> Self::Result {
-        Box::pin(handoff(msg.tenant, self.rt.clone()))
-    }
-}
-
-/// The handoff choreography: drain under the deadline, then flush. The drain request is sent
-/// before this returns, so it reaches the tenant ahead of anything sent after.
-fn handoff(tenant: TenantRef, rt: Arc<Runtime>) -> impl Future<Output = Result<(), Error>> {
-    let begin = tenant.addr().send(BeginDrain);
-    async move {
-        let key = tenant.key().to_string();
-        let gone = || Error::Closed(format!("tenant {key} has stopped"));
-        let drained = begin.await.map_err(|_| gone())??;
-        match tokio::time::timeout(rt.drain_timeout, drained).await {
-            Err(_deadline) => {
-                let _ = tenant.addr().send(CancelDrain).await;
-                let after_ms = u64::try_from(rt.drain_timeout.as_millis()).unwrap_or(u64::MAX);
-                rt.events.emit(Event::DrainTimeout {
-                    key: key.clone(),
-                    after_ms,
-                });
-                return Err(Error::DrainTimeout { key, after_ms });
-            }
-            Ok(Err(_overtaken)) => {
-                return Err(Error::Draining {
-                    key,
-                    state: "stopped".into(),
-                });
-            }
-            Ok(Ok(drain)) => drain?,
-        }
-        tenant.addr().send(Flush).await.map_err(|_| gone())?
     }
 }
 

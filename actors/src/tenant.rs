@@ -4,6 +4,7 @@
 //! polled: calls made one after another reach the tenant in that order.
 
 use std::future::Future;
+use std::sync::{Arc, OnceLock};
 
 use actix::prelude::*;
 use leasehold::layout::ImageRef;
@@ -12,18 +13,24 @@ use leasehold::{Error, LeaseKey};
 use tokio::sync::oneshot;
 
 mod actor;
-mod lifecycle;
+mod effects;
 pub(crate) mod messages;
 pub(crate) mod publish;
+pub(crate) mod tenure;
 
 pub(crate) use actor::{TenantActor, TenantParts};
 use messages::*;
 
+use crate::events::Event;
+use crate::runtime::Runtime;
 use crate::status::TenantStatus;
-use crate::supervisor::{Handoff, SupervisorActor};
 
+/// What a call to a tenant whose actor has stopped gets: its tenure is over, so the call is
+/// fenced (promise 1 in docs/guarantees.md); nothing of it ran.
 fn closed(key: &LeaseKey) -> Error {
-    Error::Closed(format!("tenant {key} has stopped"))
+    Error::Fenced {
+        key: key.to_string(),
+    }
 }
 
 /// A host's handle to one open tenant. Cheap to clone; every clone talks to the same actor.
@@ -61,8 +68,10 @@ pub struct TenantRef {
     epoch: u64,
     /// The tenant actor.
     addr: Addr<TenantActor>,
-    /// The supervisor, which runs handoffs.
-    supervisor: Addr<SupervisorActor>,
+    /// The drain bound of a handoff and the event sink its caller reports a timeout to.
+    rt: Arc<Runtime>,
+    /// The final status, once the actor has stopped.
+    ended: Arc<OnceLock<TenantStatus>>,
 }
 
 impl std::fmt::Debug for TenantRef {
@@ -79,18 +88,16 @@ impl TenantRef {
         key: LeaseKey,
         epoch: u64,
         addr: Addr<TenantActor>,
-        supervisor: Addr<SupervisorActor>,
+        rt: Arc<Runtime>,
+        ended: Arc<OnceLock<TenantStatus>>,
     ) -> Self {
         Self {
             key,
             epoch,
             addr,
-            supervisor,
+            rt,
+            ended,
         }
-    }
-
-    pub(crate) fn addr(&self) -> &Addr<TenantActor> {
-        &self.addr
     }
 
     /// `<org>/<tenant>`.
@@ -104,7 +111,7 @@ impl TenantRef {
     }
 
     /// Runs `f` in the ledger, atomically: its own savepoint of a group commit that commits only
-    /// if the lease still holds (CONTRACT promise 1). `Ok` means committed; `Fenced` means
+    /// if the lease still holds (promise 1 in docs/guarantees.md). `Ok` means committed; `Fenced` means
     /// nothing of it was; an `Err` from `f` (or a panic in it) rolls back only its own writes.
     pub fn run<R, F>(&self, f: F) -> impl Future<Output = Result<R, Error>> + use<R, F>
     where
@@ -135,37 +142,81 @@ impl TenantRef {
     }
 
     /// Hands the tenant off gracefully: drain admitted work (up to the drain deadline), freeze,
-    /// publish the final image, release the lease, drop the local copy. On `DrainTimeout` or a
+    /// publish the final image, drop the local copy, release the lease. On `DrainTimeout` or a
     /// store failure the tenant serves again; on `Draining` an abandon or forget overtook it.
+    ///
+    /// The drain deadline is counted from this call, on the caller's side: a tenant whose
+    /// thread is held by a blocking run cannot stretch it (promise 6 in docs/guarantees.md).
+    /// A drain that the tenant finishes in the last instant may still flush after the caller
+    /// heard `DrainTimeout`: the handoff then reports a failure it did not have, never the
+    /// other way round.
     pub fn handoff(&self) -> impl Future<Output = Result<(), Error>> + use<> {
-        let request = self.supervisor.send(Handoff {
-            tenant: self.clone(),
+        let limit = self.rt.drain_timeout;
+        let deadline = tokio::time::Instant::now() + limit;
+        let (drained, drained_rx) = oneshot::channel();
+        let (done, done_rx) = oneshot::channel();
+        // Sent now, never deferred by a full mailbox: it keeps its place among later calls.
+        self.addr.do_send(Handoff {
+            deadline,
+            drained,
+            done,
         });
         let key = self.key.clone();
-        async move { request.await.map_err(|_| closed(&key))? }
+        let rt = self.rt.clone();
+        let addr = self.addr.clone();
+        async move {
+            let after_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+            let drain = match tokio::time::timeout_at(deadline, drained_rx).await {
+                Err(_deadline) => {
+                    // Whatever the tenant is doing, what is sent after this sees it serving.
+                    addr.do_send(DrainOver { deadline });
+                    Err(Error::DrainTimeout {
+                        key: key.to_string(),
+                        after_ms,
+                    })
+                }
+                Ok(answer) => answer.map_err(|_| closed(&key))?,
+            };
+            if let Err(Error::DrainTimeout { key, after_ms }) = &drain {
+                rt.events.emit(Event::DrainTimeout {
+                    key: key.clone(),
+                    after_ms: *after_ms,
+                });
+            }
+            drain?;
+            done_rx.await.map_err(|_| closed(&key))?
+        }
     }
 
     /// Stops like a crash: nothing is flushed, the local file stays until the next open of this
-    /// tenant on this replica, and the lease is handed back. A no-op while a forget runs.
+    /// tenant on this replica, and the lease is handed back. A no-op while a forget runs, and
+    /// once the tenure is over.
     pub fn abandon(&self) -> impl Future<Output = Result<(), Error>> + use<> {
-        let request = self.addr.send(Abandon);
-        let key = self.key.clone();
-        async move { request.await.map_err(|_| closed(&key))? }
+        let (reply, answer) = oneshot::channel();
+        self.addr.do_send(Abandon { reply });
+        async move { answer.await.unwrap_or(Ok(())) }
     }
 
     /// Erases the tenant: raises the floor to this epoch, deletes every image, manifest and
-    /// local file at or below it, and releases the lease (CONTRACT promise 5). Wins over a
-    /// handoff whose upload is under way.
+    /// local file at or below it, and releases the lease (promise 5 in docs/guarantees.md).
+    /// Wins over a handoff whose upload is under way.
     pub fn forget(&self) -> impl Future<Output = Result<(), Error>> + use<> {
-        let request = self.addr.send(Forget);
+        let (reply, answer) = oneshot::channel();
+        self.addr.do_send(Forget { reply });
         let key = self.key.clone();
-        async move { request.await.map_err(|_| closed(&key))? }
+        async move { answer.await.map_err(|_| closed(&key))? }
     }
 
-    /// Where the tenant is in its life. A stopped actor reads as `Released`.
+    /// Where the tenant is in its life. A stopped actor reads as the final state it reached.
     pub fn status(&self) -> impl Future<Output = TenantStatus> + use<> {
         let request = self.addr.send(GetStatus);
-        async move { request.await.unwrap_or(TenantStatus::Released) }
+        let ended = self.ended.clone();
+        async move {
+            match request.await {
+                Ok(status) => status,
+                Err(_) => ended.get().copied().unwrap_or(TenantStatus::Released),
+            }
+        }
     }
 
     /// Whether the tenant is serving.

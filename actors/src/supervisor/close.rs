@@ -7,7 +7,7 @@ use actix::prelude::*;
 use futures::StreamExt;
 use leasehold::{Error, LeaseKey};
 
-use super::{Close, SupervisorActor, handoff};
+use super::{Close, SupervisorActor};
 use crate::events::Event;
 use crate::status::TenantStatus;
 
@@ -25,7 +25,7 @@ impl Handler<Close> for SupervisorActor {
             let mut done = 0;
             let mut results = futures::stream::iter(entries)
                 .map(|entry| {
-                    let flushing = handoff(entry.tenant.clone(), rt.clone());
+                    let flushing = entry.tenant.handoff();
                     async move { (entry, flushing.await) }
                 })
                 .buffer_unordered(rt.close_concurrency);

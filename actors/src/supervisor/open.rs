@@ -126,6 +126,7 @@ async fn start(
         dir,
         head.clone(),
     ));
+    let ended = Arc::new(std::sync::OnceLock::new());
     let parts = TenantParts {
         rt: rt.clone(),
         cell: cell.clone(),
@@ -134,6 +135,7 @@ async fn start(
         lease_actor: plan.lease_actor.clone(),
         gone: plan.supervisor.clone().recipient(),
         forgets: plan.supervisor.clone().recipient(),
+        ended: ended.clone(),
     };
     let addr = TenantActor::start_in_arbiter(&plan.arbiter, move |_| TenantActor::new(parts));
     plan.lease_actor
@@ -152,7 +154,8 @@ async fn start(
         plan.key.clone(),
         record.epoch,
         addr,
-        plan.supervisor.clone(),
+        rt.clone(),
+        ended,
     ))
 }
 

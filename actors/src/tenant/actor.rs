@@ -1,16 +1,18 @@
-//! The tenant actor: one per open tenant. Its mailbox serializes runs, admissions, snapshots,
-//! handoff steps, abandon and forget; this file holds its state, group commit and the serving
-//! verbs. The leaving verbs are in `lifecycle.rs`.
+//! The tenant actor: one per open tenant, a thin shell around its [`Tenure`]. Its mailbox
+//! serializes runs, admissions, snapshots, handoff, abandon and forget; every decision about
+//! the tenure's life is the pure state machine's (`tenure.rs`); this file carries out its
+//! effects (`effects.rs`) and runs the group commit.
 //!
 //! **Group commit.** The first `Run` of a mailbox burst opens a transaction (`BEGIN IMMEDIATE`);
 //! each run executes at once in its own savepoint; a future spawned on the actor commits the
 //! batch after the mailbox is drained. Before `COMMIT` the lease is checked once: if it no longer
-//! holds, the whole batch rolls back and every caller gets `Fenced` (CONTRACT promise 1). Every
-//! caller is answered after the commit. Any other message commits the open batch first, so it
-//! sees only settled work.
+//! holds, the whole batch rolls back and every caller gets `Fenced` (promise 1 in
+//! docs/guarantees.md). The lease is checked again after `COMMIT`: a lapse ends the tenure and
+//! its callers get `Fenced`. Any other message commits the open batch first, so it sees only
+//! settled work.
 
-use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use leasehold::ledger::Ledger;
@@ -18,8 +20,8 @@ use leasehold::{Error, LeaseKey};
 use tokio::sync::oneshot;
 
 use super::messages::*;
-use super::publish::{Published, Publisher};
-use crate::events::Event;
+use super::publish::Publisher;
+use super::tenure::{Input, SnapshotPlan, Tenure};
 use crate::lease_actor::{LeaseActor, LeaseCell};
 use crate::runtime::Runtime;
 use crate::status::TenantStatus;
@@ -27,9 +29,13 @@ use crate::status::TenantStatus;
 /// How many messages may wait in a tenant's mailbox before senders wait.
 pub(crate) const MAILBOX_CAPACITY: usize = 1_024;
 
+/// A run that holds the actor's thread longer than this is reported by key: every tenant on
+/// the same arbiter waits for it (docs/guarantees.md, "Blocking closures").
+pub(crate) const SLOW_RUN: Duration = Duration::from_millis(100);
+
 /// Everything a tenant actor starts with.
 pub(crate) struct TenantParts {
-    /// The shared runtime.
+    /// Stores, clock, configuration and events of the replica.
     pub(crate) rt: Arc<Runtime>,
     /// The tenure's standing.
     pub(crate) cell: Arc<LeaseCell>,
@@ -37,20 +43,31 @@ pub(crate) struct TenantParts {
     pub(crate) ledger: Ledger,
     /// Publishes this tenure's images.
     pub(crate) publisher: Arc<Publisher>,
-    /// The renewal chain, to leave it on release.
+    /// The renewal chain, to leave it when the tenure ends.
     pub(crate) lease_actor: Addr<LeaseActor>,
     /// Told when the tenant reaches a final state.
     pub(crate) gone: Recipient<TenantGone>,
     /// Told when a forget begins.
     pub(crate) forgets: Recipient<ForgetBegun>,
+    /// Where the final status is left for handles once the actor has stopped.
+    pub(crate) ended: Arc<std::sync::OnceLock<TenantStatus>>,
+}
+
+/// The reply channels of the handoff under way.
+#[derive(Default)]
+pub(super) struct HandoffReplies {
+    /// Answered when the drain is over (or refused, overtaken, timed out).
+    pub(super) drained: Option<oneshot::Sender<Result<(), Error>>>,
+    /// Answered when the flush is over.
+    pub(super) done: Option<oneshot::Sender<Result<(), Error>>>,
 }
 
 /// One open tenant.
 pub(crate) struct TenantActor {
-    /// The shared runtime.
+    /// Stores, clock, configuration and events of the replica.
     pub(super) rt: Arc<Runtime>,
-    /// Where the tenant is in its life.
-    pub(super) status: TenantStatus,
+    /// Every decision about the tenure's life.
+    pub(super) tenure: Tenure,
     /// The tenure's standing, read before every run and commit.
     pub(super) cell: Arc<LeaseCell>,
     /// The ledger; `None` once closed.
@@ -63,50 +80,41 @@ pub(crate) struct TenantActor {
     pub(super) gone: Recipient<TenantGone>,
     /// Told when a forget begins.
     pub(super) forgets: Recipient<ForgetBegun>,
-    /// Callers of the open batch, answered at commit.
-    pub(super) batch: Vec<Finisher>,
-    /// Whether a transaction is open.
-    pub(super) batch_open: bool,
-    /// Live tickets of admitted work.
-    pub(super) tickets: HashSet<u64>,
-    /// The next ticket's id.
-    pub(super) next_ticket: u64,
-    /// The handoff waiting for the drain, if any.
-    pub(super) drain: Option<oneshot::Sender<Result<(), Error>>>,
-    /// Publishes under way (snapshots and the final flush).
-    pub(super) uploads: usize,
-    /// Waiting for `uploads` to reach zero.
-    pub(super) upload_waiters: Vec<oneshot::Sender<()>>,
-    /// Batches committed in this tenure.
-    pub(super) commits: u64,
-    /// `commits` as of the last published image (or the restore).
-    pub(super) published_commits: u64,
-    /// True once a flush has published and is handing the lease back: too late to overtake.
-    pub(super) releasing: bool,
+    /// The final status, for handles once the actor has stopped.
+    pub(super) ended: Arc<std::sync::OnceLock<TenantStatus>>,
+    /// Callers of the open transaction, answered at commit; `None` when none is open.
+    pub(super) batch: Option<Vec<Finisher>>,
+    /// The handoff under way, if any.
+    pub(super) handoff: HandoffReplies,
+    /// Callers of an abandon under way.
+    pub(super) abandons: Vec<oneshot::Sender<Result<(), Error>>>,
+    /// The caller of the forget under way.
+    pub(super) forget: Option<oneshot::Sender<Result<(), Error>>>,
+    /// Resolved when the forget under way is over; `close` waits for it.
+    pub(super) forget_done: Option<oneshot::Sender<()>>,
 }
 
 impl TenantActor {
     /// A serving tenant made of `parts`.
     pub(crate) fn new(parts: TenantParts) -> Self {
+        let drain_ms = u64::try_from(parts.rt.drain_timeout.as_millis()).unwrap_or(u64::MAX);
+        let tenure = Tenure::new(parts.cell.key.to_string(), parts.cell.epoch, drain_ms)
+            .skipping_final_image(parts.rt.skips_final_image());
         Self {
             rt: parts.rt,
-            status: TenantStatus::Serving,
+            tenure,
             cell: parts.cell,
             ledger: Some(parts.ledger),
             publisher: parts.publisher,
             lease_actor: parts.lease_actor,
             gone: parts.gone,
             forgets: parts.forgets,
-            batch: Vec::new(),
-            batch_open: false,
-            tickets: HashSet::new(),
-            next_ticket: 1,
-            drain: None,
-            uploads: 0,
-            upload_waiters: Vec::new(),
-            commits: 0,
-            published_commits: 0,
-            releasing: false,
+            ended: parts.ended,
+            batch: None,
+            handoff: HandoffReplies::default(),
+            abandons: Vec::new(),
+            forget: None,
+            forget_done: None,
         }
     }
 
@@ -120,56 +128,20 @@ impl TenantActor {
         }
     }
 
-    pub(super) fn draining(&self) -> Error {
-        Error::Draining {
-            key: self.key().to_string(),
-            state: self.status.as_str().to_string(),
-        }
-    }
-
-    /// Moves to `to`, emitting the change; a move the state machine forbids is refused (and
-    /// logged, since it means a bug).
-    pub(super) fn move_to(&mut self, to: TenantStatus) -> bool {
-        let from = self.status;
-        if !from.can_move_to(to) {
-            tracing::error!(key = %self.key(), %from, %to, "refused a backward status move");
-            return false;
-        }
-        self.status = to;
-        self.rt.events.emit(Event::StateChanged {
-            key: self.key().to_string(),
-            from,
-            to,
-        });
-        true
-    }
-
-    /// Whether a call may run now: serving with the lease held, or draining under a live ticket.
-    fn admission(&self, ticket: Option<u64>) -> Result<(), Error> {
-        let ticketed = ticket.is_some_and(|t| self.tickets.contains(&t));
-        match self.status {
-            TenantStatus::Serving => {}
-            TenantStatus::Draining if ticketed => {}
-            s if s.is_leaving() => return Err(self.draining()),
-            _ => return Err(self.fenced()),
-        }
-        if self.cell.holds(self.rt.now_ms()) || self.rt.skips_commit_check() {
-            Ok(())
-        } else {
-            Err(self.fenced())
-        }
+    /// Whether the lease holds now (or the commit check is switched off, a deliberate bug).
+    pub(super) fn held(&self) -> bool {
+        self.cell.holds(self.rt.now_ms()) || self.rt.skips_commit_check()
     }
 
     /// Commits the open batch if the lease still holds, else rolls it back; answers its callers.
     /// The lease is checked again after the commit: a caller is told `Ok` only if the lease held
     /// when its write became durable locally.
-    pub(super) fn commit_batch(&mut self) {
-        if !self.batch_open {
+    pub(super) fn commit_batch(&mut self, ctx: &mut Context<Self>) {
+        let Some(callers) = self.batch.take() else {
             return;
-        }
-        self.batch_open = false;
-        let callers = std::mem::take(&mut self.batch);
-        let held = self.cell.holds(self.rt.now_ms()) || self.rt.skips_commit_check();
+        };
+        let held = self.held();
+        let fenced = self.fenced();
         let outcome = match self.ledger.as_mut() {
             None => Err(Error::Closed("the ledger was closed".into())),
             Some(ledger) if held => ledger.commit().map_err(|e| {
@@ -178,122 +150,27 @@ impl TenantActor {
             }),
             Some(ledger) => {
                 let _ = ledger.rollback();
-                Err(self.fenced())
+                Err(fenced)
             }
         };
-        let lapsed =
-            outcome.is_ok() && !self.cell.holds(self.rt.now_ms()) && !self.rt.skips_commit_check();
-        let outcome = if lapsed {
-            // Committed locally, but the lease ran out meanwhile: nothing of this tenure may
-            // count from here on, so the tenure ends and these writes never reach an image.
-            self.cell.end();
-            Err(self.fenced())
+        let outcome = if outcome.is_ok() {
+            // Committed locally; if the lease ran out meanwhile nothing of this tenure may count
+            // from here on: the tenure ends and these writes never reach an image.
+            let lapsed = !self.held();
+            self.feed(Input::Committed { lapsed }, ctx);
+            if lapsed { Err(self.fenced()) } else { Ok(()) }
         } else {
             outcome
         };
-        if outcome.is_ok() {
-            self.commits += 1;
-        }
-        if lapsed {
-            self.rt.events.emit(Event::Lost {
-                key: self.key().to_string(),
-                epoch: self.cell.epoch,
-            });
-            self.lose();
-        }
         // Callers hear the outcome only once the tenant's state says the same.
         for caller in callers {
             caller(outcome.clone());
         }
     }
 
-    /// Whether anything was committed since the last published image.
-    pub(super) fn dirty(&self) -> bool {
-        self.commits > self.published_commits
-    }
-
-    /// Starts a publish and counts it as under way; `finish_upload` must follow.
-    pub(super) fn begin_upload(&mut self) -> (Arc<Publisher>, u64) {
-        self.uploads += 1;
-        (self.publisher.clone(), self.commits)
-    }
-
-    /// Counts a publish as over and wakes those waiting for none to be under way.
-    pub(super) fn finish_upload(&mut self) {
-        self.uploads = self.uploads.saturating_sub(1);
-        if self.uploads == 0 {
-            for waiter in self.upload_waiters.drain(..) {
-                let _ = waiter.send(());
-            }
-        }
-    }
-
-    /// Resolves when no publish is under way.
-    pub(super) fn uploads_settled(&mut self) -> oneshot::Receiver<()> {
-        let (tx, rx) = oneshot::channel();
-        if self.uploads == 0 {
-            let _ = tx.send(());
-        } else {
-            self.upload_waiters.push(tx);
-        }
-        rx
-    }
-
-    /// Publishes an image if anything changed; a periodic tick and `Snapshot` both come here.
-    fn snapshot(
-        &mut self,
-    ) -> ResponseActFuture<Self, Result<Option<leasehold::layout::ImageRef>, Error>> {
-        self.commit_batch();
-        if let Err(e) = self.admission(None) {
-            return Box::pin(actix::fut::ready(Err(e)));
-        }
-        if !self.dirty() {
-            let head = self.publisher.clone();
-            return Box::pin(async move { Ok(head.head().await) }.into_actor(self));
-        }
-        let (publisher, commits) = self.begin_upload();
-        Box::pin(
-            async move { publisher.publish().await }
-                .into_actor(self)
-                .map(move |outcome, act, _| {
-                    act.finish_upload();
-                    act.after_snapshot(outcome, commits)
-                }),
-        )
-    }
-
-    fn after_snapshot(
-        &mut self,
-        outcome: Result<Published, Error>,
-        commits: u64,
-    ) -> Result<Option<leasehold::layout::ImageRef>, Error> {
-        let key = self.key().to_string();
-        match outcome {
-            Ok(Published { image, taken_at_ms }) => {
-                self.published_commits = self.published_commits.max(commits);
-                self.rt.events.emit(Event::SnapshotPublished {
-                    key,
-                    image: image.clone(),
-                    taken_at_ms,
-                });
-                if self.status.is_leaving() || self.status.is_final() {
-                    return Err(self.draining());
-                }
-                Ok(Some(image))
-            }
-            Err(error) => {
-                self.rt.events.emit(Event::SnapshotFailed {
-                    key,
-                    error: error.to_string(),
-                });
-                Err(error)
-            }
-        }
-    }
-
     /// Closes the ledger (the file stays).
-    pub(super) fn close_ledger(&mut self) {
-        self.commit_batch();
+    pub(super) fn close_ledger(&mut self, ctx: &mut Context<Self>) {
+        self.commit_batch(ctx);
         if let Some(ledger) = self.ledger.take()
             && let Err(e) = ledger.close()
         {
@@ -309,11 +186,15 @@ impl Actor for TenantActor {
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
         if let Some(every) = self.rt.snapshot_every {
             ctx.run_interval(every, |act, ctx| {
-                if act.status == TenantStatus::Serving && act.dirty() && act.uploads == 0 {
-                    ctx.spawn(act.snapshot().map(|_, _, _| ()));
-                }
+                let held = act.held();
+                act.commit_batch(ctx);
+                act.feed(Input::Tick { held }, ctx);
             });
         }
+    }
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        let _ = self.ended.set(self.tenure.status());
     }
 }
 
@@ -321,7 +202,7 @@ impl Handler<Run> for TenantActor {
     type Result = ();
 
     fn handle(&mut self, msg: Run, ctx: &mut Context<Self>) {
-        if let Err(e) = self.admission(msg.ticket) {
+        if let Err(e) = self.tenure.admits(msg.ticket, self.held()) {
             return msg.job.refuse(e);
         }
         let Some(ledger) = self.ledger.as_mut() else {
@@ -329,60 +210,101 @@ impl Handler<Run> for TenantActor {
                 .job
                 .refuse(Error::Closed("the ledger was closed".into()));
         };
-        if !self.batch_open {
+        if self.batch.is_none() {
             if let Err(e) = ledger.begin() {
                 return msg.job.refuse(e.into());
             }
-            self.batch_open = true;
+            self.batch = Some(Vec::new());
             // Runs after the messages already in the mailbox: they join this batch.
-            ctx.spawn(actix::fut::ready(()).map(|_, act: &mut Self, _| act.commit_batch()));
+            ctx.spawn(actix::fut::ready(()).map(|_, act: &mut Self, ctx| act.commit_batch(ctx)));
         }
+        let started = std::time::Instant::now();
         let finisher = msg.job.execute(ledger);
-        self.batch.push(finisher);
+        let took = started.elapsed();
+        if took >= SLOW_RUN {
+            tracing::warn!(key = %self.key(), took_ms = took.as_millis() as u64,
+                "a run held the tenant's thread; tenants on the same arbiter waited for it");
+        }
+        if let Some(batch) = self.batch.as_mut() {
+            batch.push(finisher);
+        }
     }
 }
 
 impl Handler<Admit> for TenantActor {
     type Result = Result<u64, Error>;
 
-    fn handle(&mut self, _msg: Admit, _ctx: &mut Context<Self>) -> Self::Result {
-        self.commit_batch();
-        self.admission(None)?;
-        let id = self.next_ticket;
-        self.next_ticket += 1;
-        self.tickets.insert(id);
-        Ok(id)
+    fn handle(&mut self, _msg: Admit, ctx: &mut Context<Self>) -> Self::Result {
+        self.commit_batch(ctx);
+        let held = self.held();
+        self.tenure.admit(held)
     }
 }
 
 impl Handler<Retire> for TenantActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Retire, _ctx: &mut Context<Self>) {
-        self.commit_batch();
-        self.tickets.remove(&msg.ticket);
-        if self.tickets.is_empty()
-            && self.status == TenantStatus::Draining
-            && let Some(drained) = self.drain.take()
-        {
-            let _ = drained.send(Ok(()));
-        }
+    fn handle(&mut self, msg: Retire, ctx: &mut Context<Self>) {
+        self.commit_batch(ctx);
+        self.feed(Input::Retire { ticket: msg.ticket }, ctx);
     }
 }
 
 impl Handler<Snapshot> for TenantActor {
     type Result = ResponseActFuture<Self, Result<Option<leasehold::layout::ImageRef>, Error>>;
 
-    fn handle(&mut self, _msg: Snapshot, _ctx: &mut Context<Self>) -> Self::Result {
-        self.snapshot()
+    fn handle(&mut self, _msg: Snapshot, ctx: &mut Context<Self>) -> Self::Result {
+        self.commit_batch(ctx);
+        let held = self.held();
+        match self.tenure.snapshot(held, true) {
+            SnapshotPlan::Refuse(e) => Box::pin(actix::fut::ready(Err(e))),
+            SnapshotPlan::Unchanged => {
+                let head = self.publisher.clone();
+                Box::pin(async move { Ok(head.head().await) }.into_actor(self))
+            }
+            SnapshotPlan::Publish { commits } => {
+                let publisher = self.publisher.clone();
+                Box::pin(
+                    async move { publisher.publish().await }
+                        .into_actor(self)
+                        .map(move |outcome, act, ctx| {
+                            let answer = outcome.as_ref().map(|p| Some(p.image.clone()));
+                            let answer = answer.map_err(Clone::clone);
+                            act.feed(
+                                Input::Published {
+                                    commits,
+                                    final_image: false,
+                                    outcome: outcome.map(Some),
+                                },
+                                ctx,
+                            );
+                            // Published, but a forget or a lost lease took the tenant meanwhile.
+                            match act.tenure.status() {
+                                TenantStatus::Abandoning
+                                | TenantStatus::Abandoned
+                                | TenantStatus::Forgetting
+                                | TenantStatus::Forgotten
+                                    if answer.is_ok() =>
+                                {
+                                    Err(Error::Draining {
+                                        key: act.key().to_string(),
+                                        state: act.tenure.status().as_str().to_string(),
+                                    })
+                                }
+                                _ => answer,
+                            }
+                        }),
+                )
+            }
+        }
     }
 }
 
 impl Handler<GetStatus> for TenantActor {
     type Result = MessageResult<GetStatus>;
 
-    fn handle(&mut self, _msg: GetStatus, _ctx: &mut Context<Self>) -> Self::Result {
-        self.commit_batch();
-        MessageResult(self.status)
+    fn handle(&mut self, _msg: GetStatus, ctx: &mut Context<Self>) -> Self::Result {
+        self.commit_batch(ctx);
+        MessageResult(self.tenure.status())
     }
 }

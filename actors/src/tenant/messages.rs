@@ -84,31 +84,43 @@ pub(crate) struct Snapshot;
 #[rtype(result = "TenantStatus")]
 pub(crate) struct GetStatus;
 
-/// Starts a drain: refuses new work; the receiver resolves `Ok` once admitted work is done, or
-/// `Err` (or is dropped) when an abandon, a forget or a lost lease overtakes the handoff.
-#[derive(Message)]
-#[rtype(result = "Result<oneshot::Receiver<Result<(), Error>>, Error>")]
-pub(crate) struct BeginDrain;
-
-/// The drain deadline passed: serve again.
+/// Hands the tenant off: drain admitted work until `deadline`, publish the final image, drop
+/// the local copy, release the lease.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct CancelDrain;
+pub(crate) struct Handoff {
+    /// Counted from the handoff call, on the caller's side (promise 6).
+    pub(crate) deadline: tokio::time::Instant,
+    /// Answered when the drain is over, refused, overtaken or timed out.
+    pub(crate) drained: oneshot::Sender<Result<(), Error>>,
+    /// Answered when the flush is over.
+    pub(crate) done: oneshot::Sender<Result<(), Error>>,
+}
 
-/// Takes and publishes the final image, releases the lease and drops the local copy.
+/// The handoff's caller stopped waiting at `deadline`: a drain still under way for it ends and
+/// the tenant serves again. Messages sent after this one see the tenant serving.
 #[derive(Message)]
-#[rtype(result = "Result<(), Error>")]
-pub(crate) struct Flush;
+#[rtype(result = "()")]
+pub(crate) struct DrainOver {
+    /// The deadline of the handoff that gave up.
+    pub(crate) deadline: tokio::time::Instant,
+}
 
 /// Stops like a crash: no flush, the local file kept, the lease handed back.
 #[derive(Message)]
-#[rtype(result = "Result<(), Error>")]
-pub(crate) struct Abandon;
+#[rtype(result = "()")]
+pub(crate) struct Abandon {
+    /// Answered once the lease is handed back.
+    pub(crate) reply: oneshot::Sender<Result<(), Error>>,
+}
 
 /// Erases the tenant: raises the floor, deletes every copy at or below it, releases the lease.
 #[derive(Message)]
-#[rtype(result = "Result<(), Error>")]
-pub(crate) struct Forget;
+#[rtype(result = "()")]
+pub(crate) struct Forget {
+    /// Answered once the forget is over.
+    pub(crate) reply: oneshot::Sender<Result<(), Error>>,
+}
 
 /// Sent to the supervisor when a tenant reached a final state.
 #[derive(Message)]

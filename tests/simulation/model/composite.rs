@@ -5,8 +5,8 @@
 use super::{Outcomes, Res, State, Status};
 
 impl State {
-    /// Admit; a ticket write; a handoff begins; a plain write, an admission and a snapshot are
-    /// refused; time passes and the owner may renew; a second ticket write; the ticket goes;
+    /// Admit; a ticket write; a handoff begins; a plain write and an admission are refused, a
+    /// snapshot publishes the ticket's write (the crash bound holds while draining); time passes and the owner may renew; a second ticket write; the ticket goes;
     /// the handoff ends — or was settled as overtaken when the renewal found the lease lost.
     pub(super) fn drained_handoff(
         &mut self,
@@ -22,7 +22,8 @@ impl State {
         if let Err(e) = self.begin_drain(k) {
             return vec![Res::Ok, first, e];
         }
-        let mut out = vec![Res::Ok, first, Res::Draining, Res::Draining, Res::Draining];
+        let mut out = vec![Res::Ok, first, Res::Draining, Res::Draining];
+        out.push(self.snapshot(k, false));
         self.now += pause;
         if renew {
             let replica = self.tenures[&k].replica;

@@ -57,6 +57,11 @@ impl State {
             }
             return e;
         }
+        if !self.tenures[&k].dirty && !self.holds(k) {
+            // Nothing to publish, but a handoff is only flushed while its tenure holds.
+            self.lose(k);
+            return Res::Fenced;
+        }
         self.release(k);
         let (t, _) = k;
         let replica = self.tenures[&k].replica;

@@ -1,0 +1,289 @@
+//! How the tenant actor carries out its tenure's effects, and the leaving verbs (handoff,
+//! abandon, forget, a lost lease) that feed the tenure. Every decision is in `tenure.rs`: here
+//! each effect becomes a call, and each call's completion becomes an [`Input`] fed back.
+
+use actix::prelude::*;
+use leasehold::sweep::sweep_dead_epochs;
+use leasehold::{Error, paths};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::actor::{HandoffReplies, TenantActor};
+use super::messages::*;
+use super::tenure::{Effect, Input, Waiter};
+use crate::lease_actor::{LeaseLost, Unregister};
+
+/// The caller of the input being fed, answered at once or kept as a waiter.
+enum Caller {
+    /// Nobody (a timer, a completion).
+    None,
+    /// A handoff's two reply channels.
+    Handoff(HandoffReplies),
+    /// An abandon's reply.
+    Abandon(oneshot::Sender<Result<(), Error>>),
+    /// A forget's reply.
+    Forget(oneshot::Sender<Result<(), Error>>),
+}
+
+impl TenantActor {
+    /// Feeds `input` to the tenure and carries out what it decides.
+    pub(super) fn feed(&mut self, input: Input, ctx: &mut Context<Self>) {
+        self.feed_from(input, Caller::None, ctx);
+    }
+
+    fn feed_from(&mut self, input: Input, caller: Caller, ctx: &mut Context<Self>) {
+        let effects = self.tenure.on(input, Instant::now());
+        let answered = effects.iter().find_map(|e| match e {
+            Effect::Answer(answer) => Some(answer.clone()),
+            _ => None,
+        });
+        match (caller, answered) {
+            (Caller::None, _) => {}
+            (Caller::Handoff(replies), Some(answer)) => {
+                if let Some(tx) = replies.drained {
+                    let _ = tx.send(answer);
+                }
+            }
+            (Caller::Abandon(tx) | Caller::Forget(tx), Some(answer)) => {
+                let _ = tx.send(answer);
+            }
+            (Caller::Handoff(replies), None) => self.handoff = replies,
+            (Caller::Abandon(tx), None) => self.abandons.push(tx),
+            (Caller::Forget(tx), None) => self.forget = Some(tx),
+        }
+        for effect in effects {
+            self.perform(effect, ctx);
+        }
+    }
+
+    fn perform(&mut self, effect: Effect, ctx: &mut Context<Self>) {
+        match effect {
+            Effect::Publish {
+                commits,
+                final_image,
+                image,
+            } => self.publish(commits, final_image, image, ctx),
+            Effect::ArmDrainTimer { deadline } => {
+                let wait = deadline.saturating_duration_since(Instant::now());
+                ctx.run_later(wait, move |act, ctx| {
+                    act.commit_batch(ctx);
+                    act.feed(Input::DrainDeadline { deadline }, ctx);
+                });
+            }
+            Effect::Drained => {
+                if let Some(tx) = self.handoff.drained.take() {
+                    let _ = tx.send(Ok(()));
+                }
+            }
+            Effect::CloseLedger => self.close_ledger(ctx),
+            Effect::EndTenure => {
+                self.cell.end();
+                self.lease_actor.do_send(Unregister {
+                    key: self.key().clone(),
+                    epoch: self.cell.epoch,
+                });
+            }
+            Effect::RemoveDir => self.remove_dir(ctx),
+            Effect::ReleaseLease => self.release_lease(ctx),
+            Effect::ForgetBegun => {
+                let (done, waited) = oneshot::channel();
+                self.forget_done = Some(done);
+                self.forgets.do_send(ForgetBegun {
+                    key: self.key().clone(),
+                    epoch: self.cell.epoch,
+                    done: waited,
+                });
+            }
+            Effect::MarkForgotten => self.mark_forgotten(ctx),
+            Effect::Erase { floor } => self.erase(floor, ctx),
+            Effect::Reply(waiter, answer) => self.reply(waiter, answer),
+            Effect::Answer(_) => {} // answered by `feed_from`
+            Effect::Emit(event) => self.rt.events.emit(event),
+            Effect::Finish(status) => {
+                let _ = self.ended.set(status);
+                self.gone.do_send(TenantGone {
+                    key: self.key().clone(),
+                    epoch: self.cell.epoch,
+                    status,
+                });
+                if let Some(done) = self.forget_done.take() {
+                    let _ = done.send(());
+                }
+                // Nothing of this tenure runs any more: the actor, its timers and its
+                // mailbox go (later messages are answered by the handle, see `TenantRef`).
+                ctx.stop();
+            }
+        }
+    }
+
+    fn reply(&mut self, waiter: Waiter, answer: Result<(), Error>) {
+        match waiter {
+            Waiter::Handoff => {
+                let tx = self.handoff.drained.take().or(self.handoff.done.take());
+                if let Some(tx) = tx {
+                    let _ = tx.send(answer);
+                }
+            }
+            Waiter::Abandon => {
+                for tx in self.abandons.drain(..) {
+                    let _ = tx.send(answer.clone());
+                }
+            }
+            Waiter::Forget => {
+                if let Some(tx) = self.forget.take() {
+                    let _ = tx.send(answer);
+                }
+            }
+        }
+    }
+
+    /// Publishes an image (or, with `image == false`, only confirms the lease).
+    fn publish(&mut self, commits: u64, final_image: bool, image: bool, ctx: &mut Context<Self>) {
+        let publisher = self.publisher.clone();
+        let held = self.cell.holds(self.rt.now_ms());
+        let fenced = self.fenced();
+        let work = async move {
+            match (image, held) {
+                (true, _) => publisher.publish().await.map(Some),
+                (false, true) => Ok(None),
+                (false, false) => Err(fenced),
+            }
+        };
+        ctx.spawn(work.into_actor(self).map(move |outcome, act, ctx| {
+            act.feed(
+                Input::Published {
+                    commits,
+                    final_image,
+                    outcome,
+                },
+                ctx,
+            );
+        }));
+    }
+
+    fn remove_dir(&mut self, ctx: &mut Context<Self>) {
+        let root = self.rt.state_root.clone();
+        let key = self.key().clone();
+        let removal = async move {
+            let (org, tenant) = (key.org().clone(), key.tenant().clone());
+            let removed =
+                tokio::task::spawn_blocking(move || paths::remove_tenant_dir(&root, &org, &tenant))
+                    .await;
+            match removed {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!(%key, error = %e, "dropping the local copy failed"),
+                Err(e) => tracing::warn!(%key, error = %e, "the local delete task failed"),
+            }
+        };
+        ctx.spawn(
+            removal
+                .into_actor(self)
+                .map(|_, act, ctx| act.feed(Input::DirRemoved, ctx)),
+        );
+    }
+
+    fn release_lease(&mut self, ctx: &mut Context<Self>) {
+        let rt = self.rt.clone();
+        let key = self.key().clone();
+        let epoch = self.cell.epoch;
+        let call = async move { rt.leases.release(&key, rt.replica.as_str(), epoch).await };
+        ctx.spawn(call.into_actor(self).map(|released, act, ctx| {
+            if let Err(e) = released {
+                tracing::warn!(key = %act.key(), error = %e, "releasing the lease failed; it will expire");
+            }
+            act.feed(Input::LeaseReleased, ctx);
+        }));
+    }
+
+    fn mark_forgotten(&mut self, ctx: &mut Context<Self>) {
+        let rt = self.rt.clone();
+        let key = self.key().clone();
+        let epoch = self.cell.epoch;
+        let call = async move {
+            rt.leases
+                .mark_forgotten(&key, rt.replica.as_str(), epoch)
+                .await
+                .map(|record| record.floor)
+                .map_err(Error::from)
+        };
+        ctx.spawn(
+            call.into_actor(self)
+                .map(|floor, act, ctx| act.feed(Input::FloorRaised(floor), ctx)),
+        );
+    }
+
+    /// Deletes every durable copy at or below `floor`, then the local directory. Renewals go
+    /// on meanwhile: the lease is still registered.
+    fn erase(&mut self, floor: u64, ctx: &mut Context<Self>) {
+        let rt = self.rt.clone();
+        let key = self.key().clone();
+        let work = async move {
+            sweep_dead_epochs(rt.durable.as_ref(), &key, floor).await?;
+            let root = rt.state_root.clone();
+            let (org, tenant) = (key.org().clone(), key.tenant().clone());
+            tokio::task::spawn_blocking(move || paths::remove_tenant_dir(&root, &org, &tenant))
+                .await
+                .map_err(|e| Error::Closed(format!("local delete task failed: {e}")))??;
+            Ok(())
+        };
+        ctx.spawn(
+            work.into_actor(self)
+                .map(|erased, act, ctx| act.feed(Input::Erased(erased), ctx)),
+        );
+    }
+}
+
+impl Handler<Handoff> for TenantActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Handoff, ctx: &mut Context<Self>) {
+        self.commit_batch(ctx);
+        let held = self.cell.holds(self.rt.now_ms());
+        let replies = HandoffReplies {
+            drained: Some(msg.drained),
+            done: Some(msg.done),
+        };
+        let input = Input::Handoff {
+            deadline: msg.deadline,
+            held,
+        };
+        self.feed_from(input, Caller::Handoff(replies), ctx);
+    }
+}
+
+impl Handler<DrainOver> for TenantActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: DrainOver, ctx: &mut Context<Self>) {
+        self.commit_batch(ctx);
+        let deadline = msg.deadline;
+        self.feed(Input::DrainDeadline { deadline }, ctx);
+    }
+}
+
+impl Handler<Abandon> for TenantActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Abandon, ctx: &mut Context<Self>) {
+        self.commit_batch(ctx);
+        self.feed_from(Input::Abandon, Caller::Abandon(msg.reply), ctx);
+    }
+}
+
+impl Handler<Forget> for TenantActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Forget, ctx: &mut Context<Self>) {
+        self.commit_batch(ctx);
+        self.feed_from(Input::Forget, Caller::Forget(msg.reply), ctx);
+    }
+}
+
+impl Handler<LeaseLost> for TenantActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: LeaseLost, ctx: &mut Context<Self>) {
+        self.commit_batch(ctx);
+        self.feed(Input::LeaseLost, ctx);
+    }
+}

@@ -1,0 +1,688 @@
+//! The tenure as one pure state machine: every decision about a tenant's life on this replica,
+//! and nothing else. No actix, no I/O, no clock of its own: the actor passes `now` and whether
+//! the lease holds, carries out the [`Effect`]s, and feeds completions back as [`Input`]s.
+//!
+//! ```text
+//!  Serving ──handoff──> Draining{deadline} ──tickets done──> Flushing(Publishing)
+//!    ^  ^                   │ deadline                          │ image published
+//!    │  └───────────────────┘                                   v
+//!    └──── failed publish ─────────────────────────── Flushing(Releasing) ──> Ended(Released)
+//!  Serving | Draining | Flushing(Publishing):
+//!    abandon ──> Abandoning ──lease released──> Ended(Abandoned)
+//!    forget  ──> Forgetting(Settling ─> Marking ─> Erasing ─> Releasing) ──> Ended(Forgotten)
+//!                                        └ floor not raised ─> Releasing ──> Ended(Abandoned)
+//!    lease lost, lapse after COMMIT, fenced publish ──> Ended(Abandoned)
+//! ```
+//!
+//! The rows of the state table in `docs/architecture.md` are the unit tests at the bottom.
+//! Promise numbers refer to `docs/guarantees.md`.
+
+use std::collections::BTreeSet;
+
+use leasehold::Error;
+use tokio::time::Instant;
+
+use super::publish::Published;
+use crate::events::Event;
+use crate::status::TenantStatus;
+
+/// How many times a forget asks the lease store again after an answer of unknown outcome (a
+/// timeout): raising the floor is idempotent for the same tenure, so a retry is safe.
+pub(crate) const FLOOR_RETRIES: u32 = 2;
+
+/// Where a tenure is. Each variant carries the data only it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Takes runs, admissions and snapshots.
+    Serving,
+    /// A handoff waits for admitted work until `deadline` (counted from the handoff call).
+    Draining {
+        /// When the handoff's caller stops waiting.
+        deadline: Instant,
+    },
+    /// The handoff's second half.
+    Flushing(Flushing),
+    /// Stopping like a crash: the lease is being handed back.
+    Abandoning,
+    /// Being erased.
+    Forgetting(Forgetting),
+    /// Over: `Released`, `Abandoned` or `Forgotten`.
+    Ended(TenantStatus),
+}
+
+/// The steps of a flush.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flushing {
+    /// The final image is being published; an abandon, forget or lost lease still overtakes.
+    Publishing,
+    /// The image is published: the local copy goes, then the lease is handed back. Too late to
+    /// overtake.
+    Releasing,
+}
+
+/// The steps of a forget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Forgetting {
+    /// Waiting for uploads under way to settle.
+    Settling,
+    /// Raising the floor; `tries` calls made so far.
+    Marking {
+        /// Calls of `mark_forgotten` made so far.
+        tries: u32,
+    },
+    /// The floor is raised: deleting every copy at or below it.
+    Erasing {
+        /// The raised floor.
+        floor: u64,
+    },
+    /// Handing the lease back; `floor` is `None` when the floor could not be raised.
+    Releasing {
+        /// The raised floor, if it was.
+        floor: Option<u64>,
+        /// What the forget's caller will hear.
+        error: Option<Error>,
+    },
+}
+
+/// Who waits for an answer the actor holds the channel of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiter {
+    /// The handoff's caller (its drain half or, once drained, its flush half).
+    Handoff,
+    /// The abandon's callers.
+    Abandon,
+    /// The forget's caller.
+    Forget,
+}
+
+/// What the actor must do. Effects are carried out in order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Effect {
+    /// Take and publish an image of `commits` committed batches — or, with `image == false`
+    /// (nothing new since the head), only confirm that the lease holds; feed back
+    /// [`Input::Published`].
+    Publish {
+        /// Batches committed when the image is taken.
+        commits: u64,
+        /// True for a handoff's final image.
+        final_image: bool,
+        /// False when the head already holds every commit.
+        image: bool,
+    },
+    /// Wake the handoff's caller at `deadline` ([`Input::DrainDeadline`]).
+    ArmDrainTimer {
+        /// The handoff's deadline.
+        deadline: Instant,
+    },
+    /// Tell the handoff's caller that the drain is over and the flush begins.
+    Drained,
+    /// Commit any open batch and close the ledger connection (the file stays).
+    CloseLedger,
+    /// The lease cell never holds again, and the renewal chain lets go of it.
+    EndTenure,
+    /// Delete the local directory; feed back [`Input::DirRemoved`].
+    RemoveDir,
+    /// Hand the lease back; feed back [`Input::LeaseReleased`].
+    ReleaseLease,
+    /// Tell the supervisor a forget began (`close` waits for it).
+    ForgetBegun,
+    /// Raise the floor to this epoch; feed back [`Input::FloorRaised`].
+    MarkForgotten,
+    /// Wait for late puts, delete every durable copy at or below `floor` and the local
+    /// directory; feed back [`Input::Erased`].
+    Erase {
+        /// The raised floor.
+        floor: u64,
+    },
+    /// Answer a waiter the actor keeps (a handoff, abandon or forget under way).
+    Reply(Waiter, Result<(), Error>),
+    /// Answer the caller of the input just fed (a handoff, abandon or forget refused or done
+    /// at once); it is not kept as a waiter.
+    Answer(Result<(), Error>),
+    /// Emit an event (also to `tracing`).
+    Emit(Event),
+    /// The tenure is over: tell the supervisor and stop the actor.
+    Finish(TenantStatus),
+}
+
+/// What happened, as the actor saw it.
+#[derive(Debug, Clone)]
+pub(crate) enum Input {
+    /// A handoff was called; the caller stops waiting for the drain at `deadline`.
+    Handoff {
+        /// Counted from the call, on the caller's side (promise 6).
+        deadline: Instant,
+        /// Whether the lease holds now.
+        held: bool,
+    },
+    /// A ticket was dropped.
+    Retire {
+        /// Its id.
+        ticket: u64,
+    },
+    /// The drain timer fired.
+    DrainDeadline {
+        /// The deadline it was armed for.
+        deadline: Instant,
+    },
+    /// The snapshot interval fired.
+    Tick {
+        /// Whether the lease holds now.
+        held: bool,
+    },
+    /// A batch committed locally. `lapsed`: the lease ran out during the commit.
+    Committed {
+        /// The lease ran out during the commit: the tenure ends.
+        lapsed: bool,
+    },
+    /// A publish came back.
+    Published {
+        /// Batches it covers.
+        commits: u64,
+        /// Whether it was the final image of a handoff.
+        final_image: bool,
+        /// The image published (`None`: nothing was uploaded), or why not (`Err(Fenced)`: the
+        /// lease was gone).
+        outcome: Result<Option<Published>, Error>,
+    },
+    /// An abandon was called.
+    Abandon,
+    /// A forget was called.
+    Forget,
+    /// The renewal chain found the lease lost.
+    LeaseLost,
+    /// `mark_forgotten` came back with the raised floor.
+    FloorRaised(Result<u64, Error>),
+    /// The erase came back.
+    Erased(Result<(), Error>),
+    /// The local directory was removed (or failed to be: the error is only logged).
+    DirRemoved,
+    /// The release came back (a failure is only logged: the lease then expires).
+    LeaseReleased,
+}
+
+/// What a snapshot request comes to.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum SnapshotPlan {
+    /// Refused with this error.
+    Refuse(Error),
+    /// Nothing changed since the last image: answer the current head.
+    Unchanged,
+    /// Publish an image covering `commits` batches (an upload is counted as under way).
+    Publish {
+        /// Batches committed when the image is taken.
+        commits: u64,
+    },
+}
+
+/// One tenure of one tenant on this replica.
+#[derive(Debug)]
+pub(crate) struct Tenure {
+    /// `<org>/<tenant>`, for errors and events.
+    key: String,
+    /// The tenure's epoch.
+    epoch: u64,
+    /// Where it is.
+    phase: Phase,
+    /// Live tickets of admitted work: a drain waits for them.
+    tickets: BTreeSet<u64>,
+    /// The next ticket's id.
+    next_ticket: u64,
+    /// Publishes under way: a forget raises the floor only once none is.
+    uploads: usize,
+    /// Batches committed in this tenure.
+    commits: u64,
+    /// `commits` as of the newest published image (or the restore).
+    published: u64,
+    /// A flush without its final image (a deliberate bug, `fault-switches`).
+    skip_final_image: bool,
+    /// `drain_timeout`, for the `DrainTimeout` error.
+    drain_timeout_ms: u64,
+}
+
+impl Tenure {
+    /// A serving tenure of `key` at `epoch`.
+    pub(crate) fn new(key: String, epoch: u64, drain_timeout_ms: u64) -> Self {
+        Self {
+            key,
+            epoch,
+            phase: Phase::Serving,
+            tickets: BTreeSet::new(),
+            next_ticket: 1,
+            uploads: 0,
+            commits: 0,
+            published: 0,
+            skip_final_image: false,
+            drain_timeout_ms,
+        }
+    }
+
+    /// Breaks promise 2 on purpose: a flush publishes no final image (harness tests only).
+    pub(crate) fn skipping_final_image(mut self, skip: bool) -> Self {
+        self.skip_final_image = skip;
+        self
+    }
+
+    /// The public status of the phase.
+    pub(crate) fn status(&self) -> TenantStatus {
+        phase_status(&self.phase)
+    }
+
+    /// The phase, for tests.
+    #[cfg(test)]
+    pub(crate) fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// Whether anything was committed since the newest published image.
+    pub(crate) fn dirty(&self) -> bool {
+        self.commits > self.published
+    }
+
+    fn fenced(&self) -> Error {
+        Error::Fenced {
+            key: self.key.clone(),
+        }
+    }
+
+    fn drain_timeout(&self) -> Error {
+        Error::DrainTimeout {
+            key: self.key.clone(),
+            after_ms: self.drain_timeout_ms,
+        }
+    }
+
+    fn draining(&self) -> Error {
+        Error::Draining {
+            key: self.key.clone(),
+            state: self.status().as_str().to_string(),
+        }
+    }
+
+    /// The refusal for a verb that comes too late: `Draining` while leaving, `Fenced` after.
+    fn refusal(&self) -> Error {
+        match self.phase {
+            Phase::Ended(_) => self.fenced(),
+            _ => self.draining(),
+        }
+    }
+
+    /// Whether an abandon, a forget or a lost lease may still overtake what is going on.
+    fn overtakable(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Serving | Phase::Draining { .. } | Phase::Flushing(Flushing::Publishing)
+        )
+    }
+
+    /// Whether a run may execute now: serving, or draining under a live ticket; and the lease
+    /// holds (promise 1).
+    pub(crate) fn admits(&self, ticket: Option<u64>, held: bool) -> Result<(), Error> {
+        let ticketed = ticket.is_some_and(|t| self.tickets.contains(&t));
+        match self.phase {
+            Phase::Serving => {}
+            Phase::Draining { .. } if ticketed => {}
+            Phase::Ended(_) => return Err(self.fenced()),
+            _ => return Err(self.draining()),
+        }
+        if held { Ok(()) } else { Err(self.fenced()) }
+    }
+
+    /// Admits long work: a new ticket, while serving with the lease held.
+    pub(crate) fn admit(&mut self, held: bool) -> Result<u64, Error> {
+        self.admits(None, held)?;
+        let id = self.next_ticket;
+        self.next_ticket += 1;
+        self.tickets.insert(id);
+        Ok(id)
+    }
+
+    /// What a snapshot request comes to. A periodic one (`explicit == false`) stays quiet when
+    /// there is nothing to do or a publish is already under way. Snapshots also run while
+    /// draining, so the crash bound holds for ticket runs acknowledged during a drain (promise 3).
+    pub(crate) fn snapshot(&mut self, held: bool, explicit: bool) -> SnapshotPlan {
+        match self.phase {
+            Phase::Serving | Phase::Draining { .. } => {}
+            _ => return SnapshotPlan::Refuse(self.refusal()),
+        }
+        if !held {
+            return SnapshotPlan::Refuse(self.fenced());
+        }
+        if !self.dirty() || (!explicit && self.uploads > 0) {
+            return SnapshotPlan::Unchanged;
+        }
+        self.uploads += 1;
+        SnapshotPlan::Publish {
+            commits: self.commits,
+        }
+    }
+
+    /// Feeds one input; returns what the actor must do, in order.
+    pub(crate) fn on(&mut self, input: Input, now: Instant) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match input {
+            Input::Handoff { deadline, held } => self.begin_handoff(deadline, held, now, &mut fx),
+            Input::Retire { ticket } => {
+                self.tickets.remove(&ticket);
+                self.try_finish_drain(now, &mut fx);
+            }
+            Input::DrainDeadline { deadline } => self.drain_deadline(deadline, &mut fx),
+            Input::Tick { held } => {
+                if let SnapshotPlan::Publish { commits } = self.snapshot(held, false) {
+                    fx.push(Effect::Publish {
+                        commits,
+                        final_image: false,
+                        image: true,
+                    });
+                }
+            }
+            Input::Committed { lapsed } => {
+                self.commits += 1;
+                if lapsed {
+                    fx.push(Effect::Emit(Event::Lost {
+                        key: self.key.clone(),
+                        epoch: self.epoch,
+                    }));
+                    self.lose(&mut fx);
+                }
+            }
+            Input::Published {
+                commits,
+                final_image,
+                outcome,
+            } => self.published(commits, final_image, outcome, &mut fx),
+            Input::Abandon => self.abandon(&mut fx),
+            Input::Forget => self.forget(&mut fx),
+            Input::LeaseLost => {
+                if self.overtakable() {
+                    self.lose(&mut fx);
+                }
+            }
+            Input::FloorRaised(outcome) => self.floor_raised(outcome, &mut fx),
+            Input::Erased(outcome) => {
+                if let Phase::Forgetting(Forgetting::Erasing { floor }) = self.phase {
+                    self.enter(
+                        Phase::Forgetting(Forgetting::Releasing {
+                            floor: Some(floor),
+                            error: outcome.err(),
+                        }),
+                        &mut fx,
+                    );
+                    fx.extend([Effect::EndTenure, Effect::ReleaseLease]);
+                }
+            }
+            Input::DirRemoved => {
+                if self.phase == Phase::Flushing(Flushing::Releasing) {
+                    fx.push(Effect::ReleaseLease);
+                }
+            }
+            Input::LeaseReleased => self.lease_released(&mut fx),
+        }
+        fx
+    }
+
+    fn begin_handoff(&mut self, deadline: Instant, held: bool, now: Instant, fx: &mut Vec<Effect>) {
+        if now >= deadline {
+            // The caller has stopped waiting (a busy actor handled this late): serve on.
+            fx.push(Effect::Answer(Err(self.drain_timeout())));
+            return;
+        }
+        if self.phase != Phase::Serving {
+            fx.push(Effect::Answer(Err(self.refusal())));
+            return;
+        }
+        if !held {
+            fx.push(Effect::Answer(Err(self.fenced())));
+            return;
+        }
+        self.enter(Phase::Draining { deadline }, fx);
+        fx.push(Effect::ArmDrainTimer { deadline });
+        self.try_finish_drain(now, fx);
+    }
+
+    /// Once no ticket is left (and the deadline has not passed), the flush begins.
+    fn try_finish_drain(&mut self, now: Instant, fx: &mut Vec<Effect>) {
+        let Phase::Draining { deadline } = self.phase else {
+            return;
+        };
+        if !self.tickets.is_empty() {
+            return;
+        }
+        if now >= deadline {
+            self.drain_deadline(deadline, fx);
+            return;
+        }
+        self.enter(Phase::Flushing(Flushing::Publishing), fx);
+        fx.push(Effect::Drained);
+        // With nothing new the head already holds every commit, but the tenure must still hold
+        // to call the handoff flushed: the publish then only confirms the lease.
+        self.uploads += 1;
+        fx.push(Effect::Publish {
+            commits: self.commits,
+            final_image: true,
+            image: self.dirty() && !self.skip_final_image,
+        });
+    }
+
+    fn drain_deadline(&mut self, deadline: Instant, fx: &mut Vec<Effect>) {
+        if self.phase != (Phase::Draining { deadline }) {
+            return;
+        }
+        self.enter(Phase::Serving, fx);
+        fx.push(Effect::Reply(Waiter::Handoff, Err(self.drain_timeout())));
+    }
+
+    fn published(
+        &mut self,
+        commits: u64,
+        final_image: bool,
+        outcome: Result<Option<Published>, Error>,
+        fx: &mut Vec<Effect>,
+    ) {
+        self.uploads = self.uploads.saturating_sub(1);
+        match &outcome {
+            Ok(published) => {
+                self.published = self.published.max(commits);
+                if let Some(Published { image, taken_at_ms }) = published {
+                    fx.push(Effect::Emit(Event::SnapshotPublished {
+                        key: self.key.clone(),
+                        image: image.clone(),
+                        taken_at_ms: *taken_at_ms,
+                    }));
+                }
+            }
+            Err(error) => fx.push(Effect::Emit(Event::SnapshotFailed {
+                key: self.key.clone(),
+                error: error.to_string(),
+            })),
+        }
+        let fenced = matches!(&outcome, Err(e) if e.is_fenced());
+        if final_image && self.phase == Phase::Flushing(Flushing::Publishing) {
+            match outcome {
+                Ok(_) => {
+                    self.enter(Phase::Flushing(Flushing::Releasing), fx);
+                    fx.extend([Effect::CloseLedger, Effect::EndTenure, Effect::RemoveDir]);
+                }
+                Err(error) if fenced => {
+                    fx.push(Effect::Emit(Event::Lost {
+                        key: self.key.clone(),
+                        epoch: self.epoch,
+                    }));
+                    self.lose_with(Err(error), fx);
+                }
+                Err(error) => {
+                    self.enter(Phase::Serving, fx);
+                    fx.push(Effect::Reply(Waiter::Handoff, Err(error)));
+                }
+            }
+        } else if fenced && self.overtakable() {
+            // A snapshot that found the lease gone ends the tenure, as a flush does.
+            fx.push(Effect::Emit(Event::Lost {
+                key: self.key.clone(),
+                epoch: self.epoch,
+            }));
+            self.lose(fx);
+        }
+        self.settle_forget(fx);
+    }
+
+    fn abandon(&mut self, fx: &mut Vec<Effect>) {
+        if !self.overtakable() {
+            // Already leaving by another way (a forget keeps its lease), or already gone.
+            fx.push(Effect::Answer(Ok(())));
+            return;
+        }
+        let overtaken = Err(self.draining());
+        self.overtake(overtaken, fx);
+        self.enter(Phase::Abandoning, fx);
+        fx.extend([Effect::CloseLedger, Effect::EndTenure, Effect::ReleaseLease]);
+    }
+
+    fn forget(&mut self, fx: &mut Vec<Effect>) {
+        if !self.overtakable() {
+            fx.push(Effect::Answer(Err(self.refusal())));
+            return;
+        }
+        let overtaken = Err(self.draining());
+        self.overtake(overtaken, fx);
+        self.enter(Phase::Forgetting(Forgetting::Settling), fx);
+        fx.extend([Effect::CloseLedger, Effect::ForgetBegun]);
+        self.settle_forget(fx);
+    }
+
+    /// A forget raises the floor once no upload is under way (promise 5).
+    fn settle_forget(&mut self, fx: &mut Vec<Effect>) {
+        if self.phase == Phase::Forgetting(Forgetting::Settling) && self.uploads == 0 {
+            self.enter(Phase::Forgetting(Forgetting::Marking { tries: 1 }), fx);
+            fx.push(Effect::MarkForgotten);
+        }
+    }
+
+    fn floor_raised(&mut self, outcome: Result<u64, Error>, fx: &mut Vec<Effect>) {
+        let Phase::Forgetting(Forgetting::Marking { tries }) = self.phase else {
+            return;
+        };
+        match outcome {
+            Ok(floor) => {
+                self.enter(Phase::Forgetting(Forgetting::Erasing { floor }), fx);
+                fx.push(Effect::Erase { floor });
+            }
+            Err(error) if error.is_outcome_unknown() && tries <= FLOOR_RETRIES => {
+                // It may have landed: ask again, the same tenure's retry is recognised.
+                self.enter(
+                    Phase::Forgetting(Forgetting::Marking { tries: tries + 1 }),
+                    fx,
+                );
+                fx.push(Effect::MarkForgotten);
+            }
+            Err(error) => {
+                // Nothing (known to be) forgotten: the tenure ends like an abandon, so the lease
+                // is not renewed for ever by a tenant nobody can use.
+                self.enter(
+                    Phase::Forgetting(Forgetting::Releasing {
+                        floor: None,
+                        error: Some(error),
+                    }),
+                    fx,
+                );
+                fx.extend([Effect::EndTenure, Effect::ReleaseLease]);
+            }
+        }
+    }
+
+    fn lease_released(&mut self, fx: &mut Vec<Effect>) {
+        let released = |flushed| {
+            Effect::Emit(Event::Released {
+                key: self.key.clone(),
+                epoch: self.epoch,
+                flushed,
+            })
+        };
+        match self.phase.clone() {
+            Phase::Flushing(Flushing::Releasing) => {
+                fx.push(released(true));
+                self.end(TenantStatus::Released, fx);
+                fx.push(Effect::Reply(Waiter::Handoff, Ok(())));
+            }
+            Phase::Abandoning => {
+                fx.push(released(false));
+                self.end(TenantStatus::Abandoned, fx);
+                fx.push(Effect::Reply(Waiter::Abandon, Ok(())));
+            }
+            Phase::Forgetting(Forgetting::Releasing { floor, error }) => {
+                let status = match floor {
+                    Some(floor) => {
+                        fx.push(Effect::Emit(Event::Forgotten {
+                            key: self.key.clone(),
+                            floor,
+                        }));
+                        TenantStatus::Forgotten
+                    }
+                    None => TenantStatus::Abandoned,
+                };
+                fx.push(released(false));
+                self.end(status, fx);
+                fx.push(Effect::Reply(Waiter::Forget, error.map_or(Ok(()), Err)));
+            }
+            _ => {}
+        }
+    }
+
+    /// Answers a handoff that an abandon, a forget or a lost lease overtakes; tickets go.
+    fn overtake(&mut self, answer: Result<(), Error>, fx: &mut Vec<Effect>) {
+        if matches!(self.phase, Phase::Draining { .. } | Phase::Flushing(_)) {
+            fx.push(Effect::Reply(Waiter::Handoff, answer));
+        }
+        self.tickets.clear();
+    }
+
+    /// Stops after the lease was lost: nothing is flushed, the local file stays.
+    fn lose(&mut self, fx: &mut Vec<Effect>) {
+        let answer = Err(Error::Draining {
+            key: self.key.clone(),
+            state: "stopped".into(),
+        });
+        self.lose_with(answer, fx);
+    }
+
+    fn lose_with(&mut self, answer: Result<(), Error>, fx: &mut Vec<Effect>) {
+        self.overtake(answer, fx);
+        fx.extend([Effect::EndTenure, Effect::CloseLedger]);
+        self.end(TenantStatus::Abandoned, fx);
+    }
+
+    /// Moves to `phase`, emitting the change of status it makes (promise: every state change
+    /// emits an event).
+    fn enter(&mut self, phase: Phase, fx: &mut Vec<Effect>) {
+        let (from, to) = (self.status(), phase_status(&phase));
+        self.phase = phase;
+        if from != to {
+            debug_assert!(from.can_move_to(to), "{from} -> {to}");
+            fx.push(Effect::Emit(Event::StateChanged {
+                key: self.key.clone(),
+                from,
+                to,
+            }));
+        }
+    }
+
+    fn end(&mut self, status: TenantStatus, fx: &mut Vec<Effect>) {
+        self.enter(Phase::Ended(status), fx);
+        fx.push(Effect::Finish(status));
+    }
+}
+
+/// The public status of a phase.
+fn phase_status(phase: &Phase) -> TenantStatus {
+    match phase {
+        Phase::Serving => TenantStatus::Serving,
+        Phase::Draining { .. } => TenantStatus::Draining,
+        Phase::Flushing(_) => TenantStatus::Flushing,
+        Phase::Abandoning => TenantStatus::Abandoning,
+        Phase::Forgetting(_) => TenantStatus::Forgetting,
+        Phase::Ended(status) => *status,
+    }
+}
+
+#[cfg(test)]
+mod tests;
