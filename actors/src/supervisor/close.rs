@@ -32,12 +32,13 @@ impl Handler<Close> for SupervisorActor {
             while let Some((entry, outcome)) = results.next().await {
                 done += 1;
                 let erased = match &outcome {
-                    Ok(()) => false,
-                    // A tenant that a forget took meanwhile is erased, not unflushed.
-                    Err(_) => matches!(
+                    // A tenant that a forget took meanwhile is erased, not unflushed. Only an
+                    // overtaken handoff asks: a busy tenant's status could hold close up.
+                    Err(e) if e.is_draining() => matches!(
                         entry.tenant.status().await,
                         TenantStatus::Forgetting | TenantStatus::Forgotten
                     ),
+                    _ => false,
                 };
                 if let Err(e) = outcome
                     && !erased
