@@ -82,10 +82,8 @@ impl leasehold::Clock for JumpClock {
 
 #[actix_rt::test]
 async fn a_run_whose_lease_lapses_during_its_commit_is_reported_fenced_and_ends_the_tenure() {
-    let fleet = Fleet::new().await;
-    if !fleet.store_clock_is_manual("lapse during commit") {
-        return;
-    }
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
     let clock = JumpClock {
         base: leasehold::ManualClock::new(5_000),
         reads_left: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),

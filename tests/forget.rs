@@ -196,10 +196,8 @@ async fn f6_while_forget_waits_an_abandon_does_not_take_the_lease_and_a_second_f
 
 #[actix_rt::test]
 async fn f7_forget_deletes_only_at_or_below_its_floor_and_a_successor_keeps_what_it_wrote() {
-    let fleet = Arc::new(Fleet::new().await);
-    if !fleet.store_clock_is_manual("f7") {
-        return;
-    }
+    let fleet = Arc::new(Fleet::with_store_clock().await);
+    fleet.assert_store_clock_is_manual();
     let a = fleet.replica("replica-a");
     let b = Arc::new(fleet.replica("replica-b"));
     let c = fleet.replica("replica-c");
@@ -316,10 +314,8 @@ async fn a_forget_that_cannot_delete_still_ends_the_tenure_and_the_leftovers_are
 
 #[actix_rt::test]
 async fn a_forget_that_cannot_raise_the_floor_ends_the_tenure_like_an_abandon() {
-    let fleet = Fleet::new().await;
-    if !fleet.store_clock_is_manual("forget without a lease store") {
-        return;
-    }
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
     let a = fleet.replica("replica-a");
     let b = fleet.replica("replica-b");
     let t = a.open().await;

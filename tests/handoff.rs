@@ -125,10 +125,8 @@ async fn h3_a_flush_whose_lease_lapsed_during_the_upload_is_reported_failed_not_
 
 #[actix_rt::test]
 async fn h3b_a_successor_that_took_over_during_the_upload_keeps_what_it_pinned() {
-    let fleet = Arc::new(Fleet::new().await);
-    if !fleet.store_clock_is_manual("h3b") {
-        return;
-    }
+    let fleet = Arc::new(Fleet::with_store_clock().await);
+    fleet.assert_store_clock_is_manual();
     let a = fleet.replica("replica-a");
     let b = Arc::new(fleet.replica("replica-b"));
     let t = a.open().await;

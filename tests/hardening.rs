@@ -78,7 +78,11 @@ async fn hole5_promise6_a_blocking_run_cannot_stretch_close_past_its_bound() {
         "close is bounded by the drain deadline: {:?}",
         began.elapsed()
     );
-    assert_eq!(unflushed, [key()], "the blocked tenant is reported, not lost");
+    assert_eq!(
+        unflushed,
+        [key()],
+        "the blocked tenant is reported, not lost"
+    );
     blocked.await.unwrap();
     assert_eq!(busy.status().await, TenantStatus::Serving);
 }

@@ -57,10 +57,8 @@ async fn l2_an_abandoned_tenures_local_ledger_is_replaced_not_recovered_by_the_n
 #[actix_rt::test]
 async fn p3_two_replicas_sharing_a_state_root_the_restore_replaces_the_file_and_the_older_writer_is_fenced()
  {
-    let fleet = Fleet::new().await;
-    if !fleet.store_clock_is_manual("p3") {
-        return;
-    }
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
     let a = fleet.replica_with("replica-a", "shared-root", |_| {});
     let b = fleet.replica_with("replica-b", "shared-root", |_| {});
     let c = fleet.replica("replica-c");
@@ -102,10 +100,8 @@ async fn p3_two_replicas_sharing_a_state_root_the_restore_replaces_the_file_and_
 
 #[actix_rt::test]
 async fn a_replica_that_lost_its_tenure_drops_its_copy_once_a_successor_forgot_the_tenant() {
-    let fleet = Fleet::new().await;
-    if !fleet.store_clock_is_manual("lost copy of a forgotten tenant") {
-        return;
-    }
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
     let a = fleet.replica("replica-a");
     let b = fleet.replica("replica-b");
     let t = a.open().await;

@@ -151,15 +151,22 @@ pub struct Replica {
 impl Fleet {
     /// A fleet on manual clocks: nothing renews or snapshots unless a test says so.
     pub async fn new() -> Self {
-        Self::build(None).await
+        Self::build(None, false).await
+    }
+
+    /// A manual fleet whose lease store's clock the test moves: on PostgreSQL + S3 the leases
+    /// live in the SQLite store on the fleet's manual clock (a server's clock cannot be moved)
+    /// and the images in S3, so a test that expires a lease in the store runs on every backend.
+    pub async fn with_store_clock() -> Self {
+        Self::build(None, true).await
     }
 
     /// A fleet on real time with the given lease timings.
     pub async fn real_time(ttl: Duration, margin: Duration) -> Self {
-        Self::build(Some((ttl, margin))).await
+        Self::build(Some((ttl, margin)), false).await
     }
 
-    async fn build(real_time: Option<(Duration, Duration)>) -> Self {
+    async fn build(real_time: Option<(Duration, Duration)>, store_clock_needed: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store_clock = ManualClock::new(1_000_000);
         let clock: SharedClock = match real_time {
@@ -167,6 +174,11 @@ impl Fleet {
             None => Arc::new(store_clock.clone()),
         };
         let (leases, durable, manual) = match backend().as_str() {
+            "postgres-s3" if store_clock_needed => {
+                let (leases, _, manual) = embedded(dir.path(), clock);
+                let (_, durable, _) = servers().await;
+                (leases, durable, manual)
+            }
             "postgres-s3" => servers().await,
             "sqlite-dir" => embedded(dir.path(), clock),
             other => panic!("unknown LEASEHOLD_TEST_BACKEND {other:?}: sqlite-dir or postgres-s3"),
@@ -182,16 +194,13 @@ impl Fleet {
         }
     }
 
-    /// Whether the lease store's clock moves with [`Fleet::advance`]. When it does not (on
-    /// PostgreSQL), a test that needs a lease to expire in the store says so and stops.
-    pub fn store_clock_is_manual(&self, test: &str) -> bool {
-        if !self.manual_store {
-            eprintln!(
-                "{test}: not run on {}: it expires a lease by moving the store's clock",
-                backend()
-            );
-        }
-        self.manual_store
+    /// Asserts that the lease store's clock moves with [`Fleet::advance`]: a test that expires
+    /// a lease in the store builds its fleet with [`Fleet::with_store_clock`] and never skips.
+    pub fn assert_store_clock_is_manual(&self) {
+        assert!(
+            self.manual_store,
+            "this test moves the store's clock: build the fleet with Fleet::with_store_clock"
+        );
     }
 
     /// A replica with the fleet's defaults, its state root named after it.
