@@ -13,6 +13,7 @@ use super::publish::Published;
 use crate::events::Event;
 use crate::lease_actor::{LeaseLost, Unregister};
 use crate::status::TenantStatus;
+use crate::supervisor::StopWhenUnheld;
 
 type Reply<T> = ResponseActFuture<TenantActor, Result<T, Error>>;
 
@@ -365,6 +366,22 @@ impl Handler<LeaseLost> for TenantActor {
             );
         if !stays {
             self.lose();
+        }
+    }
+}
+
+impl Handler<StopWhenUnheld> for TenantActor {
+    type Result = ();
+
+    /// A tenure that has ended stops as soon as no host handle is left (docs/guarantees.md,
+    /// promise 6); until then it still answers `status`.
+    fn handle(&mut self, _msg: StopWhenUnheld, ctx: &mut Context<Self>) {
+        if self.status.is_final() {
+            ctx.run_interval(std::time::Duration::from_millis(100), |_, ctx| {
+                if !ctx.connected() {
+                    ctx.stop();
+                }
+            });
         }
     }
 }
