@@ -1,4 +1,4 @@
-//! The lease actor: owns the replica's one renewal chain (CONTRACT promise 10).
+//! The lease actor: owns the replica's one renewal chain (docs/guarantees.md, promise 10).
 //!
 //! Every tick renews all of the replica's leases in one `renew_many` round trip, then schedules
 //! the next tick — so a renewal under way is never doubled, whatever else happens. Each tenant's

@@ -8,7 +8,7 @@
 //!                                                   └────> TenantActor (runs, tickets, snapshots)
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,6 +88,7 @@ impl Supervisor {
             closing: false,
             closed: false,
             handle_dropped: false,
+            leaving: HashSet::new(),
         }
         .start();
         // Copies a crash left behind of tenants forgotten meanwhile go first.
@@ -201,6 +202,9 @@ pub struct SupervisorActor {
     closed: bool,
     /// Set when the last [`Supervisor`] handle was dropped.
     handle_dropped: bool,
+    /// Tenures a handoff is taking away: an open of one is refused, not given the leaving
+    /// handle.
+    leaving: HashSet<(LeaseKey, u64)>,
 }
 
 /// A forget under way: its tenure, the signal that it is over, and the tenant's handle.
@@ -311,6 +315,13 @@ impl Handler<Open> for SupervisorActor {
             ))));
         }
         if let Some(entry) = self.table.get(&key) {
+            if self.leaving.contains(&(key.clone(), entry.tenant.epoch())) {
+                // Its handle is about to stop serving: open again once it has left.
+                return Box::pin(actix::fut::ready(Err(Error::Draining {
+                    key: key.to_string(),
+                    state: "handing off".into(),
+                })));
+            }
             return Box::pin(actix::fut::ready(Ok(entry.tenant.clone())));
         }
         if self.forgets.iter().any(|((k, _), _, _)| k == &key) {
@@ -387,10 +398,17 @@ impl Handler<GetLeaseActor> for SupervisorActor {
 }
 
 impl Handler<Handoff> for SupervisorActor {
-    type Result = ResponseFuture<Result<(), Error>>;
+    type Result = ResponseActFuture<Self, Result<(), Error>>;
 
     fn handle(&mut self, msg: Handoff, _ctx: &mut Context<Self>) -> Self::Result {
-        Box::pin(handoff(msg.tenant, self.rt.clone()))
+        let tenure = (msg.tenant.key().clone(), msg.tenant.epoch());
+        self.leaving.insert(tenure.clone());
+        let handing_off = handoff(msg.tenant, self.rt.clone()).into_actor(self);
+        Box::pin(handing_off.map(move |outcome, act, _| {
+            // Done or given up (the tenant serves again): opens find it as it now is.
+            act.leaving.remove(&tenure);
+            outcome
+        }))
     }
 }
 
