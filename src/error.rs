@@ -79,6 +79,23 @@ pub enum Error {
     /// The tenant or the runtime has stopped and can no longer answer.
     #[error("closed: {0}")]
     Closed(String),
+    /// Another replica holds the state root (its lock file): two replicas never share one.
+    /// Nothing was started.
+    #[error("state root locked: {root} is in use by {holder}")]
+    StateRootLocked {
+        /// The lock file of the state root.
+        root: String,
+        /// Who holds it (replica and process id), `unknown` if it could not be read.
+        holder: String,
+    },
+    /// This replica has `limit` tenants open (`max_open`, derived from the descriptor limit):
+    /// more would leave too few descriptors to flush them. Nothing was opened; close or hand
+    /// off a tenant, or open it on another replica.
+    #[error("open limit: {limit} tenants are open on this replica (max_open); none was opened")]
+    OpenLimit {
+        /// The replica's `max_open`.
+        limit: usize,
+    },
 }
 
 impl Error {
@@ -96,6 +113,8 @@ impl Error {
             Error::Corrupt(_) => "LEASEHOLD_CORRUPT",
             Error::Ledger(_) => "LEASEHOLD_LEDGER",
             Error::Closed(_) => "LEASEHOLD_CLOSED",
+            Error::StateRootLocked { .. } => "LEASEHOLD_STATE_ROOT_LOCKED",
+            Error::OpenLimit { .. } => "LEASEHOLD_OPEN_LIMIT",
         }
     }
 
@@ -153,7 +172,10 @@ impl From<ImageError> for Error {
 
 impl From<PathError> for Error {
     fn from(e: PathError) -> Self {
-        Error::InvalidPath(e.to_string())
+        match e {
+            PathError::Locked { path, holder } => Error::StateRootLocked { root: path, holder },
+            other => Error::InvalidPath(other.to_string()),
+        }
     }
 }
 
@@ -191,6 +213,11 @@ mod tests {
             Error::Corrupt("c".into()),
             Error::Ledger(LedgerError::Host("h".into())),
             Error::Closed("c".into()),
+            Error::StateRootLocked {
+                root: "r".into(),
+                holder: "h".into(),
+            },
+            Error::OpenLimit { limit: 1 },
         ];
         let mut codes: Vec<_> = all.iter().map(Error::code).collect();
         assert!(codes.iter().all(|c| c.starts_with("LEASEHOLD_")));

@@ -25,6 +25,15 @@ pub enum PathError {
         /// Which rule it breaks.
         reason: &'static str,
     },
+    /// Another replica (in this process or another) holds the state root's lock file: two
+    /// replicas never share a state root (docs/guarantees.md, assumption 5).
+    #[error("{path}: the state root is in use by {holder}")]
+    Locked {
+        /// The lock file.
+        path: String,
+        /// Who holds it, as it wrote itself into the lock file (`unknown` if unreadable).
+        holder: String,
+    },
     /// The file system failed.
     #[error("{path}: {message}")]
     Io {
@@ -234,4 +243,76 @@ fn real_subdirs(dir: &Path) -> Result<Vec<String>, PathError> {
         }
     }
     Ok(names)
+}
+
+/// The lock file in a state root: whoever holds an exclusive `flock` on it owns the root.
+pub const LOCK_FILE: &str = ".leasehold.lock";
+
+/// An exclusive lock on a state root: held while this value lives, released when it is dropped
+/// (or the process ends, however it ends: the kernel drops a `flock` with its descriptor).
+#[derive(Debug)]
+pub struct RootLock {
+    /// The open lock file; its descriptor carries the lock.
+    _file: std::fs::File,
+    /// Where it is.
+    path: PathBuf,
+}
+
+impl RootLock {
+    /// The lock file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Takes the exclusive lock of `state_root` (created if missing) for `holder`, without waiting.
+/// Refused with [`PathError::Locked`], naming the holder, if anyone holds it already: in this
+/// process or another. The lock file is never a symlink.
+pub fn lock_state_root(state_root: &Path, holder: &str) -> Result<RootLock, PathError> {
+    use std::io::{Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let root = match resolve_root(state_root)? {
+        Some(root) => root,
+        None => {
+            std::fs::create_dir_all(state_root).map_err(|e| io_error(state_root, &e))?;
+            resolve_root(state_root)?
+                .ok_or_else(|| refused(state_root, "the state root vanished"))?
+        }
+    };
+    let path = root.join(LOCK_FILE);
+    let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(nofollow)
+        .open(&path)
+        .map_err(|e| io_error(&path, &e))?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+            let holder = std::fs::read_to_string(&path)
+                .ok()
+                .map(|text| text.trim().to_string())
+                .filter(|text| !text.is_empty())
+                .unwrap_or_else(|| "unknown".to_string());
+            return Err(PathError::Locked {
+                path: path.display().to_string(),
+                holder,
+            });
+        }
+        Err(e) => return Err(io_error(&path, &io::Error::from(e))),
+    }
+    let text = format!("{holder} (pid {})", std::process::id());
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| file.write_all(text.as_bytes()))
+        .map_err(|e| io_error(&path, &e))?;
+    Ok(RootLock { _file: file, path })
+}
+
+/// The process's soft limit of open file descriptors (`RLIMIT_NOFILE`), if it has one.
+pub fn open_files_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
 }

@@ -3,7 +3,8 @@
 mod common;
 
 use common::*;
-use leasehold::{LeaseKey, TenantId};
+use leasehold::testkit::LeaseOp;
+use leasehold::{Error, LeaseKey, TenantId};
 use leasehold_actors::Event;
 
 #[actix_rt::test]
@@ -45,4 +46,39 @@ async fn close_of_many_tenants_hands_each_off_and_reports_progress_in_order() {
         let t = b.sup.open(&org(), id).await.unwrap();
         assert_eq!(keys_of(&t).await, [format!("k-{i}")]);
     }
+}
+
+/// Hole 1 (promise 6): an open whose acquire is still in flight when `close()` begins is either
+/// refused (`Closed`) or handed off by that close. Either way no acknowledged write is lost: a
+/// fresh replica restores every write the closing replica acknowledged.
+#[actix_rt::test]
+async fn hole1_an_open_in_flight_when_close_begins_is_refused_or_handed_off() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("replica-a");
+    let (held, mut gate) = gated();
+    fleet.leases.before_next(LeaseOp::Acquire, held);
+    let opening = actix_rt::spawn(a.sup.open(&org(), &tenant()));
+    gate.reached().await;
+    let closing = actix_rt::spawn(a.sup.close());
+    // Messages reach the supervisor in order: once this open is refused, close has begun.
+    let later = a.sup.open(&org(), &tenant2()).await;
+    assert!(matches!(later, Err(Error::Closed(_))), "{later:?}");
+    gate.open();
+    let opened = within(5_000, "the open", opening).await.unwrap();
+    let mut acknowledged = Vec::new();
+    if let Ok(t) = &opened
+        && insert(t, "w-1").await.is_ok()
+    {
+        acknowledged.push("w-1".to_string());
+    }
+    let unflushed = within(5_000, "close", closing).await.unwrap().unwrap();
+    assert!(
+        matches!(opened, Err(Error::Closed(_))) || unflushed.is_empty(),
+        "an open that served after close began must be refused: {opened:?}, {unflushed:?}"
+    );
+    let b = fleet.replica("replica-b");
+    let t = within(5_000, "the successor's open", b.sup.open(&org(), &tenant()))
+        .await
+        .unwrap();
+    assert_eq!(keys_of(&t).await, acknowledged);
 }

@@ -104,7 +104,7 @@ async fn hole4_promise3_a_write_acknowledged_while_draining_is_published_by_the_
     until_status(&t, TenantStatus::Draining).await;
     let write = leasehold::ledger::NewEvent::new("test", "k-2");
     ticket
-        .run(move |l| Ok(l.insert_event(&write)?))
+        .run(move |l| l.insert_event(&write))
         .await
         .expect("a ticket write is acknowledged while draining");
     // Nothing else was dirty: the next image is taken after the write. Judged from the store.

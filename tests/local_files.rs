@@ -1,5 +1,6 @@
 //! L — a replica keeps no copy of a tenant it handed off with everything flushed, and the durable
-//! copy is the authority at the next open. P3 — two replicas misconfigured to share a state root.
+//! copy is the authority at the next open. (P3, two replicas sharing a state root, is refused at
+//! start now: `tests/state_root.rs`, docs/guarantees.md assumption 5.)
 
 mod common;
 
@@ -55,13 +56,21 @@ async fn l2_an_abandoned_tenures_local_ledger_is_replaced_not_recovered_by_the_n
 }
 
 #[actix_rt::test]
-async fn p3_two_replicas_sharing_a_state_root_the_restore_replaces_the_file_and_the_older_writer_is_fenced()
+async fn p3_two_replicas_sharing_one_state_root_are_refused_and_a_restore_replaces_the_file_an_older_writer_holds()
  {
     let fleet = Fleet::with_store_clock().await;
     fleet.assert_store_clock_is_manual();
     let a = fleet.replica_with("replica-a", "shared-root", |_| {});
-    let b = fleet.replica_with("replica-b", "shared-root", |_| {});
-    let c = fleet.replica("replica-c");
+    // The misconfiguration is refused at start, before anything is touched (hole 3).
+    let refused = fleet
+        .try_replica_with("replica-b", "shared-root", |_| {})
+        .err()
+        .expect("a second replica on a root in use is refused");
+    assert_eq!(
+        refused.code(),
+        "LEASEHOLD_STATE_ROOT_LOCKED",
+        "got {refused}"
+    );
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     t.snapshot().await.unwrap();
@@ -69,33 +78,37 @@ async fn p3_two_replicas_sharing_a_state_root_the_restore_replaces_the_file_and_
     // What a writer still running has open; holding it also keeps its inode from being reused.
     let held = std::fs::File::open(&file).unwrap();
     fleet.advance(TTL + Duration::from_millis(1));
-    let next = b.open().await;
+    let zombie = insert(&t, "zombie").await;
+    assert!(
+        matches!(zombie, Err(ref e) if e.is_fenced()),
+        "got {zombie:?}"
+    );
+    t.abandon().await.unwrap();
+    assert!(a.sup.close().await.unwrap().is_empty());
+    drop(a);
+    // Once the first replica is gone, the root hosts the next one, whose restore puts another
+    // file on the path: what the older writer held is unlinked, never written into.
+    let mut next = None;
+    eventually(5_000, "the state root to be free again", || {
+        next = fleet
+            .try_replica_with("replica-b", "shared-root", |_| {})
+            .ok();
+        std::future::ready(next.is_some())
+    })
+    .await;
+    let b = next.unwrap();
+    let successor = b.open().await;
     assert_eq!(
         held.metadata().unwrap().nlink(),
         0,
-        "the file the older writer has open is unlinked"
+        "the held file is unlinked"
     );
     assert_ne!(
         std::fs::metadata(&file).unwrap().ino(),
         held.metadata().unwrap().ino(),
         "the path leads to another file"
     );
-    let zombie = insert(&t, "zombie").await;
-    assert!(
-        matches!(zombie, Err(ref e) if e.is_fenced()),
-        "got {zombie:?}"
-    );
-    assert_eq!(
-        keys_of(&next).await,
-        ["k-1"],
-        "the successor's ledger is the durable copy"
-    );
-    // The older writer closes its connection while the successor writes: nothing of the
-    // successor's files may be deleted by name under it.
-    t.abandon().await.unwrap();
-    insert(&next, "k-2").await.unwrap();
-    next.handoff().await.unwrap();
-    assert_eq!(keys_of(&c.open().await).await, ["k-1", "k-2"]);
+    assert_eq!(keys_of(&successor).await, ["k-1"], "the durable copy");
 }
 
 #[actix_rt::test]

@@ -47,6 +47,12 @@ pub struct RuntimeConfig {
     pub drain_timeout: Duration,
     /// How many tenants `close` hands off at a time. Default 8.
     pub close_concurrency: usize,
+    /// How many tenants may be open (or opening) on this replica at once; an open beyond it is
+    /// refused with `Error::OpenLimit`. Default: [`default_max_open`] of the process's
+    /// descriptor limit (`RLIMIT_NOFILE`) when the configuration is made, so that the flushes of
+    /// `close`, snapshots and store calls always find descriptors (docs/guarantees.md, the
+    /// descriptor ceiling).
+    pub max_open: usize,
     /// The deadline of every lease-store and durable-store call. Default 10 s.
     pub store_deadline: Duration,
     /// How many arbiters (threads) tenants are placed on. Default: the number of cores.
@@ -84,6 +90,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("local_sweep_every", &self.local_sweep_every)
             .field("drain_timeout", &self.drain_timeout)
             .field("close_concurrency", &self.close_concurrency)
+            .field("max_open", &self.max_open)
             .field("store_deadline", &self.store_deadline)
             .field("arbiters", &self.arbiters)
             .finish_non_exhaustive()
@@ -111,6 +118,7 @@ impl RuntimeConfig {
             local_sweep_every: Some(Duration::from_secs(60)),
             drain_timeout: Duration::from_secs(120),
             close_concurrency: 8,
+            max_open: default_max_open(leasehold::paths::open_files_limit(), 8),
             store_deadline: Duration::from_secs(10),
             arbiters: std::thread::available_parallelism().map_or(2, |n| n.get()),
             ledger: LedgerOptions::default(),
@@ -123,6 +131,11 @@ impl RuntimeConfig {
     /// Refuses zero, negative-in-effect and absurd values with [`Error::InvalidOption`].
     pub fn validate(&self) -> Result<(), Error> {
         positive("ttl", self.ttl)?;
+        if self.margin.is_zero() {
+            // No margin means acting up to the last instant of a lease another replica may
+            // take at that same instant: the clocks' drift must have room (promise 1).
+            return invalid("margin", "must be longer than zero");
+        }
         if self.margin >= self.ttl {
             return invalid(
                 "margin",
@@ -152,11 +165,47 @@ impl RuntimeConfig {
         if !(1..=256).contains(&self.arbiters) {
             return invalid("arbiters", "must be between 1 and 256");
         }
+        if self.max_open == 0 {
+            return invalid("max_open", "must be at least 1");
+        }
         if self.state_root.as_os_str().is_empty() {
             return invalid("state_root", "must not be empty");
         }
+        if self
+            .state_root
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+        {
+            // The containment checks of every destructive local call refuse it too; refused
+            // here, nothing starts on a root that no delete could ever clean.
+            return invalid("state_root", "must not have a '..' component");
+        }
         Ok(())
     }
+}
+
+/// Descriptors one open tenant holds: its ledger, WAL and shared-memory files (measured; see
+/// docs/guarantees.md, the descriptor ceiling).
+pub const FDS_PER_TENANT: u64 = 3;
+
+/// Descriptors one flush or snapshot needs while it runs (a second connection to the ledger
+/// with its WAL and shared memory, the image file being written, the upload's file; measured,
+/// with room to spare).
+pub const FDS_PER_FLUSH: u64 = 8;
+
+/// Descriptors the rest of the process may need: standard streams, the runtime's threads and
+/// event queues, the lease store's connections, the durable store's calls, the host's own.
+pub const FDS_BASE_RESERVE: u64 = 128;
+
+/// The largest number of open tenants that still leaves `close_concurrency` flushes (and as many
+/// snapshots) their descriptors under a descriptor limit of `limit` (`None`: unlimited, which
+/// caps at 1,000,000). At least 1.
+pub fn default_max_open(limit: Option<u64>, close_concurrency: usize) -> usize {
+    let limit = limit.unwrap_or(u64::MAX);
+    let flushing = FDS_PER_FLUSH.saturating_mul(2 * close_concurrency as u64);
+    let usable = limit.saturating_sub(FDS_BASE_RESERVE.saturating_add(flushing));
+    let tenants = (usable / FDS_PER_TENANT).clamp(1, 1_000_000);
+    usize::try_from(tenants).unwrap_or(1_000_000)
 }
 
 fn invalid(name: &'static str, reason: &str) -> Result<(), Error> {
@@ -242,12 +291,32 @@ mod tests {
             ("arbiters", Box::new(|c| c.arbiters = 0)),
             ("arbiters", Box::new(|c| c.arbiters = 257)),
             ("state_root", Box::new(|c| c.state_root = PathBuf::new())),
+            ("max_open", Box::new(|c| c.max_open = 0)),
         ];
         for (name, break_it) in cases {
             let mut c = config(dir.path());
             break_it(&mut c);
             assert_eq!(refused(&c), name);
         }
+    }
+
+    /// Triage (docs/guarantees.md): a zero margin and a state root with `..` are refused by name.
+    #[test]
+    fn triage_a_zero_margin_and_a_state_root_with_dotdot_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = config(dir.path());
+        c.margin = Duration::ZERO;
+        assert_eq!(refused(&c), "margin");
+        let mut c = config(dir.path());
+        c.state_root = dir.path().join("a").join("..").join("state");
+        assert_eq!(refused(&c), "state_root");
+    }
+
+    #[test]
+    fn the_default_max_open_keeps_a_reserve_for_flushes() {
+        assert_eq!(default_max_open(Some(20_000), 8), (20_000 - 128 - 128) / 3);
+        assert_eq!(default_max_open(Some(10), 8), 1, "never zero");
+        assert_eq!(default_max_open(None, 8), 1_000_000);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The lease actor: owns the replica's one renewal chain (CONTRACT promise 10).
+//! The lease actor: owns the replica's one renewal chain (docs/guarantees.md, promise 10).
 //!
 //! Every tick renews all of the replica's leases in one `renew_many` round trip, then schedules
 //! the next tick — so a renewal under way is never doubled, whatever else happens. Each tenant's
@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use actix::prelude::*;
 use leasehold::lease::{LeaseTerm, RenewOutcome};
@@ -16,6 +16,34 @@ use tokio::sync::oneshot;
 
 use crate::events::Event;
 use crate::runtime::Runtime;
+
+/// Tenures alive in this process: one per tenant actor (which holds its tenure's cell until it
+/// is dropped), counted for the leak checks of docs/testing.md.
+static LIVE_TENURES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many tenant actors (tenures) of any replica are alive in this process. After `close()`
+/// and the drop of every `Supervisor` handle it comes back to where it was (docs/guarantees.md,
+/// promise 6).
+pub fn live_tenants() -> usize {
+    LIVE_TENURES.load(Ordering::SeqCst)
+}
+
+/// Counts one live tenure from its creation to its drop.
+#[derive(Debug)]
+struct Live;
+
+impl Live {
+    fn new() -> Self {
+        LIVE_TENURES.fetch_add(1, Ordering::SeqCst);
+        Live
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        LIVE_TENURES.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// One tenure's standing, shared by the lease actor (which writes it) and the tenant actor
 /// (which reads it before every run and commit).
@@ -31,6 +59,8 @@ pub(crate) struct LeaseCell {
     valid_until_ms: AtomicU64,
     /// Set once the tenure is over (lost, released, forgotten): never holds again.
     ended: AtomicBool,
+    /// Counts this tenure as live while the cell exists.
+    _live: Live,
 }
 
 impl LeaseCell {
@@ -42,6 +72,7 @@ impl LeaseCell {
             term,
             valid_until_ms: AtomicU64::new(term.valid_until_ms()),
             ended: AtomicBool::new(false),
+            _live: Live::new(),
         }
     }
 
@@ -91,6 +122,12 @@ pub(crate) struct Unregister {
 #[derive(Message)]
 #[rtype(result = "Result<(), Error>")]
 pub(crate) struct RenewNow;
+
+/// Stops the lease actor for good: its tick ends and it reads the lease store no more. Sent by
+/// the supervisor when it stops.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct StopRenewals;
 
 struct Registered {
     cell: Arc<LeaseCell>,
@@ -252,6 +289,16 @@ impl Handler<Unregister> for LeaseActor {
         {
             self.leases.remove(&msg.key);
         }
+    }
+}
+
+impl Handler<StopRenewals> for LeaseActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StopRenewals, ctx: &mut Context<Self>) {
+        self.leases.clear();
+        self.settle_waiters(Err(Error::Closed("the lease actor stopped".into())));
+        ctx.stop();
     }
 }
 

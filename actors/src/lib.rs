@@ -32,6 +32,7 @@ mod tenant;
 pub use config::Breakage;
 pub use config::RuntimeConfig;
 pub use events::{Event, EventLog, Observer};
+pub use lease_actor::live_tenants;
 pub use status::TenantStatus;
 pub use supervisor::{Supervisor, SupervisorActor};
 pub use tenant::{TenantRef, Ticket};

@@ -10,6 +10,7 @@ use leasehold::deadline::Deadline;
 use leasehold::durable::SharedDurableStore;
 use leasehold::lease::SharedLeaseStore;
 use leasehold::ledger::LedgerOptions;
+use leasehold::paths::{self, RootLock};
 use leasehold::{Error, ReplicaId};
 
 use crate::config::RuntimeConfig;
@@ -42,19 +43,26 @@ pub(crate) struct Runtime {
     pub(crate) drain_timeout: Duration,
     /// How many tenants `close` hands off at a time.
     pub(crate) close_concurrency: usize,
+    /// How many tenants may be open (or opening) at once (docs/guarantees.md, the descriptor
+    /// ceiling).
+    pub(crate) max_open: usize,
     /// SQLite options of every ledger.
     pub(crate) ledger: LedgerOptions,
     /// Where events go.
     pub(crate) events: EventSink,
+    /// The state root's lock: held while anything of this replica lives, so no second replica
+    /// starts on the same root (docs/guarantees.md, assumption 5).
+    _lock: RootLock,
     /// Deliberate bugs, for harness tests.
     #[cfg(feature = "fault-switches")]
     pub(crate) breakage: crate::config::Breakage,
 }
 
 impl Runtime {
-    /// Validates `config` and wraps its stores in deadlines.
+    /// Validates `config`, takes the state root's lock and wraps the stores in deadlines.
     pub(crate) fn new(config: RuntimeConfig) -> Result<Arc<Self>, Error> {
         config.validate()?;
+        let lock = paths::lock_state_root(&config.state_root, config.replica_id.as_str())?;
         let leases: SharedLeaseStore =
             Arc::new(Deadline::new(config.leases, config.store_deadline)?);
         let durable: SharedDurableStore =
@@ -72,6 +80,8 @@ impl Runtime {
             local_sweep_every: config.local_sweep_every,
             drain_timeout: config.drain_timeout,
             close_concurrency: config.close_concurrency,
+            max_open: config.max_open,
+            _lock: lock,
             ledger: config.ledger,
             events: EventSink::new(config.observer),
             #[cfg(feature = "fault-switches")]

@@ -94,6 +94,45 @@ impl TenantStatus {
     }
 }
 
+/// A tenant's status, shared between its actor (which writes every change) and its handles
+/// (which read it without a message, and after the actor has stopped).
+#[derive(Debug)]
+pub(crate) struct StatusCell(std::sync::atomic::AtomicU8);
+
+impl StatusCell {
+    const ALL: [TenantStatus; 9] = [
+        TenantStatus::Opening,
+        TenantStatus::Serving,
+        TenantStatus::Draining,
+        TenantStatus::Flushing,
+        TenantStatus::Released,
+        TenantStatus::Abandoning,
+        TenantStatus::Abandoned,
+        TenantStatus::Forgetting,
+        TenantStatus::Forgotten,
+    ];
+
+    /// A cell reading `status`.
+    pub(crate) fn new(status: TenantStatus) -> Self {
+        let cell = Self(std::sync::atomic::AtomicU8::new(0));
+        cell.set(status);
+        cell
+    }
+
+    /// Records `status`.
+    pub(crate) fn set(&self, status: TenantStatus) {
+        let index = Self::ALL.iter().position(|s| *s == status).unwrap_or(0);
+        self.0
+            .store(index as u8, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The status last recorded.
+    pub(crate) fn get(&self) -> TenantStatus {
+        let index = self.0.load(std::sync::atomic::Ordering::Acquire);
+        Self::ALL[usize::from(index) % Self::ALL.len()]
+    }
+}
+
 impl fmt::Display for TenantStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -25,7 +25,7 @@ mod open;
 
 use crate::config::RuntimeConfig;
 use crate::events::EventSink;
-use crate::lease_actor::{LeaseActor, RenewNow};
+use crate::lease_actor::{LeaseActor, RenewNow, StopRenewals};
 use crate::runtime::Runtime;
 use crate::status::TenantStatus;
 use crate::tenant::TenantRef;
@@ -34,12 +34,31 @@ use crate::tenant::messages::{ForgetBegun, TenantGone};
 type SharedOpen = Shared<BoxFuture<'static, Result<TenantRef, Error>>>;
 
 /// The host's handle to a replica's supervisor tree. Cheap to clone.
+///
+/// Once `close()` has finished and the last clone is dropped, the replica stops for good: the
+/// lease actor, the local-sweep interval, the arbiter threads and every tenant actor on them,
+/// and the state root's lock is released (docs/guarantees.md, promise 6). A replica dropped
+/// without `close()` keeps serving the tenants hosts still hold.
 #[derive(Clone)]
 pub struct Supervisor {
     /// The supervisor actor.
     addr: Addr<SupervisorActor>,
     /// The event sink, for `events_delivered`.
     events: EventSink,
+    /// Tells the actor when the last handle goes.
+    _owner: Arc<Owner>,
+}
+
+/// Shared by every clone of a [`Supervisor`]; its drop is the drop of the last handle.
+struct Owner {
+    /// The supervisor actor.
+    addr: Addr<SupervisorActor>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.addr.do_send(HandleDropped);
+    }
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -67,11 +86,18 @@ impl Supervisor {
             opening: HashMap::new(),
             forgets: Vec::new(),
             closing: false,
+            closed: false,
+            handle_dropped: false,
         }
         .start();
         // Copies a crash left behind of tenants forgotten meanwhile go first.
         addr.do_send(local_sweep::SweepLocal);
-        Ok(Self { addr, events })
+        let owner = Arc::new(Owner { addr: addr.clone() });
+        Ok(Self {
+            addr,
+            events,
+            _owner: owner,
+        })
     }
 
     /// Opens a tenant: acquires its lease, restores its head, and returns its handle. Opening a
@@ -95,7 +121,9 @@ impl Supervisor {
 
     /// Hands off every open tenant, `close_concurrency` at a time, and waits for forgets under
     /// way. Returns the tenants it could not flush, in the order they were opened; those stay
-    /// open. Opens are refused from now on.
+    /// open until the last handle is dropped. Opens are refused from now on; an open already
+    /// under way is waited for, and a tenant it opened is handed off with the others while its
+    /// caller hears `Closed` (docs/guarantees.md, promise 6).
     pub fn close(&self) -> impl Future<Output = Result<Vec<LeaseKey>, Error>> + use<> {
         let request = self.addr.send(Close);
         async move { request.await.map_err(|_| stopped())? }
@@ -133,6 +161,12 @@ fn stopped() -> Error {
     Error::Closed("the supervisor has stopped".into())
 }
 
+fn closed_while_opening(key: &LeaseKey) -> Error {
+    Error::Closed(format!(
+        "the replica began closing while {key} opened; close hands it off"
+    ))
+}
+
 /// A tenant in the table.
 #[derive(Clone)]
 struct Entry {
@@ -158,11 +192,23 @@ pub struct SupervisorActor {
     next_order: u64,
     /// Opens under way, shared by concurrent callers of the same tenant.
     opening: HashMap<LeaseKey, SharedOpen>,
-    /// Forgets under way: `close` waits for them.
-    forgets: Vec<((LeaseKey, u64), oneshot::Receiver<()>)>,
+    /// Forgets under way: `close` waits for them. With the handle of the tenant, to stop its
+    /// actor when it is over.
+    forgets: Vec<Forgetting>,
     /// Set by `close`: no more opens.
     closing: bool,
+    /// Set when `close` has finished.
+    closed: bool,
+    /// Set when the last [`Supervisor`] handle was dropped.
+    handle_dropped: bool,
 }
+
+/// A forget under way: its tenure, the signal that it is over, and the tenant's handle.
+type Forgetting = (
+    (LeaseKey, u64),
+    Option<oneshot::Receiver<()>>,
+    Option<TenantRef>,
+);
 
 impl Actor for SupervisorActor {
     type Context = Context<Self>;
@@ -180,9 +226,40 @@ impl Actor for SupervisorActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        for arbiter in &self.arbiters {
+        // Tenant actors live on the arbiters: they go with them (promise 6).
+        self.lease_actor.do_send(StopRenewals);
+        self.table.clear();
+        self.forgets.clear();
+        for arbiter in self.arbiters.drain(..) {
             arbiter.stop();
+            // Joined off this thread: an arbiter busy in a host closure must not block it.
+            let _ = std::thread::Builder::new()
+                .name("leasehold-join".into())
+                .spawn(move || arbiter.join());
         }
+    }
+}
+
+impl SupervisorActor {
+    /// Stops the replica once `close` has finished and no handle is left.
+    fn stop_if_done(&mut self, ctx: &mut Context<Self>) {
+        if self.closed && self.handle_dropped {
+            ctx.stop();
+        }
+    }
+}
+
+/// The last [`Supervisor`] handle was dropped.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct HandleDropped;
+
+impl Handler<HandleDropped> for SupervisorActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: HandleDropped, ctx: &mut Context<Self>) {
+        self.handle_dropped = true;
+        self.stop_if_done(ctx);
     }
 }
 
@@ -221,9 +298,18 @@ impl Handler<Open> for SupervisorActor {
             ))));
         }
         if let Some(entry) = self.table.get(&key) {
+            let now = entry.tenant.status_now();
+            if now.is_leaving() || now.is_final() {
+                // Its handle is about to stop serving: open again once it has left (or, after a
+                // drain that timed out, once it serves again).
+                return Box::pin(actix::fut::ready(Err(Error::Draining {
+                    key: key.to_string(),
+                    state: now.as_str().into(),
+                })));
+            }
             return Box::pin(actix::fut::ready(Ok(entry.tenant.clone())));
         }
-        if self.forgets.iter().any(|((k, _), _)| k == &key) {
+        if self.forgets.iter().any(|((k, _), _, _)| k == &key) {
             // Its erase still deletes this replica's directory of the tenant: a new tenure here
             // would lose its files to it. Open again once the forget is over.
             return Box::pin(actix::fut::ready(Err(Error::Draining {
@@ -232,7 +318,19 @@ impl Handler<Open> for SupervisorActor {
             })));
         }
         if let Some(shared) = self.opening.get(&key) {
-            return Box::pin(shared.clone().into_actor(self));
+            return Box::pin(shared.clone().into_actor(self).map(|opened, act, _| {
+                let tenant = opened?;
+                if act.closing {
+                    return Err(closed_while_opening(tenant.key()));
+                }
+                Ok(tenant)
+            }));
+        }
+        let open_now = self.table.len() + self.opening.len() + self.forgets.len();
+        if open_now >= self.rt.max_open {
+            return Box::pin(actix::fut::ready(Err(Error::OpenLimit {
+                limit: self.rt.max_open,
+            })));
         }
         let arbiter = self.arbiters[self.next_arbiter % self.arbiters.len()].handle();
         self.next_arbiter += 1;
@@ -247,6 +345,11 @@ impl Handler<Open> for SupervisorActor {
         self.opening.insert(key.clone(), shared.clone());
         Box::pin(shared.into_actor(self).map(move |opened, act, _| {
             act.opening.remove(&key);
+            if act.closing {
+                // The close that began meanwhile hands this tenant off (hole 1, promise 6).
+                let tenant = opened?;
+                return Err(closed_while_opening(tenant.key()));
+            }
             if let Ok(tenant) = &opened {
                 let order = act.next_order;
                 act.next_order += 1;
@@ -283,6 +386,7 @@ impl Handler<TenantGone> for SupervisorActor {
     type Result = ();
 
     fn handle(&mut self, msg: TenantGone, ctx: &mut Context<Self>) {
+        let tenure = (msg.key.clone(), msg.epoch);
         if self
             .table
             .get(&msg.key)
@@ -290,9 +394,8 @@ impl Handler<TenantGone> for SupervisorActor {
         {
             self.table.remove(&msg.key);
         }
-        // A forget of this tenure, if any, is over.
-        self.forgets
-            .retain(|((key, epoch), _)| !(key == &msg.key && *epoch == msg.epoch));
+        // A forget of this tenure, if any, is over (the tenant actor has stopped by itself).
+        self.forgets.retain(|(t, _, _)| *t != tenure);
         if msg.status != TenantStatus::Released {
             // An abandoned copy stays for the next open, unless a successor forgets the tenant;
             // one a failed forget could not delete is dead already.
@@ -312,15 +415,19 @@ impl Handler<ForgetBegun> for SupervisorActor {
     fn handle(&mut self, msg: ForgetBegun, _ctx: &mut Context<Self>) {
         // The tenure leaves the table now: a tenant being forgotten is not handed off by `close`.
         // A retried forget of an older tenure leaves a newer one alone.
+        let mut tenant = None;
         if self
             .table
             .get(&msg.key)
             .is_some_and(|e| e.tenant.epoch() == msg.epoch)
         {
-            self.table.remove(&msg.key);
+            tenant = self.table.remove(&msg.key).map(|e| e.tenant);
         }
         let tenure = (msg.key, msg.epoch);
-        self.forgets.retain(|(t, _)| t != &tenure);
-        self.forgets.push((tenure, msg.done));
+        if let Some(i) = self.forgets.iter().position(|(t, _, _)| t == &tenure) {
+            let (_, _, earlier) = self.forgets.remove(i);
+            tenant = tenant.or(earlier);
+        }
+        self.forgets.push((tenure, Some(msg.done), tenant));
     }
 }

@@ -4,7 +4,7 @@
 //! polled: calls made one after another reach the tenant in that order.
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use actix::prelude::*;
 use leasehold::layout::ImageRef;
@@ -21,7 +21,7 @@ pub(crate) mod tenure;
 pub(crate) use actor::{TenantActor, TenantParts};
 use messages::*;
 
-use crate::events::Event;
+use crate::events::{Event, EventSink};
 use crate::runtime::Runtime;
 use crate::status::TenantStatus;
 
@@ -68,10 +68,13 @@ pub struct TenantRef {
     epoch: u64,
     /// The tenant actor.
     addr: Addr<TenantActor>,
-    /// The drain bound of a handoff and the event sink its caller reports a timeout to.
-    rt: Arc<Runtime>,
-    /// The final status, once the actor has stopped.
-    ended: Arc<OnceLock<TenantStatus>>,
+    /// How long a handoff's caller waits for the drain.
+    drain_timeout: std::time::Duration,
+    /// Where a handoff's caller reports a drain timeout. (A handle holds nothing else of the
+    /// replica: an old handle keeps neither its stores nor its state root's lock.)
+    events: EventSink,
+    /// The status the actor last recorded; the final one once it has stopped.
+    ended: Arc<crate::status::StatusCell>,
 }
 
 impl std::fmt::Debug for TenantRef {
@@ -88,14 +91,15 @@ impl TenantRef {
         key: LeaseKey,
         epoch: u64,
         addr: Addr<TenantActor>,
-        rt: Arc<Runtime>,
-        ended: Arc<OnceLock<TenantStatus>>,
+        rt: &Runtime,
+        ended: Arc<crate::status::StatusCell>,
     ) -> Self {
         Self {
             key,
             epoch,
             addr,
-            rt,
+            drain_timeout: rt.drain_timeout,
+            events: rt.events.clone(),
             ended,
         }
     }
@@ -151,7 +155,7 @@ impl TenantRef {
     /// heard `DrainTimeout`: the handoff then reports a failure it did not have, never the
     /// other way round.
     pub fn handoff(&self) -> impl Future<Output = Result<(), Error>> + use<> {
-        let limit = self.rt.drain_timeout;
+        let limit = self.drain_timeout;
         let deadline = tokio::time::Instant::now() + limit;
         let (drained, drained_rx) = oneshot::channel();
         let (done, done_rx) = oneshot::channel();
@@ -162,7 +166,7 @@ impl TenantRef {
             done,
         });
         let key = self.key.clone();
-        let rt = self.rt.clone();
+        let events = self.events.clone();
         let addr = self.addr.clone();
         async move {
             let after_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
@@ -178,7 +182,7 @@ impl TenantRef {
                 Ok(answer) => answer.map_err(|_| closed(&key))?,
             };
             if let Err(Error::DrainTimeout { key, after_ms }) = &drain {
-                rt.events.emit(Event::DrainTimeout {
+                events.emit(Event::DrainTimeout {
                     key: key.clone(),
                     after_ms: *after_ms,
                 });
@@ -214,9 +218,15 @@ impl TenantRef {
         async move {
             match request.await {
                 Ok(status) => status,
-                Err(_) => ended.get().copied().unwrap_or(TenantStatus::Released),
+                Err(_) => ended.get(),
             }
         }
+    }
+
+    /// The status the tenant last recorded, read without a message (the supervisor asks it
+    /// without waiting on a busy tenant).
+    pub(crate) fn status_now(&self) -> TenantStatus {
+        self.ended.get()
     }
 
     /// Whether the tenant is serving.

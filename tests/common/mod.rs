@@ -216,6 +216,16 @@ impl Fleet {
         node: &str,
         tweak: impl FnOnce(&mut RuntimeConfig),
     ) -> Replica {
+        self.try_replica_with(id, node, tweak).unwrap()
+    }
+
+    /// [`Fleet::replica_with`], with the start's refusal for the test to look at.
+    pub fn try_replica_with(
+        &self,
+        id: &str,
+        node: &str,
+        tweak: impl FnOnce(&mut RuntimeConfig),
+    ) -> Result<Replica, Error> {
         let state_root = self.dir.path().join("nodes").join(node);
         let mut cfg = RuntimeConfig::new(
             ReplicaId::new(id).unwrap(),
@@ -245,12 +255,12 @@ impl Fleet {
         let log = EventLog::new();
         cfg.observer = Some(Arc::new(log.clone()));
         tweak(&mut cfg);
-        Replica {
-            sup: Supervisor::start(cfg).unwrap(),
+        Ok(Replica {
+            sup: Supervisor::start(cfg)?,
             clock,
             state_root,
             log,
-        }
+        })
     }
 
     /// Time passes everywhere: the store's clock and every replica's. On PostgreSQL only the

@@ -2,21 +2,50 @@
 //! tenant holds only its own slot, wait for forgets under way, and report the tenants that could
 //! not be flushed in the order they were opened, then drop dead local copies. Progress goes out
 //! as events.
+//!
+//! Opens already under way when `close` begins are waited for first (each is bounded by its
+//! store calls' deadlines), and the tenants they opened are handed off with the rest: their
+//! callers hear `Closed`, and nothing they could have written is lost (docs/guarantees.md,
+//! promise 6, hole 1 of docs/testing.md). Once `close` has finished and the last handle is
+//! dropped, the replica stops.
 
 use actix::prelude::*;
 use futures::StreamExt;
 use leasehold::{Error, LeaseKey};
 
-use super::{Close, SupervisorActor};
+use super::{Close, Entry, SupervisorActor};
 use crate::events::Event;
 use crate::status::TenantStatus;
+use crate::tenant::TenantRef;
 
 impl Handler<Close> for SupervisorActor {
     type Result = ResponseActFuture<Self, Result<Vec<LeaseKey>, Error>>;
 
     fn handle(&mut self, _msg: Close, _ctx: &mut Context<Self>) -> Self::Result {
         self.closing = true;
-        let mut entries: Vec<_> = self.table.values().cloned().collect();
+        let in_flight: Vec<_> = self.opening.values().cloned().collect();
+        let settled = futures::future::join_all(in_flight).into_actor(self);
+        Box::pin(settled.then(|opened, act, _| act.close_all(opened)))
+    }
+}
+
+impl SupervisorActor {
+    /// Hands off every tenant of the table and those the opens under way at `close` opened.
+    fn close_all(
+        &mut self,
+        opened: Vec<Result<TenantRef, Error>>,
+    ) -> ResponseActFuture<Self, Result<Vec<LeaseKey>, Error>> {
+        let mut entries: Vec<Entry> = self.table.values().cloned().collect();
+        for tenant in opened.into_iter().flatten() {
+            let known = entries
+                .iter()
+                .any(|e| e.tenant.key() == tenant.key() && e.tenant.epoch() == tenant.epoch());
+            if !known {
+                let order = self.next_order;
+                self.next_order += 1;
+                entries.push(Entry { tenant, order });
+            }
+        }
         entries.sort_by_key(|e| e.order);
         let rt = self.rt.clone();
         let total = entries.len();
@@ -59,7 +88,12 @@ impl Handler<Close> for SupervisorActor {
                 .collect::<Vec<_>>()
         };
         Box::pin(handoffs.into_actor(self).then(|unflushed, act, _| {
-            let forgets = std::mem::take(&mut act.forgets);
+            // The handles stay: the tenant actors stop when their forgets end.
+            let forgets: Vec<_> = act
+                .forgets
+                .iter_mut()
+                .filter_map(|(tenure, done, _)| Some((tenure.clone(), done.take()?)))
+                .collect();
             let limit = act.rt.drain_timeout;
             async move {
                 for ((key, _epoch), done) in forgets {
@@ -72,10 +106,12 @@ impl Handler<Close> for SupervisorActor {
             .into_actor(act)
             .then(|unflushed, act, _| {
                 // Last, copies of tenants forgotten elsewhere while this replica held them.
-                act.sweep_all_local().map(move |swept, _, _| {
+                act.sweep_all_local().map(move |swept, act, ctx| {
                     if let Err(e) = swept {
                         tracing::warn!(error = %e, "the local sweep at close failed");
                     }
+                    act.closed = true;
+                    act.stop_if_done(ctx);
                     Ok(unflushed)
                 })
             })

@@ -1,7 +1,7 @@
 //! Dropping dead local copies: a replica that was stopped, cut off or crashed while a successor
 //! forgot a tenant still holds that tenant's files. Whenever a tenure here ends without a
 //! handoff, at start, at `close`, every `local_sweep_every`, and on request, the supervisor reads the tenant's floor and deletes a local
-//! copy whose recorded tenure is at or below it (CONTRACT promise 5) — never one of a tenant that
+//! copy whose recorded tenure is at or below it (docs/guarantees.md, promise 5) — never one of a tenant that
 //! is open or opening here.
 
 use std::sync::Arc;

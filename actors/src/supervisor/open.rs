@@ -126,7 +126,7 @@ async fn start(
         dir,
         head.clone(),
     ));
-    let ended = Arc::new(std::sync::OnceLock::new());
+    let ended = Arc::new(crate::status::StatusCell::new(crate::TenantStatus::Serving));
     let parts = TenantParts {
         rt: rt.clone(),
         cell: cell.clone(),
@@ -154,7 +154,7 @@ async fn start(
         plan.key.clone(),
         record.epoch,
         addr,
-        rt.clone(),
+        rt,
         ended,
     ))
 }

@@ -50,7 +50,7 @@ pub(crate) struct TenantParts {
     /// Told when a forget begins.
     pub(crate) forgets: Recipient<ForgetBegun>,
     /// Where the final status is left for handles once the actor has stopped.
-    pub(crate) ended: Arc<std::sync::OnceLock<TenantStatus>>,
+    pub(crate) ended: Arc<crate::status::StatusCell>,
 }
 
 /// The reply channels of the handoff under way.
@@ -81,7 +81,7 @@ pub(crate) struct TenantActor {
     /// Told when a forget begins.
     pub(super) forgets: Recipient<ForgetBegun>,
     /// The final status, for handles once the actor has stopped.
-    pub(super) ended: Arc<std::sync::OnceLock<TenantStatus>>,
+    pub(super) ended: Arc<crate::status::StatusCell>,
     /// Callers of the open transaction, answered at commit; `None` when none is open.
     pub(super) batch: Option<Vec<Finisher>>,
     /// The handoff under way, if any.
@@ -194,7 +194,7 @@ impl Actor for TenantActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        let _ = self.ended.set(self.tenure.status());
+        self.ended.set(self.tenure.status());
     }
 }
 

@@ -98,9 +98,14 @@ impl TenantActor {
             Effect::Erase { floor } => self.erase(floor, ctx),
             Effect::Reply(waiter, answer) => self.reply(waiter, answer),
             Effect::Answer(_) => {} // answered by `feed_from`
-            Effect::Emit(event) => self.rt.events.emit(event),
+            Effect::Emit(event) => {
+                if let crate::events::Event::StateChanged { to, .. } = &event {
+                    self.ended.set(*to);
+                }
+                self.rt.events.emit(event)
+            }
             Effect::Finish(status) => {
-                let _ = self.ended.set(status);
+                self.ended.set(status);
                 self.gone.do_send(TenantGone {
                     key: self.key().clone(),
                     epoch: self.cell.epoch,
