@@ -132,6 +132,16 @@ impl<S: LeaseStore> LeaseStore for Deadline<S> {
         self.settle("acquire", self.inner.acquire(key, owner, ttl))
             .await
     }
+    async fn acquire_attempt(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+        attempt: u64,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let call = self.inner.acquire_attempt(key, owner, ttl, attempt);
+        self.settle("acquire", call).await
+    }
     async fn renew(
         &self,
         key: &LeaseKey,
@@ -267,11 +277,12 @@ mod tests {
             self.wait().await;
             Ok(None)
         }
-        async fn acquire(
+        async fn acquire_attempt(
             &self,
             key: &LeaseKey,
             _: &str,
             _: Duration,
+            _: u64,
         ) -> Result<LeaseRecord, LeaseError> {
             self.wait().await;
             Err(held(key))

@@ -82,6 +82,109 @@ async fn the_in_memory_model_passes_the_suite_so_the_suite_is_not_sqlite_shaped(
 }
 
 #[tokio::test]
+async fn hole2_sqlite_head_only_moves_forward_a_late_publish_is_stale() {
+    let (store, clock, _dir) = sqlite_store("boot-test");
+    let h = harness(Arc::new(store), &clock, "hole2");
+    testkit::conformance_head_only_moves_forward(&h).await;
+}
+
+#[tokio::test]
+async fn hole9_sqlite_a_retried_mark_forgotten_returns_the_record() {
+    let (store, clock, _dir) = sqlite_store("boot-test");
+    let h = harness(Arc::new(store), &clock, "hole9-forget");
+    testkit::conformance_mark_forgotten_retried_returns_the_record(&h).await;
+}
+
+#[tokio::test]
+async fn hole9_sqlite_a_retried_acquire_recognises_its_own_attempt() {
+    let (store, clock, _dir) = sqlite_store("boot-test");
+    let h = harness(Arc::new(store), &clock, "hole9-acquire");
+    testkit::conformance_acquire_retry_recognises_its_own_attempt(&h).await;
+}
+
+#[tokio::test]
+async fn hole9_an_acquire_that_timed_out_but_landed_is_recognised_by_its_retry() {
+    // The first attempt lands in the store, but its answer comes too late: the caller sees
+    // Timeout. Its retry with the same attempt gets the lease instead of Held for a ttl.
+    let (store, _clock, _dir) = sqlite_store("boot-test");
+    let faulty = FaultyLeaseStore::new(Arc::new(store));
+    let gate = Arc::new(Notify::new());
+    let wait = gate.clone();
+    faulty.after_next(
+        LeaseOp::Acquire,
+        move || async move { wait.notified().await },
+    );
+    let bounded = Deadline::new(faulty.shared(), Duration::from_millis(50)).unwrap();
+    let k = key("late", "t1");
+    let first = bounded.acquire_attempt(&k, "a", TTL, 41).await;
+    assert!(
+        matches!(&first, Err(e) if e.outcome_unknown()),
+        "the caller hears an unknown outcome: {first:?}"
+    );
+    let landed = faulty
+        .inner()
+        .read(&k)
+        .await
+        .unwrap()
+        .expect("the attempt landed");
+    let retry = bounded.acquire_attempt(&k, "a", TTL, 41).await.unwrap();
+    assert_eq!((retry.owner.as_str(), retry.epoch), ("a", landed.epoch));
+    gate.notify_one();
+}
+
+#[tokio::test]
+async fn the_suite_fails_a_store_whose_head_moves_back_or_whose_acquire_forgets_its_attempt() {
+    let clock = ManualClock::new(0);
+    let back = harness(
+        Arc::new(ModelStore::new(&clock, Flaw::HeadMovesBack)),
+        &clock,
+        "m",
+    );
+    let message = violation(testkit::conformance_head_only_moves_forward(&back)).await;
+    assert!(message.contains("the head only moves forward"), "{message}");
+    let forgets = harness(
+        Arc::new(ModelStore::new(&clock, Flaw::AcquireForgetsAttempt)),
+        &clock,
+        "m",
+    );
+    let message =
+        violation(testkit::conformance_acquire_retry_recognises_its_own_attempt(&forgets)).await;
+    assert!(message.contains("recognises its own attempt"), "{message}");
+}
+
+#[tokio::test]
+async fn hole9_a_schema_1_lease_file_gains_the_attempt_column_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let old = rusqlite::Connection::open(&path).unwrap();
+    old.execute_batch(
+        "CREATE TABLE leases (key TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL,
+            epoch INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, boot_id TEXT NOT NULL,
+            released INTEGER NOT NULL, floor INTEGER NOT NULL, head_epoch INTEGER,
+            head_seq INTEGER, head_sha256 TEXT) STRICT;
+         INSERT INTO leases VALUES ('acme/t1', 'a', 4, 0, 'boot-0', 1, 2, NULL, NULL, NULL);
+         PRAGMA user_version = 1;",
+    )
+    .unwrap();
+    drop(old);
+    let clock = ManualClock::new(10);
+    let store = SqliteLeaseStore::open_with(&path, Arc::new(clock), "boot-1".into()).unwrap();
+    let k = key("acme", "t1");
+    let kept = store.read(&k).await.unwrap().unwrap();
+    assert_eq!((kept.epoch, kept.floor), (4, 2));
+    let taken = store.acquire_attempt(&k, "b", TTL, 3).await.unwrap();
+    assert_eq!(taken.epoch, 5);
+    let retry = store.acquire_attempt(&k, "b", TTL, 3).await.unwrap();
+    assert_eq!(retry.epoch, 5);
+    drop(store);
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 2);
+}
+
+#[tokio::test]
 async fn the_suite_fails_a_store_whose_renew_ignores_the_epoch() {
     let (store, clock, _dir) = sqlite_store("boot-test");
     let broken = Arc::new(RenewIgnoresEpoch(store));
@@ -375,13 +478,14 @@ impl LeaseStore for RenewIgnoresEpoch {
     async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
         self.0.read(key).await
     }
-    async fn acquire(
+    async fn acquire_attempt(
         &self,
         key: &LeaseKey,
         owner: &str,
         ttl: Duration,
+        attempt: u64,
     ) -> Result<LeaseRecord, LeaseError> {
-        self.0.acquire(key, owner, ttl).await
+        self.0.acquire_attempt(key, owner, ttl, attempt).await
     }
     async fn renew(
         &self,
@@ -432,6 +536,10 @@ enum Flaw {
     AcquireIgnoresExpiry,
     /// `acquire` after a forget hands out the forgotten epoch again.
     ReuseEpochAfterForget,
+    /// `publish_head` accepts any image of the live epoch, also one older than the head.
+    HeadMovesBack,
+    /// `acquire_attempt` ignores the attempt: a retry is refused as `Held`.
+    AcquireForgetsAttempt,
 }
 
 /// A lease store in memory, correct unless given a [`Flaw`]; its clock is a [`ManualClock`].
@@ -439,6 +547,8 @@ enum Flaw {
 struct ModelStore {
     clock: ManualClock,
     rows: Mutex<HashMap<String, LeaseRecord>>,
+    /// The `(owner, attempt)` that started each key's tenure.
+    attempts: Mutex<HashMap<String, (String, u64)>>,
     flaw: Flaw,
 }
 
@@ -448,6 +558,7 @@ impl ModelStore {
         Self {
             clock: clock.clone(),
             rows,
+            attempts: Mutex::default(),
             flaw,
         }
     }
@@ -488,15 +599,27 @@ impl LeaseStore for ModelStore {
     async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
         Ok(self.rows.lock().unwrap().get(key.as_str()).cloned())
     }
-    async fn acquire(
+    async fn acquire_attempt(
         &self,
         key: &LeaseKey,
         owner: &str,
         ttl: Duration,
+        attempt: u64,
     ) -> Result<LeaseRecord, LeaseError> {
         let mut rows = self.rows.lock().unwrap();
+        let mut attempts = self.attempts.lock().unwrap();
         let old = rows.get(key.as_str()).cloned();
         if let Some(live) = old.as_ref().filter(|r| self.is_live(r)) {
+            let mine = attempts.get(key.as_str()) == Some(&(owner.to_owned(), attempt));
+            if mine && self.flaw != Flaw::AcquireForgetsAttempt {
+                let end = self.clock.now_ms() + ttl.as_millis() as u64;
+                let renewed = LeaseRecord {
+                    expires_at_ms: live.expires_at_ms.max(end),
+                    ..live.clone()
+                };
+                rows.insert(key.to_string(), renewed.clone());
+                return Ok(renewed);
+            }
             return Err(LeaseError::Held {
                 key: key.to_string(),
                 owner: live.owner.clone(),
@@ -516,6 +639,7 @@ impl LeaseStore for ModelStore {
             head: old.and_then(|r| r.head),
         };
         rows.insert(key.to_string(), record.clone());
+        attempts.insert(key.to_string(), (owner.to_owned(), attempt));
         Ok(record)
     }
     async fn renew(
@@ -562,13 +686,34 @@ impl LeaseStore for ModelStore {
         epoch: u64,
         image: &ImageRef,
     ) -> Result<LeaseRecord, LeaseError> {
-        self.change(key, owner, epoch, |r| {
+        let mut stale = None;
+        let moved = self.change(key, owner, epoch, |r| {
             let allowed = epoch > r.floor && image.epoch == epoch;
-            if allowed {
-                r.head = Some(image.clone());
+            let behind = r.head.as_ref().filter(|h| {
+                self.flaw != Flaw::HeadMovesBack && (h.epoch, h.seq) >= (image.epoch, image.seq)
+            });
+            match behind {
+                Some(head) if allowed && head != image => {
+                    stale = Some(head.clone());
+                    false
+                }
+                Some(_) => allowed,
+                None => {
+                    if allowed {
+                        r.head = Some(image.clone());
+                    }
+                    allowed
+                }
             }
-            allowed
-        })
+        });
+        match stale {
+            Some(head) => Err(LeaseError::Stale {
+                key: key.to_string(),
+                head,
+                image: image.clone(),
+            }),
+            None => moved,
+        }
     }
     async fn mark_forgotten(
         &self,

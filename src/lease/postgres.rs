@@ -318,11 +318,12 @@ impl LeaseStore for PostgresLeaseStore {
         }
     }
 
-    async fn acquire(
+    async fn acquire_attempt(
         &self,
         key: &LeaseKey,
         owner: &str,
         ttl: Duration,
+        _attempt: u64,
     ) -> Result<LeaseRecord, LeaseError> {
         let ttl_ms = ttl_param(ttl);
         let rows = self
