@@ -143,6 +143,15 @@ pub fn create_table_sql(table: &str) -> Result<String, Error> {
     Ok(Statements::new(table).create)
 }
 
+/// The statement that brings a lease table made before acquire attempts were recorded up to
+/// date (`ALTER TABLE … ADD COLUMN IF NOT EXISTS attempt int8`; running it twice is harmless).
+/// [`PostgresLeaseStore::connect`] runs it itself when its role owns the table; a replica role
+/// with only `SELECT, INSERT, UPDATE` needs an operator to run it first.
+pub fn add_attempt_column_sql(table: &str) -> Result<String, Error> {
+    check_table_name(table)?;
+    Ok(Statements::new(table).add_attempt)
+}
+
 /// The lease store of a fleet of hosts: one row per lease key in a PostgreSQL table.
 ///
 /// Clones share one connection pool.
@@ -249,7 +258,18 @@ impl PostgresLeaseStore {
         if !exists {
             tx.batch_execute(&self.sql.create).await.map_err(db)?;
         } else if !has_attempt {
-            tx.batch_execute(&self.sql.add_attempt).await.map_err(db)?;
+            let added = tx.batch_execute(&self.sql.add_attempt).await;
+            added.map_err(|e| match pg_error("migrate", &e) {
+                StoreError::Backend { op, message } => StoreError::Backend {
+                    op,
+                    message: format!(
+                        "it lacks the attempt column and it cannot be added ({message}); have \
+                         its owner run: {}",
+                        self.sql.add_attempt
+                    ),
+                },
+                other => other,
+            })?;
         }
         tx.commit().await.map_err(db)?;
         client.query(&shape_check, &[]).await.map_err(db)?;

@@ -87,6 +87,7 @@ async fn hole8_a_timed_out_call_discards_its_connection_and_the_next_call_succee
         "every later call runs on a fresh connection: {outcomes:?}"
     );
     assert_eq!(outcomes[1], Ok(vec![RenewOutcome::Renewed]));
+    eprintln!("hole 8: six calls after the flow went silent: {outcomes:?}");
     assert_eq!(proxy.flows().len(), 2, "one fresh connection, then reused");
 }
 
@@ -246,6 +247,7 @@ async fn hole14_a_refused_acquire_takes_one_deadline_and_names_acquire() {
         "one deadline for the operation, named after it: {got:?} after {took:?}"
     );
     assert!(took < OP * 3 / 2, "settled after {took:?}");
+    eprintln!("hole 14: a refused acquire behind a slow path settled after {took:?}");
 }
 
 #[tokio::test]
@@ -316,6 +318,44 @@ async fn hole9_a_table_made_before_attempts_gains_the_column_and_keeps_its_rows(
     PostgresLeaseStore::connect(&url, OLD)
         .await
         .expect("connecting again finds the column and changes nothing");
+}
+
+#[tokio::test]
+async fn hole9_a_replica_role_cannot_upgrade_an_old_table_and_is_told_the_statement() {
+    const OLD: &str = "leasehold_test_old_shape_limited";
+    const ROLE: &str = "leasehold_test_replica";
+    let url = pg_url();
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect for setup");
+    let _driver = tokio::spawn(connection);
+    let old_create = leasehold::lease::postgres::create_table_sql(OLD)
+        .unwrap()
+        .replace("attempt     int8,", "");
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN CREATE ROLE {ROLE} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+             DROP TABLE IF EXISTS {OLD}; {old_create};
+             GRANT SELECT, INSERT, UPDATE ON {OLD} TO {ROLE};"
+        ))
+        .await
+        .expect("set up an old table for a replica role");
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let user = config.get_user().expect("the test URL names a user");
+    let limited = url.replacen(&format!("://{user}@"), &format!("://{ROLE}@"), 1);
+    let refused = PostgresLeaseStore::connect(&limited, OLD).await;
+    let add = leasehold::lease::postgres::add_attempt_column_sql(OLD).unwrap();
+    assert!(
+        matches!(&refused, Err(Error::InvalidOption { name: "table", reason }) if reason.contains(&add)),
+        "{refused:?}"
+    );
+    admin
+        .batch_execute(&add)
+        .await
+        .expect("the operator upgrades the table");
+    PostgresLeaseStore::connect(&limited, OLD)
+        .await
+        .expect("the replica role connects to the upgraded table");
 }
 
 /// A store straight to the server, to look behind the proxy.
