@@ -4,8 +4,10 @@
 //! `Deadline<S>` is a [`LeaseStore`] when `S` is one and a [`DurableStore`] when `S` is one, so it
 //! stacks on any backend or wrapper, including `Arc<dyn LeaseStore>` and `Arc<dyn DurableStore>`.
 //! A call that has not answered when the limit runs out is dropped and reported as
-//! [`StoreError::Timeout`]; its effect on the backend is unknown, and a lease must then be
-//! treated as not held.
+//! [`StoreError::Timeout`]; its effect on the backend is unknown (it may still land later:
+//! [`LeaseError::outcome_unknown`], docs/guarantees.md "Late landings"), and a lease must then be
+//! treated as not held. A retried acquire passes the same attempt id
+//! ([`LeaseStore::acquire_attempt`]), which this wrapper forwards.
 //!
 //! A put carries its payload, so its deadline grows with it: `limit` plus one second per
 //! [`MIN_PUT_BYTES_PER_SEC`] bytes. A 1 GiB image on a 10 s limit gets 10 s + 128 s; a store
@@ -131,6 +133,16 @@ impl<S: LeaseStore> LeaseStore for Deadline<S> {
     ) -> Result<LeaseRecord, LeaseError> {
         self.settle("acquire", self.inner.acquire(key, owner, ttl))
             .await
+    }
+    async fn acquire_attempt(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+        attempt: u64,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let call = self.inner.acquire_attempt(key, owner, ttl, attempt);
+        self.settle("acquire", call).await
     }
     async fn renew(
         &self,
@@ -267,11 +279,12 @@ mod tests {
             self.wait().await;
             Ok(None)
         }
-        async fn acquire(
+        async fn acquire_attempt(
             &self,
             key: &LeaseKey,
             _: &str,
             _: Duration,
+            _: u64,
         ) -> Result<LeaseRecord, LeaseError> {
             self.wait().await;
             Err(held(key))

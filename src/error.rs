@@ -7,6 +7,7 @@
 use crate::durable::StoreError;
 use crate::ids::IdError;
 use crate::image::ImageError;
+use crate::layout::ImageRef;
 use crate::lease::LeaseError;
 use crate::ledger::LedgerError;
 use crate::paths::PathError;
@@ -96,6 +97,36 @@ pub enum Error {
         /// The replica's `max_open`.
         limit: usize,
     },
+    /// A publish offered an image not newer than the head (docs/guarantees.md, promise 4: the
+    /// head only moves forward). The lease is still held and nothing changed: a newer image is
+    /// already published, typically because this publish landed after a newer one.
+    #[error("stale head: {key} is already at {head:?}; {image:?} was not published")]
+    StaleHead {
+        /// The tenant's lease key.
+        key: String,
+        /// The head, at or past `image`.
+        head: ImageRef,
+        /// The image that was refused.
+        image: ImageRef,
+    },
+    /// The lease store refused the credentials of its URL (SQLSTATE 28000, 28P01); nothing was
+    /// started. The message never holds the password.
+    #[error("authentication failed for user {user:?}: {reason}")]
+    AuthFailed {
+        /// The user the URL names.
+        user: String,
+        /// What the server said.
+        reason: String,
+    },
+    /// The database the lease store's URL names does not exist (SQLSTATE 3D000); nothing was
+    /// started.
+    #[error("unknown database {database:?}: {reason}")]
+    UnknownDatabase {
+        /// The database the URL names.
+        database: String,
+        /// What the server said.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -115,6 +146,9 @@ impl Error {
             Error::Closed(_) => "LEASEHOLD_CLOSED",
             Error::StateRootLocked { .. } => "LEASEHOLD_STATE_ROOT_LOCKED",
             Error::OpenLimit { .. } => "LEASEHOLD_OPEN_LIMIT",
+            Error::StaleHead { .. } => "LEASEHOLD_STALE_HEAD",
+            Error::AuthFailed { .. } => "LEASEHOLD_AUTH_FAILED",
+            Error::UnknownDatabase { .. } => "LEASEHOLD_UNKNOWN_DATABASE",
         }
     }
 
@@ -128,10 +162,11 @@ impl Error {
         matches!(self, Error::Fenced { .. })
     }
 
-    /// True when a store call gave up before its answer came: it may still have applied, or
-    /// apply later (docs/guarantees.md, "Late landings"). Only an idempotent retry tells.
+    /// True when a store call's outcome is unknown: it may have applied, or may still apply
+    /// later (a timeout always; see [`LeaseError::outcome_unknown`]). The caller must not report
+    /// "nothing happened"; it reads back or retries (docs/guarantees.md, "Late landings").
     pub fn is_outcome_unknown(&self) -> bool {
-        matches!(self, Error::Store(StoreError::Timeout { .. }))
+        matches!(self, Error::Store(e) if crate::lease::store_outcome_unknown(e))
     }
 }
 
@@ -149,6 +184,7 @@ impl From<LeaseError> for Error {
         match e {
             LeaseError::Held { key, owner, epoch } => Error::LeaseHeld { key, owner, epoch },
             LeaseError::NotHeld { key, .. } => Error::Fenced { key },
+            LeaseError::Stale { key, head, image } => Error::StaleHead { key, head, image },
             LeaseError::Store(s) => s.into(),
         }
     }
@@ -218,6 +254,19 @@ mod tests {
                 holder: "h".into(),
             },
             Error::OpenLimit { limit: 1 },
+            Error::StaleHead {
+                key: "k".into(),
+                head: image(2),
+                image: image(1),
+            },
+            Error::AuthFailed {
+                user: "u".into(),
+                reason: "r".into(),
+            },
+            Error::UnknownDatabase {
+                database: "d".into(),
+                reason: "r".into(),
+            },
         ];
         let mut codes: Vec<_> = all.iter().map(Error::code).collect();
         assert!(codes.iter().all(|c| c.starts_with("LEASEHOLD_")));
@@ -225,5 +274,38 @@ mod tests {
         codes.dedup();
         assert_eq!(codes.len(), all.len());
         assert_eq!(all[0].code(), "LEASEHOLD_FENCED");
+    }
+
+    fn image(seq: u64) -> ImageRef {
+        ImageRef {
+            epoch: 1,
+            seq,
+            sha256: "0".repeat(64),
+        }
+    }
+
+    #[test]
+    fn a_stale_publish_is_not_a_lost_lease_and_a_timeout_is_an_unknown_outcome() {
+        let stale = Error::from(LeaseError::Stale {
+            key: "k".into(),
+            head: image(2),
+            image: image(1),
+        });
+        assert!(!stale.is_fenced());
+        assert_eq!(stale.code(), "LEASEHOLD_STALE_HEAD");
+        assert!(!stale.is_outcome_unknown());
+        let timeout = StoreError::Timeout {
+            op: "publish_head",
+            after_ms: 5,
+        };
+        assert!(LeaseError::Store(timeout.clone()).outcome_unknown());
+        assert!(Error::from(LeaseError::Store(timeout)).is_outcome_unknown());
+        let refused = LeaseError::NotHeld {
+            key: "k".into(),
+            owner: "o".into(),
+            epoch: 1,
+        };
+        assert!(!refused.outcome_unknown());
+        assert!(!Error::from(refused).is_outcome_unknown());
     }
 }

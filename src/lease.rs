@@ -3,7 +3,7 @@
 //!
 //! A lease is `(key, owner, epoch, expires_at, floor, head)`. The store judges expiry by its own
 //! clock only. The holder judges it by its own monotonic clock, counting from the moment it
-//! *sent* the acquire or renew and stopping `margin` before the end (CONTRACT promise 1), so a
+//! *sent* the acquire or renew and stopping `margin` before the end (docs/guarantees.md, promise 1), so a
 //! holder always believes its lease ends before the store does.
 //!
 //! Backends: [`sqlite`] (the embedded default, shared by the processes of one host) and, with the
@@ -76,9 +76,64 @@ pub enum LeaseError {
         /// The caller's epoch.
         epoch: u64,
     },
-    /// The store could not be asked; the lease must be treated as unknown, never as held.
+    /// `publish_head` offered an image that is not newer than the current head: the head only
+    /// moves forward (docs/guarantees.md, promise 4). The lease is still held; nothing changed.
+    /// This is what a publish that lands late (after a newer one) hears, so it must not be taken
+    /// for a lost lease.
+    #[error("lease {key}: head is already at {head:?}, not moving it back to {image:?}")]
+    Stale {
+        /// The key.
+        key: String,
+        /// The current head, at or past `image`.
+        head: ImageRef,
+        /// The image the caller offered.
+        image: ImageRef,
+    },
+    /// The store could not be asked, or did not answer. For a write the outcome is **unknown**:
+    /// it may have applied, or may still apply later (see [`LeaseError::outcome_unknown`]); for
+    /// a lease, it must be treated as unknown, never as held.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl LeaseError {
+    /// True when the call's effect on the store is unknown: it may have applied, or may still
+    /// apply later (a [`StoreError::Timeout`] always; an `Unavailable` or `Io` when a connection
+    /// or a file was lost after the statement went out). The caller must not conclude that
+    /// nothing happened: read the record, or retry the same call, which every operation is safe
+    /// to repeat (docs/guarantees.md, "Late landings"). A refusal (`Held`, `NotHeld`, `Stale`)
+    /// is definite: nothing changed.
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            LeaseError::Store(e) => store_outcome_unknown(e),
+            LeaseError::Held { .. } | LeaseError::NotHeld { .. } | LeaseError::Stale { .. } => {
+                false
+            }
+        }
+    }
+}
+
+/// Whether a store error leaves a write's outcome unknown: everything but a refused key (checked
+/// before any I/O). Conservative on purpose: an `Unavailable` that never reached the backend is
+/// also reported unknown, which costs a re-read; the opposite mistake would lose a write.
+pub fn store_outcome_unknown(e: &StoreError) -> bool {
+    !matches!(e, StoreError::InvalidKey { .. })
+}
+
+/// A fresh attempt id for [`LeaseStore::acquire`]: random per process, then counted, so two
+/// attempts (also of two processes using one owner name) practically never share one.
+pub fn fresh_attempt() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = SEED
+        .get_or_init(std::collections::hash_map::RandomState::new)
+        .build_hasher();
+    hasher.write_u64(COUNT.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u32(std::process::id());
+    hasher.finish()
 }
 
 /// Where leases live. Every method is one round trip (one statement or one short transaction).
@@ -86,19 +141,48 @@ pub enum LeaseError {
 /// `renew`, `release`, `publish_head` and `mark_forgotten` succeed only for the `(owner, epoch)`
 /// of a lease that is live by the store's clock; otherwise they return [`LeaseError::NotHeld`]
 /// and change nothing.
+///
+/// **Every call may land late** (docs/guarantees.md, "Late landings"): a call reported as
+/// [`StoreError::Timeout`] may still take effect afterwards (a statement already sent to a
+/// server runs when the server reads it). So every write is safe to land late and to repeat:
+/// heads only move forward, a repeated `mark_forgotten`, `renew` or `publish_head` of the current
+/// head returns the record, and a retried [`LeaseStore::acquire_attempt`] recognises its own
+/// earlier success. [`LeaseError::outcome_unknown`] says when a caller cannot know.
+///
+/// A wrapper must forward both `acquire` and `acquire_attempt` (the provided `acquire` would
+/// otherwise bypass the wrapped store's own `acquire`).
 #[async_trait]
 pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// The record of `key`, live or not; `None` if it was never acquired.
     async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError>;
 
-    /// Takes the lease if it is free, released or expired by the store's clock: bumps the epoch,
-    /// sets the owner and `expires_at = now + ttl`, keeps floor and head, and returns the record.
-    /// The caller reads the head it must restore from this same record.
+    /// [`LeaseStore::acquire_attempt`] with a [`fresh_attempt`]: a call that is never retried.
     async fn acquire(
         &self,
         key: &LeaseKey,
         owner: &str,
         ttl: Duration,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.acquire_attempt(key, owner, ttl, fresh_attempt()).await
+    }
+
+    /// Takes the lease if it is free, released or expired by the store's clock: bumps the epoch,
+    /// sets the owner and `expires_at = now + ttl`, records `attempt`, keeps floor and head, and
+    /// returns the record. The caller reads the head it must restore from this same record.
+    ///
+    /// **A retry recognises its own success.** If the lease is live for `owner` *and* was taken
+    /// by this same `attempt` (an earlier call of this attempt that timed out but landed), the
+    /// store does not refuse it as [`LeaseError::Held`]: it renews it (`expires_at` becomes at
+    /// least `now + ttl`, so the caller may count its term from this call) and returns it at the
+    /// same epoch. Epochs stay unique and no other tenure is touched: only the caller that
+    /// chose `attempt` can name it. A caller retrying after a [`StoreError::Timeout`] passes the
+    /// same `attempt`; a new, unrelated acquisition passes a new one ([`fresh_attempt`]).
+    async fn acquire_attempt(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+        attempt: u64,
     ) -> Result<LeaseRecord, LeaseError>;
 
     /// Extends a live lease of `(owner, epoch)` to `now + ttl`.
@@ -123,7 +207,12 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError>;
 
     /// Moves the head to `image`: a compare-and-set that succeeds only while `(owner, epoch)` holds
-    /// a live lease, `epoch` is above the floor, and `image.epoch == epoch` (CONTRACT promise 4).
+    /// a live lease, `epoch` is above the floor, and `image.epoch == epoch` (docs/guarantees.md,
+    /// promise 4); otherwise [`LeaseError::NotHeld`].
+    ///
+    /// The head only moves forward: an image whose `(epoch, seq)` is not above the current
+    /// head's is refused with [`LeaseError::Stale`], except that publishing exactly the current
+    /// head again (same epoch, seq and sha256) succeeds, so a retry recognises its own success.
     async fn publish_head(
         &self,
         key: &LeaseKey,
@@ -133,7 +222,8 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     ) -> Result<LeaseRecord, LeaseError>;
 
     /// Raises the floor to `epoch` and clears the head, for the live `(owner, epoch)`; the lease
-    /// stays held so the caller can delete and then release.
+    /// stays held so the caller can delete and then release. Repeating it for the same live
+    /// tenure (a retry after a timeout that landed) returns the record again.
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,
@@ -157,6 +247,15 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         ttl: Duration,
     ) -> Result<LeaseRecord, LeaseError> {
         (**self).acquire(key, owner, ttl).await
+    }
+    async fn acquire_attempt(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+        attempt: u64,
+    ) -> Result<LeaseRecord, LeaseError> {
+        (**self).acquire_attempt(key, owner, ttl, attempt).await
     }
     async fn renew(
         &self,

@@ -6,13 +6,17 @@
 //! - [`FaultyStore`] — a durable store with an outage switch, slow puts, failing deletes and
 //!   hooks before a named operation.
 //! - [`FaultyLeaseStore`] — a lease store with an outage switch and hooks around named operations.
+//! - [`FaultProxy`] — a loopback TCP proxy whose flows stall, hold requests back and deliver them
+//!   late, or drop answers, for the backend tests against real servers.
 
 mod durable_conformance;
 mod faulty_lease;
 mod faulty_store;
 mod lease_conformance;
+mod proxy;
 
 pub use durable_conformance::*;
 pub use faulty_lease::*;
 pub use faulty_store::*;
 pub use lease_conformance::*;
+pub use proxy::*;

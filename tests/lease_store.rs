@@ -1,13 +1,11 @@
-//! Lease store (CONTRACT, "Lease store"): the SQLite backend passes the conformance suite, the
-//! suite catches broken stores, two stores on one file agree on a single winner, a reboot expires
+//! Lease store (docs/guarantees.md, promises 1, 4, 5 and "Late landings"): the SQLite backend
+//! passes the conformance suite, the suite catches broken stores, two stores on one file agree on a single winner, a reboot expires
 //! every lease of the old boot, and the fault-injecting and deadline wrappers behave.
 
-use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures::FutureExt;
 use futures::future::join_all;
 use leasehold::clock::{Clock, ManualClock};
@@ -19,6 +17,11 @@ use leasehold::lease::sqlite::{SqliteLeaseStore, current_boot_id};
 use leasehold::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, SharedLeaseStore};
 use leasehold::testkit::{self, FaultyLeaseStore, LeaseHarness, LeaseOp};
 use tokio::sync::{Barrier, Notify};
+
+#[path = "lease_store/model.rs"]
+mod model;
+
+use model::{Flaw, ModelStore, RenewIgnoresEpoch};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -79,6 +82,109 @@ async fn the_in_memory_model_passes_the_suite_so_the_suite_is_not_sqlite_shaped(
     let clock = ManualClock::new(0);
     let model = ModelStore::new(&clock, Flaw::None);
     testkit::lease_store_conformance(&harness(Arc::new(model), &clock, "model")).await;
+}
+
+#[tokio::test]
+async fn hole2_sqlite_head_only_moves_forward_a_late_publish_is_stale() {
+    let (store, clock, _dir) = sqlite_store("boot-test");
+    let h = harness(Arc::new(store), &clock, "hole2");
+    testkit::conformance_head_only_moves_forward(&h).await;
+}
+
+#[tokio::test]
+async fn hole9_sqlite_a_retried_mark_forgotten_returns_the_record() {
+    let (store, clock, _dir) = sqlite_store("boot-test");
+    let h = harness(Arc::new(store), &clock, "hole9-forget");
+    testkit::conformance_mark_forgotten_retried_returns_the_record(&h).await;
+}
+
+#[tokio::test]
+async fn hole9_sqlite_a_retried_acquire_recognises_its_own_attempt() {
+    let (store, clock, _dir) = sqlite_store("boot-test");
+    let h = harness(Arc::new(store), &clock, "hole9-acquire");
+    testkit::conformance_acquire_retry_recognises_its_own_attempt(&h).await;
+}
+
+#[tokio::test]
+async fn hole9_an_acquire_that_timed_out_but_landed_is_recognised_by_its_retry() {
+    // The first attempt lands in the store, but its answer comes too late: the caller sees
+    // Timeout. Its retry with the same attempt gets the lease instead of Held for a ttl.
+    let (store, _clock, _dir) = sqlite_store("boot-test");
+    let faulty = FaultyLeaseStore::new(Arc::new(store));
+    let gate = Arc::new(Notify::new());
+    let wait = gate.clone();
+    faulty.after_next(
+        LeaseOp::Acquire,
+        move || async move { wait.notified().await },
+    );
+    let bounded = Deadline::new(faulty.shared(), Duration::from_millis(50)).unwrap();
+    let k = key("late", "t1");
+    let first = bounded.acquire_attempt(&k, "a", TTL, 41).await;
+    assert!(
+        matches!(&first, Err(e) if e.outcome_unknown()),
+        "the caller hears an unknown outcome: {first:?}"
+    );
+    let landed = faulty
+        .inner()
+        .read(&k)
+        .await
+        .unwrap()
+        .expect("the attempt landed");
+    let retry = bounded.acquire_attempt(&k, "a", TTL, 41).await.unwrap();
+    assert_eq!((retry.owner.as_str(), retry.epoch), ("a", landed.epoch));
+    gate.notify_one();
+}
+
+#[tokio::test]
+async fn the_suite_fails_a_store_whose_head_moves_back_or_whose_acquire_forgets_its_attempt() {
+    let clock = ManualClock::new(0);
+    let back = harness(
+        Arc::new(ModelStore::new(&clock, Flaw::HeadMovesBack)),
+        &clock,
+        "m",
+    );
+    let message = violation(testkit::conformance_head_only_moves_forward(&back)).await;
+    assert!(message.contains("the head only moves forward"), "{message}");
+    let forgets = harness(
+        Arc::new(ModelStore::new(&clock, Flaw::AcquireForgetsAttempt)),
+        &clock,
+        "m",
+    );
+    let message =
+        violation(testkit::conformance_acquire_retry_recognises_its_own_attempt(&forgets)).await;
+    assert!(message.contains("recognises its own attempt"), "{message}");
+}
+
+#[tokio::test]
+async fn hole9_a_schema_1_lease_file_gains_the_attempt_column_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let old = rusqlite::Connection::open(&path).unwrap();
+    old.execute_batch(
+        "CREATE TABLE leases (key TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL,
+            epoch INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, boot_id TEXT NOT NULL,
+            released INTEGER NOT NULL, floor INTEGER NOT NULL, head_epoch INTEGER,
+            head_seq INTEGER, head_sha256 TEXT) STRICT;
+         INSERT INTO leases VALUES ('acme/t1', 'a', 4, 0, 'boot-0', 1, 2, NULL, NULL, NULL);
+         PRAGMA user_version = 1;",
+    )
+    .unwrap();
+    drop(old);
+    let clock = ManualClock::new(10);
+    let store = SqliteLeaseStore::open_with(&path, Arc::new(clock), "boot-1".into()).unwrap();
+    let k = key("acme", "t1");
+    let kept = store.read(&k).await.unwrap().unwrap();
+    assert_eq!((kept.epoch, kept.floor), (4, 2));
+    let taken = store.acquire_attempt(&k, "b", TTL, 3).await.unwrap();
+    assert_eq!(taken.epoch, 5);
+    let retry = store.acquire_attempt(&k, "b", TTL, 3).await.unwrap();
+    assert_eq!(retry.epoch, 5);
+    drop(store);
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 2);
 }
 
 #[tokio::test]
@@ -364,222 +470,4 @@ async fn a_before_hook_runs_once_before_the_call_and_can_start_an_outage() {
         faulty.publish_head(&k, "a", 1, &image).await.unwrap().head,
         Some(image)
     );
-}
-
-/// A broken store: `renew` renews whatever tenure of `owner` is live, ignoring the epoch asked.
-#[derive(Debug)]
-struct RenewIgnoresEpoch(SqliteLeaseStore);
-
-#[async_trait]
-impl LeaseStore for RenewIgnoresEpoch {
-    async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
-        self.0.read(key).await
-    }
-    async fn acquire(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<LeaseRecord, LeaseError> {
-        self.0.acquire(key, owner, ttl).await
-    }
-    async fn renew(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        epoch: u64,
-        ttl: Duration,
-    ) -> Result<LeaseRecord, LeaseError> {
-        let live = self.0.read(key).await?.map_or(epoch, |r| r.epoch);
-        self.0.renew(key, owner, live, ttl).await
-    }
-    async fn renew_many(
-        &self,
-        owner: &str,
-        leases: &[(LeaseKey, u64)],
-        ttl: Duration,
-    ) -> Result<Vec<RenewOutcome>, LeaseError> {
-        self.0.renew_many(owner, leases, ttl).await
-    }
-    async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError> {
-        self.0.release(key, owner, epoch).await
-    }
-    async fn publish_head(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        epoch: u64,
-        image: &ImageRef,
-    ) -> Result<LeaseRecord, LeaseError> {
-        self.0.publish_head(key, owner, epoch, image).await
-    }
-    async fn mark_forgotten(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        epoch: u64,
-    ) -> Result<LeaseRecord, LeaseError> {
-        self.0.mark_forgotten(key, owner, epoch).await
-    }
-}
-
-/// What is wrong with a [`ModelStore`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Flaw {
-    /// Nothing: a correct store.
-    None,
-    /// `acquire` treats every unreleased lease as held, however old.
-    AcquireIgnoresExpiry,
-    /// `acquire` after a forget hands out the forgotten epoch again.
-    ReuseEpochAfterForget,
-}
-
-/// A lease store in memory, correct unless given a [`Flaw`]; its clock is a [`ManualClock`].
-#[derive(Debug)]
-struct ModelStore {
-    clock: ManualClock,
-    rows: Mutex<HashMap<String, LeaseRecord>>,
-    flaw: Flaw,
-}
-
-impl ModelStore {
-    fn new(clock: &ManualClock, flaw: Flaw) -> Self {
-        let rows = Mutex::default();
-        Self {
-            clock: clock.clone(),
-            rows,
-            flaw,
-        }
-    }
-
-    fn is_live(&self, r: &LeaseRecord) -> bool {
-        !r.released
-            && (self.flaw == Flaw::AcquireIgnoresExpiry || self.clock.now_ms() < r.expires_at_ms)
-    }
-
-    /// Applies `change` to the live record of `(owner, epoch)`, or refuses with `NotHeld`.
-    fn change(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        epoch: u64,
-        change: impl FnOnce(&mut LeaseRecord) -> bool,
-    ) -> Result<LeaseRecord, LeaseError> {
-        let mut rows = self.rows.lock().unwrap();
-        let now = self.clock.now_ms();
-        let held = rows.get_mut(key.as_str()).filter(|r| {
-            !r.released && now < r.expires_at_ms && r.owner == owner && r.epoch == epoch
-        });
-        if let Some(r) = held
-            && change(r)
-        {
-            return Ok(r.clone());
-        }
-        Err(LeaseError::NotHeld {
-            key: key.to_string(),
-            owner: owner.into(),
-            epoch,
-        })
-    }
-}
-
-#[async_trait]
-impl LeaseStore for ModelStore {
-    async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
-        Ok(self.rows.lock().unwrap().get(key.as_str()).cloned())
-    }
-    async fn acquire(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<LeaseRecord, LeaseError> {
-        let mut rows = self.rows.lock().unwrap();
-        let old = rows.get(key.as_str()).cloned();
-        if let Some(live) = old.as_ref().filter(|r| self.is_live(r)) {
-            return Err(LeaseError::Held {
-                key: key.to_string(),
-                owner: live.owner.clone(),
-                epoch: live.epoch,
-            });
-        }
-        let last = old.as_ref().map_or(0, |r| r.epoch);
-        let floor = old.as_ref().map_or(0, |r| r.floor);
-        let reuse = self.flaw == Flaw::ReuseEpochAfterForget && floor == last && last > 0;
-        let record = LeaseRecord {
-            key: key.to_string(),
-            owner: owner.into(),
-            epoch: if reuse { last } else { last + 1 },
-            expires_at_ms: self.clock.now_ms() + ttl.as_millis() as u64,
-            released: false,
-            floor,
-            head: old.and_then(|r| r.head),
-        };
-        rows.insert(key.to_string(), record.clone());
-        Ok(record)
-    }
-    async fn renew(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        epoch: u64,
-        ttl: Duration,
-    ) -> Result<LeaseRecord, LeaseError> {
-        let end = self.clock.now_ms() + ttl.as_millis() as u64;
-        self.change(key, owner, epoch, |r| {
-            r.expires_at_ms = end;
-            true
-        })
-    }
-    async fn renew_many(
-        &self,
-        owner: &str,
-        leases: &[(LeaseKey, u64)],
-        ttl: Duration,
-    ) -> Result<Vec<RenewOutcome>, LeaseError> {
-        let mut outcomes = Vec::new();
-        for (key, epoch) in leases {
-            let renewed = self.renew(key, owner, *epoch, ttl).await.is_ok();
-            outcomes.push(if renewed {
-                RenewOutcome::Renewed
-            } else {
-                RenewOutcome::Lost
-            });
-        }
-        Ok(outcomes)
-    }
-    async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError> {
-        self.change(key, owner, epoch, |r| {
-            r.released = true;
-            true
-        })
-        .map(|_| ())
-    }
-    async fn publish_head(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        epoch: u64,
-        image: &ImageRef,
-    ) -> Result<LeaseRecord, LeaseError> {
-        self.change(key, owner, epoch, |r| {
-            let allowed = epoch > r.floor && image.epoch == epoch;
-            if allowed {
-                r.head = Some(image.clone());
-            }
-            allowed
-        })
-    }
-    async fn mark_forgotten(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        epoch: u64,
-    ) -> Result<LeaseRecord, LeaseError> {
-        self.change(key, owner, epoch, |r| {
-            r.floor = epoch;
-            r.head = None;
-            true
-        })
-    }
 }

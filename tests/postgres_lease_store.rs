@@ -1,7 +1,10 @@
-//! Lease store on PostgreSQL (CONTRACT, "Lease store"; promises 4 and 6): `PostgresLeaseStore`
-//! against a real server passes the conformance suite, grants each epoch of a key to exactly one
-//! of eight replicas racing for it, and reports a server that went away or hangs as unavailable
-//! (the lease unknown, never held), then recovers.
+//! Lease store on PostgreSQL (docs/guarantees.md, promises 1, 4 and 6, "Late landings"):
+//! `PostgresLeaseStore` against a real server passes the conformance suite, grants each epoch of a
+//! key to exactly one of eight replicas racing for it, and reports a server that went away or
+//! hangs as unavailable (the lease unknown, never held), then recovers. Through the
+//! fault-injecting proxy (`testkit::FaultProxy`): a silent flow is never reused after a timeout
+//! (hole 8), statements held back and delivered late are safe (hole 9), a refused acquire takes
+//! one deadline (hole 14); and a refused login is named (hole 13).
 //!
 //! The server comes from `LEASEHOLD_TEST_PG_URL`, which `scripts/test.sh` sets after starting a
 //! throwaway cluster; without it the tests that need a server fail and say so.
@@ -16,13 +19,17 @@ use futures::future::join_all;
 use leasehold::Error;
 use leasehold::durable::StoreError;
 use leasehold::ids::{LeaseKey, OrgId, TenantId};
+use leasehold::layout::ImageRef;
 use leasehold::lease::postgres::{PgOptions, PostgresLeaseStore};
 use leasehold::lease::{LeaseError, LeaseStore, RenewOutcome};
-use leasehold::testkit::{LeaseHarness, lease_store_conformance};
+use leasehold::testkit::{FaultProxy, Flow, LeaseHarness, lease_store_conformance};
 use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Barrier;
 use tokio::task::JoinHandle;
+
+#[path = "postgres_lease_store/late.rs"]
+mod late;
 
 /// The table every test of this file shares; orgs are unique per run, so runs can share it too.
 const TABLE: &str = "leasehold_test_leases";

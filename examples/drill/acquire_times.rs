@@ -54,6 +54,14 @@ impl AcquireTimes {
             .filter(|&&(e, _)| e == epoch)
             .map(|&(_, at)| at)
     }
+
+    /// Notes that the acquire of `record` returned now.
+    fn note(&self, key: &LeaseKey, record: LeaseRecord) -> LeaseRecord {
+        let at = now_ms();
+        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        latest.insert(key.to_string(), (record.epoch, at));
+        record
+    }
 }
 
 #[async_trait]
@@ -68,10 +76,17 @@ impl LeaseStore for AcquireTimes {
         ttl: Duration,
     ) -> Result<LeaseRecord, LeaseError> {
         let record = self.inner.acquire(key, owner, ttl).await?;
-        let at = now_ms();
-        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
-        latest.insert(key.to_string(), (record.epoch, at));
-        Ok(record)
+        Ok(self.note(key, record))
+    }
+    async fn acquire_attempt(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+        attempt: u64,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let record = self.inner.acquire_attempt(key, owner, ttl, attempt).await?;
+        Ok(self.note(key, record))
     }
     async fn renew(
         &self,

@@ -2,37 +2,53 @@
 //! table (feature `postgres`).
 //!
 //! Every operation is one statement (an `acquire` that is refused reads the holder with a second
-//! one, only to name it). Expiry is judged by the database server's clock alone
-//! (`clock_timestamp()`); the client's clock never enters a statement. Rows are never deleted,
-//! so an epoch is never reused, also not after a forget.
+//! one, only to name it, under the same deadline). Expiry is judged by the database server's
+//! clock alone (`clock_timestamp()`); the client's clock never enters a statement. Rows are never
+//! deleted, so an epoch is never reused, also not after a forget.
 //!
 //! ```text
-//! acquire         INSERT … ON CONFLICT (key) DO UPDATE … WHERE released OR expired RETURNING …
+//! acquire         INSERT … ON CONFLICT (key) DO UPDATE … WHERE released OR expired
+//!                                          OR mine(owner, attempt) RETURNING …
 //! renew           UPDATE … WHERE live(owner, epoch)                     RETURNING …
 //! renew_many      UPDATE … FROM unnest($keys, $epochs) WHERE live(…)     RETURNING key, epoch
 //! release         UPDATE … SET released WHERE live(owner, epoch)
-//! publish_head    UPDATE … SET head WHERE live(owner, epoch) AND epoch > floor AND head.epoch = epoch
+//! publish_head    UPDATE … SET head = CASE forward THEN image ELSE head
+//!                 WHERE live(owner, epoch) AND epoch > floor AND image.epoch = epoch
 //! mark_forgotten  UPDATE … SET floor = epoch, head = NULL WHERE live(owner, epoch)
 //! ```
+//!
+//! **Late landings** (docs/guarantees.md). `statement_timeout` starts when the server *reads* a
+//! statement, so a statement the client gave up on can still run later. Every statement is safe
+//! to run late or twice: the head only moves forward (a stale image leaves it and is reported
+//! [`LeaseError::Stale`]), a repeated forget or renew of the live tenure changes nothing more, and
+//! an acquire records its attempt id so that a retry of the same attempt gets its lease back.
+//!
+//! **No dead connection is reused.** A call that times out or fails discards its connection
+//! instead of returning it to the pool (its statement may still be in flight on a flow that went
+//! silent), and the socket itself is bounded: keepalives and `tcp_user_timeout` make the kernel
+//! give up on a silent peer within about [`PgOptions::op_timeout`] plus
+//! [`PgOptions::connect_timeout`].
 //!
 //! A connection that cannot be had, is refused or is lost gives [`StoreError::Unavailable`]: the
 //! lease is then unknown, never held. Every call also has a deadline
 //! ([`PgOptions::op_timeout`], [`StoreError::Timeout`]) and the server aborts a statement that
-//! outlives it (`statement_timeout`). See `docs/operations.md` for the table, the privileges and
-//! the clock.
+//! outlives it (`statement_timeout`). A login the server refuses is [`Error::AuthFailed`] or
+//! [`Error::UnknownDatabase`]. See `docs/operations.md` for the table, the privileges and the
+//! clock.
 //!
 //! The statements and the conversions of values live in `postgres/sql.rs`, the mapping of driver
-//! and pool errors in `postgres/errors.rs`.
+//! and pool errors in `postgres/errors.rs`, the pool, its socket bounds and the discarding of
+//! connections in `postgres/pool.rs`.
 
 use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{NoTls, Row};
+use deadpool_postgres::Pool;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use crate::clock::duration_ms;
 use crate::durable::StoreError;
@@ -42,10 +58,12 @@ use crate::layout::ImageRef;
 use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome};
 
 mod errors;
+mod pool;
 mod sql;
 
-use errors::{not_held, pg_error, pool_error};
-use sql::{COLUMNS, Statements, get, record, to_i64, ttl_param};
+use errors::{Login, login_error, not_held, pg_error, pool_error};
+use pool::{Checkout, build_pool};
+use sql::{COLUMNS, Statements, attempt_param, get, record, to_i64, ttl_param};
 
 /// The table used when the operator names none.
 pub const DEFAULT_TABLE: &str = "leasehold_leases";
@@ -125,6 +143,15 @@ pub fn create_table_sql(table: &str) -> Result<String, Error> {
     Ok(Statements::new(table).create)
 }
 
+/// The statement that brings a lease table made before acquire attempts were recorded up to
+/// date (`ALTER TABLE … ADD COLUMN IF NOT EXISTS attempt int8`; running it twice is harmless).
+/// [`PostgresLeaseStore::connect`] runs it itself when its role owns the table; a replica role
+/// with only `SELECT, INSERT, UPDATE` needs an operator to run it first.
+pub fn add_attempt_column_sql(table: &str) -> Result<String, Error> {
+    check_table_name(table)?;
+    Ok(Statements::new(table).add_attempt)
+}
+
 /// The lease store of a fleet of hosts: one row per lease key in a PostgreSQL table.
 ///
 /// Clones share one connection pool.
@@ -138,6 +165,8 @@ pub struct PostgresLeaseStore {
     sql: Statements,
     /// Pool size and deadlines.
     opts: PgOptions,
+    /// The user and database of the URL, to name them when the server refuses the login.
+    login: Login,
 }
 
 impl fmt::Debug for PostgresLeaseStore {
@@ -148,6 +177,7 @@ impl fmt::Debug for PostgresLeaseStore {
             .field("pool_size", &status.size)
             .field("pool_available", &status.available)
             .field("opts", &self.opts)
+            .field("login", &self.login)
             .finish()
     }
 }
@@ -157,7 +187,8 @@ impl PostgresLeaseStore {
     /// lease table `table` if it is absent, and checks that it has the expected columns.
     ///
     /// A bad table name or URL is [`Error::InvalidOption`]; a server that cannot be reached is
-    /// [`Error::Store`] with [`StoreError::Unavailable`].
+    /// [`Error::Store`] with [`StoreError::Unavailable`]; refused credentials are
+    /// [`Error::AuthFailed`] and a database that does not exist [`Error::UnknownDatabase`].
     pub async fn connect(url: &str, table: &str) -> Result<Self, Error> {
         Self::connect_with(url, table, PgOptions::default()).await
     }
@@ -166,12 +197,13 @@ impl PostgresLeaseStore {
     pub async fn connect_with(url: &str, table: &str, opts: PgOptions) -> Result<Self, Error> {
         check_table_name(table)?;
         opts.check()?;
-        let pool = build_pool(url, &opts)?;
+        let (pool, login) = build_pool(url, &opts)?;
         let store = Self {
             pool,
             table: table.to_string(),
             sql: Statements::new(table),
             opts,
+            login,
         };
         store.migrate().await?;
         Ok(store)
@@ -182,40 +214,79 @@ impl PostgresLeaseStore {
         &self.table
     }
 
-    /// Creates the table if it is absent (under an advisory lock, so replicas starting together
-    /// do not race on the catalog), then checks its shape with a query that reads no row.
+    /// Creates the table if it is absent and adds the `attempt` column to a table made before it
+    /// existed (under an advisory lock, so replicas starting together do not race on the
+    /// catalog), then checks its shape with a query that reads no row. A refused login is its own
+    /// error; a table that cannot serve is [`Error::InvalidOption`] (`table`).
     async fn migrate(&self) -> Result<(), Error> {
-        let shape_check = format!("SELECT {COLUMNS} FROM \"{}\" AS l LIMIT 0", self.table);
+        let steps = async {
+            let client = self.pool.get().await;
+            let client = client.map_err(|e| login_error("migrate", e, &self.login))?;
+            let mut lease = Checkout::new(client);
+            self.create_or_upgrade(&mut lease)
+                .await
+                .map_err(|e| self.not_a_lease_table(e))?;
+            lease.keep();
+            Ok(())
+        };
+        match tokio::time::timeout(self.opts.op_timeout, steps).await {
+            Ok(done) => done,
+            Err(_) => Err(Error::Store(StoreError::Timeout {
+                op: "migrate",
+                after_ms: duration_ms(self.opts.op_timeout),
+            })),
+        }
+    }
+
+    async fn create_or_upgrade(&self, lease: &mut Checkout) -> Result<(), StoreError> {
+        let shape_check = format!(
+            "SELECT {COLUMNS}, l.attempt FROM \"{}\" AS l LIMIT 0",
+            self.table
+        );
         let lock_name = format!("leasehold.migrate.{}", self.table);
         let quoted = format!("\"{}\"", self.table);
         let db = |e: tokio_postgres::Error| pg_error("migrate", &e);
-        let migrated = self.bounded("migrate", async {
-            let mut client = self
-                .pool
-                .get()
-                .await
-                .map_err(|e| pool_error("migrate", e))?;
-            let tx = client.transaction().await.map_err(db)?;
-            let lock = "SELECT pg_advisory_xact_lock(hashtext($1))";
-            tx.execute(lock, &[&lock_name]).await.map_err(db)?;
-            let exists = "SELECT to_regclass($1) IS NOT NULL";
-            let row = tx.query_one(exists, &[&quoted]).await.map_err(db)?;
-            if !row.try_get::<_, bool>(0).map_err(db)? {
-                tx.batch_execute(&self.sql.create).await.map_err(db)?;
-            }
-            tx.commit().await.map_err(db)?;
-            client.query(&shape_check, &[]).await.map_err(db)
-        });
-        match migrated.await {
-            Ok(_) => Ok(()),
-            Err(StoreError::Backend { message, .. }) => Err(Error::InvalidOption {
+        let client = lease.client()?;
+        let tx = client.transaction().await.map_err(db)?;
+        let lock = "SELECT pg_advisory_xact_lock(hashtext($1))";
+        tx.execute(lock, &[&lock_name]).await.map_err(db)?;
+        let shape = "SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute \
+            WHERE attrelid = to_regclass($1) AND attname = 'attempt' AND NOT attisdropped)";
+        let row = tx.query_one(shape, &[&quoted]).await.map_err(db)?;
+        let exists: bool = row.try_get(0).map_err(db)?;
+        let has_attempt: bool = row.try_get(1).map_err(db)?;
+        if !exists {
+            tx.batch_execute(&self.sql.create).await.map_err(db)?;
+        } else if !has_attempt {
+            let added = tx.batch_execute(&self.sql.add_attempt).await;
+            added.map_err(|e| match pg_error("migrate", &e) {
+                StoreError::Backend { op, message } => StoreError::Backend {
+                    op,
+                    message: format!(
+                        "it lacks the attempt column and it cannot be added ({message}); have \
+                         its owner run: {}",
+                        self.sql.add_attempt
+                    ),
+                },
+                other => other,
+            })?;
+        }
+        tx.commit().await.map_err(db)?;
+        client.query(&shape_check, &[]).await.map_err(db)?;
+        Ok(())
+    }
+
+    /// A statement the server refused while setting up the table means the table cannot serve.
+    fn not_a_lease_table(&self, e: StoreError) -> Error {
+        match e {
+            StoreError::Backend { message, .. } => Error::InvalidOption {
                 name: "table",
                 reason: format!(
                     "{:?} cannot serve as the lease table: {message}",
                     self.table
                 ),
-            }),
-            Err(other) => Err(Error::from(other)),
+            },
+            other => Error::from(other),
         }
     }
 
@@ -234,18 +305,24 @@ impl PostgresLeaseStore {
         }
     }
 
+    /// A pooled connection, discarded unless the call [keeps](Checkout::keep) it.
+    async fn checkout(&self, op: &'static str) -> Result<Checkout, StoreError> {
+        let client = self.pool.get().await.map_err(|e| pool_error(op, e))?;
+        Ok(Checkout::new(client))
+    }
+
     /// Runs one statement on a pooled connection and returns its rows, within the deadline.
     async fn rows(
         &self,
         op: &'static str,
         sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
         self.bounded(op, async {
-            let db = |e: tokio_postgres::Error| pg_error(op, &e);
-            let client = self.pool.get().await.map_err(|e| pool_error(op, e))?;
-            let stmt = client.prepare_cached(sql).await.map_err(db)?;
-            client.query(&stmt, params).await.map_err(db)
+            let mut lease = self.checkout(op).await?;
+            let rows = lease.query(op, sql, params).await?;
+            lease.keep();
+            Ok(rows)
         })
         .await
     }
@@ -257,13 +334,12 @@ impl PostgresLeaseStore {
         op: &'static str,
         sql: &str,
         tenure: (&LeaseKey, &str, u64),
-        extra: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        extra: &[&(dyn ToSql + Sync)],
     ) -> Result<LeaseRecord, LeaseError> {
         let (key, owner, epoch) = tenure;
         let epoch_i = to_i64(op, epoch)?;
         let key_str = key.as_str();
-        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-            vec![&key_str, &owner, &epoch_i];
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&key_str, &owner, &epoch_i];
         params.extend_from_slice(extra);
         let rows = self.rows(op, sql, &params).await?;
         match rows.first() {
@@ -271,41 +347,6 @@ impl PostgresLeaseStore {
             None => Err(not_held(key, owner, epoch)),
         }
     }
-}
-
-/// Builds the pool: the URL's settings plus connect timeout, keepalives, an application name
-/// and a `statement_timeout` equal to the call deadline.
-fn build_pool(url: &str, opts: &PgOptions) -> Result<Pool, Error> {
-    let mut cfg = tokio_postgres::Config::from_str(url).map_err(|e| Error::InvalidOption {
-        name: "url",
-        // The URL may hold a password: name the problem, never echo the URL.
-        reason: format!("not a PostgreSQL connection URL: {e}"),
-    })?;
-    cfg.connect_timeout(opts.connect_timeout).keepalives(true);
-    if cfg.get_application_name().is_none() {
-        cfg.application_name("leasehold");
-    }
-    let timeout = format!("-c statement_timeout={}", duration_ms(opts.op_timeout));
-    let options = match cfg.get_options() {
-        Some(given) => format!("{given} {timeout}"),
-        None => timeout,
-    };
-    cfg.options(options);
-    let manager_config = ManagerConfig {
-        recycling_method: RecyclingMethod::Fast,
-    };
-    let manager = Manager::from_config(cfg, NoTls, manager_config);
-    Pool::builder(manager)
-        .max_size(opts.pool_size)
-        .wait_timeout(Some(opts.wait_timeout))
-        .create_timeout(Some(opts.connect_timeout))
-        .recycle_timeout(Some(opts.connect_timeout))
-        .runtime(Runtime::Tokio1)
-        .build()
-        .map_err(|e| Error::InvalidOption {
-            name: "url",
-            reason: format!("cannot build the connection pool: {e}"),
-        })
 }
 
 #[async_trait]
@@ -318,32 +359,41 @@ impl LeaseStore for PostgresLeaseStore {
         }
     }
 
-    async fn acquire(
+    async fn acquire_attempt(
         &self,
         key: &LeaseKey,
         owner: &str,
         ttl: Duration,
+        attempt: u64,
     ) -> Result<LeaseRecord, LeaseError> {
-        let ttl_ms = ttl_param(ttl);
-        let rows = self
-            .rows(
-                "acquire",
-                &self.sql.acquire,
-                &[&key.as_str(), &owner, &ttl_ms],
-            )
+        let (op, key_str) = ("acquire", key.as_str());
+        let (ttl_ms, attempt_i) = (ttl_param(ttl), attempt_param(attempt));
+        // One deadline for the whole operation: the take and, if refused, the read that names
+        // the holder.
+        let (taken, holder) = self
+            .bounded(op, async {
+                let mut lease = self.checkout(op).await?;
+                let params: [&(dyn ToSql + Sync); 4] = [&key_str, &owner, &ttl_ms, &attempt_i];
+                let taken = lease.query(op, &self.sql.acquire, &params).await?;
+                let holder = match taken.is_empty() {
+                    true => lease.query(op, &self.sql.read, &[&key_str]).await?,
+                    false => Vec::new(),
+                };
+                lease.keep();
+                Ok((taken, holder))
+            })
             .await?;
-        if let Some(row) = rows.first() {
-            return Ok(record("acquire", row)?);
+        if let Some(row) = taken.first() {
+            return Ok(record(op, row)?);
         }
-        // Refused: the row exists and is live. Read it only to name the holder.
-        match self.read(key).await? {
+        match holder.first().map(|row| record(op, row)).transpose()? {
             Some(holder) => Err(LeaseError::Held {
                 key: key.to_string(),
                 owner: holder.owner,
                 epoch: holder.epoch,
             }),
             None => Err(StoreError::Backend {
-                op: "acquire",
+                op,
                 message: format!("lease {key} was refused but has no row"),
             }
             .into()),
@@ -434,15 +484,27 @@ impl LeaseStore for PostgresLeaseStore {
         }
         let head_epoch = to_i64("publish_head", image.epoch)?;
         let head_seq = to_i64("publish_head", image.seq)?;
-        let extra: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-            [&head_epoch, &head_seq, &image.sha256];
-        self.compare_and_set(
-            "publish_head",
-            &self.sql.publish_head,
-            (key, owner, epoch),
-            &extra,
-        )
-        .await
+        let extra: [&(dyn ToSql + Sync); 3] = [&head_epoch, &head_seq, &image.sha256];
+        let tenure = (key, owner, epoch);
+        let sql = &self.sql.publish_head;
+        let after = self
+            .compare_and_set("publish_head", sql, tenure, &extra)
+            .await?;
+        // The statement keeps a head that is at or past `image`; it moved (or already was
+        // `image`, a retry) exactly when the head is now `image`.
+        match after.head.clone() {
+            Some(head) if head == *image => Ok(after),
+            Some(head) => Err(LeaseError::Stale {
+                key: key.to_string(),
+                head,
+                image: image.clone(),
+            }),
+            None => Err(StoreError::Backend {
+                op: "publish_head",
+                message: format!("lease {key} has no head after a publish"),
+            }
+            .into()),
+        }
     }
 
     async fn mark_forgotten(

@@ -26,8 +26,11 @@
 //!
 //! ```text
 //! leases(key PRIMARY KEY, owner, epoch, expires_at_ms, boot_id, released, floor,
-//!        head_epoch, head_seq, head_sha256)            -- PRAGMA user_version = 1
+//!        head_epoch, head_seq, head_sha256, attempt)   -- PRAGMA user_version = 2
 //! ```
+//!
+//! Schema 1 lacked `attempt` (the id of the acquire that started the tenure, so that a retry of
+//! that acquire recognises its own success); opening a schema-1 file adds the column.
 
 use std::fmt;
 use std::path::Path;
@@ -67,7 +70,7 @@ pub const MAX_ATTEMPTS: u32 = 3;
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// The schema version this build writes and reads (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leases (
     key           TEXT PRIMARY KEY NOT NULL,
@@ -79,19 +82,24 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leases (
     floor         INTEGER NOT NULL,
     head_epoch    INTEGER,
     head_seq      INTEGER,
-    head_sha256   TEXT
+    head_sha256   TEXT,
+    attempt       INTEGER
 ) STRICT";
 
+/// Brings a schema-1 file to schema 2.
+const MIGRATE_1_TO_2: &str = "ALTER TABLE leases ADD COLUMN attempt INTEGER";
+
 const SELECT_ROW: &str = "SELECT owner, epoch, expires_at_ms, boot_id, released, floor, \
-    head_epoch, head_seq, head_sha256 FROM leases WHERE key = ?1";
+    head_epoch, head_seq, head_sha256, attempt FROM leases WHERE key = ?1";
 
 const UPSERT_ROW: &str = "INSERT INTO leases (key, owner, epoch, expires_at_ms, boot_id, \
-    released, floor, head_epoch, head_seq, head_sha256) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+    released, floor, head_epoch, head_seq, head_sha256, attempt) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
     ON CONFLICT(key) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, \
     expires_at_ms = excluded.expires_at_ms, boot_id = excluded.boot_id, \
     released = excluded.released, floor = excluded.floor, head_epoch = excluded.head_epoch, \
-    head_seq = excluded.head_seq, head_sha256 = excluded.head_sha256";
+    head_seq = excluded.head_seq, head_sha256 = excluded.head_sha256, \
+    attempt = excluded.attempt";
 
 /// The id of the current boot, from [`BOOT_ID_PATH`]; [`UNKNOWN_BOOT_ID`] if it cannot be read.
 pub fn current_boot_id() -> String {
@@ -243,15 +251,16 @@ impl LeaseStore for SqliteLeaseStore {
         .await
     }
 
-    async fn acquire(
+    async fn acquire_attempt(
         &self,
         key: &LeaseKey,
         owner: &str,
         ttl: Duration,
+        attempt: u64,
     ) -> Result<LeaseRecord, LeaseError> {
         let ttl_ms = duration_ms(ttl);
         let tenure = Tenure::new(owner, 0);
-        let rule = move |row: Option<&_>, t: &_, at: &_| take(row, t, ttl_ms, at);
+        let rule = move |row: Option<&_>, t: &_, at: &_| take(row, t, ttl_ms, attempt, at);
         self.transition("acquire", key, tenure, rule).await
     }
 
@@ -362,7 +371,11 @@ fn create_schema(conn: &mut Connection) -> rusqlite::Result<Result<(), StoreErro
             ),
         }));
     }
-    tx.execute_batch(SCHEMA)?;
+    if version == 1 {
+        tx.execute_batch(MIGRATE_1_TO_2)?;
+    } else {
+        tx.execute_batch(SCHEMA)?;
+    }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
     Ok(Ok(()))
@@ -433,6 +446,7 @@ fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseRow> {
         released: r.get(4)?,
         floor: get_u64(r, 5)?,
         head,
+        attempt: r.get::<_, Option<i64>>(9)?.map(attempt_from_sql),
     })
 }
 
@@ -449,8 +463,20 @@ fn save(conn: &Connection, key: &str, row: &LeaseRow) -> rusqlite::Result<()> {
         head.map(|h| sql_int(h.epoch)).transpose()?,
         head.map(|h| sql_int(h.seq)).transpose()?,
         head.map(|h| h.sha256.as_str()),
+        row.attempt.map(attempt_to_sql),
     ])?;
     Ok(())
+}
+
+/// An attempt id as a SQLite integer: the same 64 bits (any `u64` is a valid id, so none is
+/// refused).
+fn attempt_to_sql(attempt: u64) -> i64 {
+    i64::from_ne_bytes(attempt.to_ne_bytes())
+}
+
+/// The attempt id stored by [`attempt_to_sql`].
+fn attempt_from_sql(stored: i64) -> u64 {
+    u64::from_ne_bytes(stored.to_ne_bytes())
 }
 
 /// A `u64` as a SQLite integer; values above `i64::MAX` are refused, never wrapped.

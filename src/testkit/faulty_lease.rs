@@ -32,7 +32,7 @@ use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, SharedLeas
 pub enum LeaseOp {
     /// [`LeaseStore::read`].
     Read,
-    /// [`LeaseStore::acquire`].
+    /// [`LeaseStore::acquire`] and [`LeaseStore::acquire_attempt`].
     Acquire,
     /// [`LeaseStore::renew`].
     Renew,
@@ -255,6 +255,16 @@ impl LeaseStore for FaultyLeaseStore {
     ) -> Result<LeaseRecord, LeaseError> {
         self.call(LeaseOp::Acquire, self.inner.acquire(key, owner, ttl))
             .await
+    }
+    async fn acquire_attempt(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        ttl: Duration,
+        attempt: u64,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let call = self.inner.acquire_attempt(key, owner, ttl, attempt);
+        self.call(LeaseOp::Acquire, call).await
     }
     async fn renew(
         &self,

@@ -1,5 +1,6 @@
 //! The lease-store conformance suite: what every [`LeaseStore`](crate::LeaseStore) backend must
-//! do (CONTRACT, "Lease store"), as named checks.
+//! do (docs/guarantees.md, promises 1, 4 and 5, and "Late landings"), as named checks. The checks
+//! of late landings live in `lease_conformance/late.rs`.
 //!
 //! A backend's test builds a [`LeaseHarness`] and calls [`lease_store_conformance`], which runs
 //! every `conformance_*` check in turn and panics on the first violation with a message naming the
@@ -22,6 +23,10 @@ use futures::future::BoxFuture;
 use crate::ids::{LeaseKey, OrgId, TenantId};
 use crate::layout::ImageRef;
 use crate::lease::{LeaseError, LeaseRecord, RenewOutcome, SharedLeaseStore};
+
+mod late;
+
+pub use late::*;
 
 /// The first owner the checks use.
 const A: &str = "conformance-owner-a";
@@ -84,6 +89,9 @@ pub async fn lease_store_conformance(h: &LeaseHarness) {
     conformance_release_refuses_a_wrong_tenure(h).await;
     conformance_publish_head_is_a_compare_and_set(h).await;
     conformance_mark_forgotten_raises_the_floor_and_clears_the_head(h).await;
+    conformance_head_only_moves_forward(h).await;
+    conformance_mark_forgotten_retried_returns_the_record(h).await;
+    conformance_acquire_retry_recognises_its_own_attempt(h).await;
 }
 
 /// `read` of a key that was never acquired is `None`.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use leasehold::image;
-use leasehold::lease::{LeaseRecord, LeaseTerm};
+use leasehold::lease::{LeaseRecord, LeaseTerm, fresh_attempt};
 use leasehold::ledger::Ledger;
 use leasehold::sweep::sweep_dead_epochs;
 use leasehold::{Error, LeaseKey, paths};
@@ -44,11 +44,7 @@ async fn blocking<T: Send + 'static>(
 /// Opens the tenant of `plan`. On any failure after the acquire, the lease is released.
 pub(super) async fn open_tenant(plan: OpenPlan) -> Result<TenantRef, Error> {
     let rt = plan.rt.clone();
-    let sent_at = rt.now_ms();
-    let record = rt
-        .leases
-        .acquire(&plan.key, rt.replica.as_str(), rt.ttl)
-        .await?;
+    let (record, sent_at) = acquire(&rt, &plan.key).await?;
     let term = LeaseTerm {
         sent_at_ms: sent_at,
         ttl: rt.ttl,
@@ -69,6 +65,30 @@ pub(super) async fn open_tenant(plan: OpenPlan) -> Result<TenantRef, Error> {
                 .release(&plan.key, rt.replica.as_str(), record.epoch)
                 .await;
             Err(error)
+        }
+    }
+}
+
+/// How many times an open asks again after an acquire of unknown outcome (a timeout).
+const ACQUIRE_RETRIES: u32 = 2;
+
+/// Acquires the lease of `key` under one attempt id: an acquire that timed out but landed is
+/// recognised by its retry instead of locking this replica out for a `ttl` (hole 9 in
+/// docs/testing.md; "Late landings" in docs/guarantees.md). Returns the record and when the
+/// call that succeeded was sent, which the holder counts its lease from.
+async fn acquire(rt: &Runtime, key: &LeaseKey) -> Result<(LeaseRecord, u64), Error> {
+    let attempt = fresh_attempt();
+    let mut tries = 0;
+    loop {
+        let sent_at = rt.now_ms();
+        match rt
+            .leases
+            .acquire_attempt(key, rt.replica.as_str(), rt.ttl, attempt)
+            .await
+        {
+            Ok(record) => return Ok((record, sent_at)),
+            Err(e) if e.outcome_unknown() && tries < ACQUIRE_RETRIES => tries += 1,
+            Err(e) => return Err(e.into()),
         }
     }
 }

@@ -7,6 +7,7 @@ use deadpool_postgres::PoolError;
 use tokio_postgres::error::SqlState;
 
 use crate::durable::StoreError;
+use crate::error::Error;
 use crate::ids::LeaseKey;
 use crate::lease::LeaseError;
 
@@ -16,6 +17,36 @@ pub(super) fn not_held(key: &LeaseKey, owner: &str, epoch: u64) -> LeaseError {
         key: key.to_string(),
         owner: owner.to_string(),
         epoch,
+    }
+}
+
+/// Who the store logs in as, to name it when the server refuses the login.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Login {
+    /// The user the URL names.
+    pub(super) user: String,
+    /// The database the URL names.
+    pub(super) database: String,
+}
+
+/// A refused login as its own error: bad credentials (SQLSTATE 28000, 28P01) are
+/// [`Error::AuthFailed`], an unknown database (3D000) [`Error::UnknownDatabase`]; anything else
+/// is the store error of `op`.
+pub(super) fn login_error(op: &'static str, e: PoolError, login: &Login) -> Error {
+    let refused = match &e {
+        PoolError::Backend(pg) => pg.as_db_error().map(|db| (db.code().code(), db.message())),
+        _ => None,
+    };
+    match refused {
+        Some((code @ ("28000" | "28P01"), message)) => Error::AuthFailed {
+            user: login.user.clone(),
+            reason: format!("{code}: {message}"),
+        },
+        Some((code @ "3D000", message)) => Error::UnknownDatabase {
+            database: login.database.clone(),
+            reason: format!("{code}: {message}"),
+        },
+        _ => Error::from(pool_error(op, e)),
     }
 }
 

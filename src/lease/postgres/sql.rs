@@ -24,6 +24,14 @@ fn until(n: u8) -> String {
     format!("clock_timestamp() + ${n}::float8 * interval '1 millisecond'")
 }
 
+/// The image `($4, $5)` is newer than the row's head (or there is none): the head only moves
+/// forward (docs/guarantees.md, promise 4).
+const FORWARD: &str = "(l.head_epoch IS NULL OR (l.head_epoch, l.head_seq) < ($4::int8, $5::int8))";
+
+/// The row is live for the caller's own acquire attempt: same owner, same attempt.
+const MINE: &str = "(NOT l.released AND l.expires_at > clock_timestamp() \
+    AND l.owner = excluded.owner AND l.attempt = excluded.attempt)";
+
 /// The lease of `$1` is live for owner `$2` at epoch `$3`, by the server's clock.
 const LIVE: &str = "l.key = $1 AND l.owner = $2 AND l.epoch = $3 \
     AND NOT l.released AND l.expires_at > clock_timestamp()";
@@ -33,6 +41,8 @@ const LIVE: &str = "l.key = $1 AND l.owner = $2 AND l.epoch = $3 \
 pub(super) struct Statements {
     /// `CREATE TABLE IF NOT EXISTS`.
     pub(super) create: String,
+    /// Adds the `attempt` column to a table created before it existed.
+    pub(super) add_attempt: String,
     /// The record of one key.
     pub(super) read: String,
     /// Insert or take over an expired or released lease.
@@ -65,18 +75,21 @@ impl Statements {
                     head_epoch  int8,
                     head_seq    int8,
                     head_sha256 text,
+                    attempt     int8,
                     CHECK ((head_epoch IS NULL) = (head_seq IS NULL)
                        AND (head_seq IS NULL) = (head_sha256 IS NULL))
                 )"
             ),
+            add_attempt: format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt int8"),
             read: format!("SELECT {COLUMNS} FROM {t} AS l WHERE l.key = $1"),
             acquire: format!(
-                "INSERT INTO {t} AS l (key, owner, epoch, expires_at, released, floor)
-                 VALUES ($1, $2, 1, {u}, false, 0)
+                "INSERT INTO {t} AS l (key, owner, epoch, expires_at, released, floor, attempt)
+                 VALUES ($1, $2, 1, {u}, false, 0, $4)
                  ON CONFLICT (key) DO UPDATE
-                    SET owner = excluded.owner, epoch = l.epoch + 1,
-                        expires_at = {u}, released = false
-                    WHERE l.released OR l.expires_at <= clock_timestamp()
+                    SET epoch = CASE WHEN {MINE} THEN l.epoch ELSE l.epoch + 1 END,
+                        expires_at = CASE WHEN {MINE} THEN greatest(l.expires_at, {u}) ELSE {u} END,
+                        owner = excluded.owner, released = false, attempt = excluded.attempt
+                    WHERE l.released OR l.expires_at <= clock_timestamp() OR {MINE}
                  RETURNING {COLUMNS}",
                 u = until(3)
             ),
@@ -95,7 +108,10 @@ impl Statements {
             ),
             release: format!("UPDATE {t} AS l SET released = true WHERE {LIVE} RETURNING l.key"),
             publish_head: format!(
-                "UPDATE {t} AS l SET head_epoch = $4, head_seq = $5, head_sha256 = $6
+                "UPDATE {t} AS l
+                    SET head_epoch = CASE WHEN {FORWARD} THEN $4 ELSE l.head_epoch END,
+                        head_seq = CASE WHEN {FORWARD} THEN $5 ELSE l.head_seq END,
+                        head_sha256 = CASE WHEN {FORWARD} THEN $6 ELSE l.head_sha256 END
                  WHERE {LIVE} AND l.epoch > l.floor AND l.epoch = $4
                  RETURNING {COLUMNS}"
             ),
@@ -119,6 +135,11 @@ pub(super) fn to_i64(op: &'static str, n: u64) -> Result<i64, StoreError> {
         op,
         message: format!("{n} does not fit a PostgreSQL int8"),
     })
+}
+
+/// An attempt id as a PostgreSQL `int8`: the same 64 bits, so every id fits.
+pub(super) fn attempt_param(attempt: u64) -> i64 {
+    i64::from_ne_bytes(attempt.to_ne_bytes())
 }
 
 /// An `int8` column read back as an epoch, sequence number or time.
@@ -180,5 +201,13 @@ mod tests {
             assert!(sql.contains("clock_timestamp()"), "{sql}");
             assert!(!sql.contains("now()"), "{sql}");
         }
+    }
+
+    #[test]
+    fn hole2_the_publish_statement_moves_the_head_only_forward() {
+        let s = Statements::new("my_leases");
+        assert!(s.publish_head.contains(FORWARD), "{}", s.publish_head);
+        assert!(s.acquire.contains("l.attempt = excluded.attempt"));
+        assert_eq!(attempt_param(u64::MAX), -1, "every attempt id fits an int8");
     }
 }

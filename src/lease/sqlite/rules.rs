@@ -41,6 +41,9 @@ pub(super) struct LeaseRow {
     pub(super) floor: u64,
     /// The newest published image.
     pub(super) head: Option<ImageRef>,
+    /// The attempt id of the acquire that started this tenure (`None` in rows written before
+    /// attempts were recorded): a retry of that attempt gets the tenure back.
+    pub(super) attempt: Option<u64>,
 }
 
 impl LeaseRow {
@@ -94,6 +97,13 @@ pub(super) enum Refusal {
     },
     /// The caller's tenure does not hold a live lease (or may not do this with it).
     NotHeld,
+    /// A publish offered an image not newer than `head`, the current head.
+    Stale {
+        /// The current head.
+        head: ImageRef,
+        /// The image offered.
+        image: ImageRef,
+    },
 }
 
 impl Refusal {
@@ -107,6 +117,7 @@ impl Refusal {
                 owner: caller.owner.clone(),
                 epoch: caller.epoch,
             },
+            Refusal::Stale { head, image } => LeaseError::Stale { key, head, image },
         }
     }
 }
@@ -129,10 +140,25 @@ fn held<'r>(
         .ok_or(Refusal::NotHeld)
 }
 
-/// Acquire: a free, released or expired key goes to the caller at the next epoch; floor and head
-/// stay.
-pub(super) fn take(row: Option<&LeaseRow>, t: &Tenure, ttl_ms: u64, at: &StoreTime) -> Decision {
+/// Acquire: a free, released or expired key goes to the caller at the next epoch, recording
+/// `attempt`; floor and head stay. A live lease of the caller's own `attempt` (an earlier call of
+/// this attempt that landed) is renewed and returned at its epoch, so a retry recognises its own
+/// success (docs/guarantees.md, "Late landings"); any other live lease refuses.
+pub(super) fn take(
+    row: Option<&LeaseRow>,
+    t: &Tenure,
+    ttl_ms: u64,
+    attempt: u64,
+    at: &StoreTime,
+) -> Decision {
     if let Some(live) = row.filter(|r| r.is_live(at)) {
+        if live.owner == t.owner && live.attempt == Some(attempt) {
+            let expires_at_ms = live.expires_at_ms.max(ends_at(ttl_ms, at));
+            return Ok(LeaseRow {
+                expires_at_ms,
+                ..live.clone()
+            });
+        }
         let (owner, epoch) = (live.owner.clone(), live.epoch);
         return Err(Refusal::Held { owner, epoch });
     }
@@ -144,6 +170,7 @@ pub(super) fn take(row: Option<&LeaseRow>, t: &Tenure, ttl_ms: u64, at: &StoreTi
         released: false,
         floor: row.map_or(0, |r| r.floor),
         head: row.and_then(|r| r.head.clone()),
+        attempt: Some(attempt),
     })
 }
 
@@ -165,7 +192,8 @@ pub(super) fn hand_back(row: Option<&LeaseRow>, t: &Tenure, at: &StoreTime) -> D
 }
 
 /// Publish: the head moves to `image` for a live tenure above the floor, if `image` belongs to
-/// that epoch.
+/// that epoch and is newer than the head (promise 4: the head only moves forward). Publishing
+/// exactly the current head again succeeds and changes nothing: a retry of a publish that landed.
 pub(super) fn move_head(
     row: Option<&LeaseRow>,
     t: &Tenure,
@@ -176,11 +204,23 @@ pub(super) fn move_head(
     if t.epoch <= row.floor || image.epoch != t.epoch {
         return Err(Refusal::NotHeld);
     }
+    if let Some(head) = row.head.as_ref().filter(|h| !moves_forward(h, image)) {
+        if head == image {
+            return Ok(row.clone());
+        }
+        let (head, image) = (head.clone(), image.clone());
+        return Err(Refusal::Stale { head, image });
+    }
     let head = Some(image.clone());
     Ok(LeaseRow {
         head,
         ..row.clone()
     })
+}
+
+/// Whether `image` is newer than `head`: a higher `(epoch, seq)`.
+pub(super) fn moves_forward(head: &ImageRef, image: &ImageRef) -> bool {
+    (image.epoch, image.seq) > (head.epoch, head.seq)
 }
 
 /// Forget: the floor rises to the caller's live epoch and the head goes; the lease stays held.
@@ -223,6 +263,7 @@ mod tests {
             released,
             floor,
             head: None,
+            attempt: Some(9),
         }
     }
 
@@ -236,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_free_key_is_taken_at_epoch_one() {
-        let taken = take(None, &t("a", 0), 100, &at(5)).unwrap();
+        let taken = take(None, &t("a", 0), 100, 1, &at(5)).unwrap();
         assert_eq!(
             (taken.owner.as_str(), taken.epoch, taken.expires_at_ms),
             ("a", 1, 105)
@@ -250,9 +291,11 @@ mod tests {
             owner: "a".into(),
             epoch: 3,
         };
-        assert_eq!(take(Some(&live()), &t("b", 0), 10, &at(99)), Err(held));
+        assert_eq!(take(Some(&live()), &t("b", 0), 10, 1, &at(99)), Err(held));
         assert_eq!(
-            take(Some(&live()), &t("b", 0), 10, &at(100)).unwrap().epoch,
+            take(Some(&live()), &t("b", 0), 10, 1, &at(100))
+                .unwrap()
+                .epoch,
             4
         );
         let released = LeaseRow {
@@ -260,7 +303,9 @@ mod tests {
             ..live()
         };
         assert_eq!(
-            take(Some(&released), &t("b", 0), 10, &at(0)).unwrap().epoch,
+            take(Some(&released), &t("b", 0), 10, 1, &at(0))
+                .unwrap()
+                .epoch,
             4
         );
     }
@@ -272,7 +317,7 @@ mod tests {
             expires_at_ms: u64::MAX,
             ..live()
         };
-        let taken = take(Some(&old), &t("b", 0), 10, &at(1)).unwrap();
+        let taken = take(Some(&old), &t("b", 0), 10, 1, &at(1)).unwrap();
         assert_eq!((taken.epoch, taken.boot_id.as_str()), (4, BOOT));
         assert_eq!(
             extend(Some(&old), &t("a", 3), 10, &at(1)),
@@ -289,7 +334,7 @@ mod tests {
             released: true,
             ..live()
         };
-        let taken = take(Some(&forgotten), &t("b", 0), 10, &at(0)).unwrap();
+        let taken = take(Some(&forgotten), &t("b", 0), 10, 1, &at(0)).unwrap();
         assert_eq!((taken.floor, taken.head), (2, head));
     }
 
@@ -334,5 +379,74 @@ mod tests {
         );
         let buried = move_head(Some(&forgotten), &me, &image(3, 2), &now);
         assert_eq!(buried, Err(Refusal::NotHeld));
+    }
+
+    #[test]
+    fn hole2_the_head_only_moves_forward_and_the_same_head_again_is_a_retry() {
+        let (me, now) = (t("a", 3), at(50));
+        let at2 = move_head(Some(&live()), &me, &image(3, 2), &now).unwrap();
+        let stale = Refusal::Stale {
+            head: image(3, 2),
+            image: image(3, 1),
+        };
+        assert_eq!(move_head(Some(&at2), &me, &image(3, 1), &now), Err(stale));
+        assert_eq!(
+            move_head(Some(&at2), &me, &image(3, 2), &now),
+            Ok(at2.clone())
+        );
+        let twin = ImageRef {
+            sha256: "cd".repeat(32),
+            ..image(3, 2)
+        };
+        let refused = move_head(Some(&at2), &me, &twin, &now);
+        assert!(matches!(refused, Err(Refusal::Stale { .. })), "{refused:?}");
+        let at3 = move_head(Some(&at2), &me, &image(3, 3), &now).unwrap();
+        assert_eq!(at3.head, Some(image(3, 3)));
+        let inherited = LeaseRow {
+            head: Some(image(2, 40)),
+            ..live()
+        };
+        let first = move_head(Some(&inherited), &me, &image(3, 1), &now).unwrap();
+        assert_eq!(
+            first.head,
+            Some(image(3, 1)),
+            "a new epoch is above any older head"
+        );
+    }
+
+    #[test]
+    fn hole9_a_retry_of_the_same_attempt_gets_its_live_lease_back_renewed() {
+        let mine = take(Some(&live()), &t("a", 0), 80, 9, &at(50)).unwrap();
+        assert_eq!((mine.epoch, mine.expires_at_ms), (3, 130));
+        assert_eq!(mine.attempt, Some(9));
+        let kept = take(Some(&live()), &t("a", 0), 10, 9, &at(50)).unwrap();
+        assert_eq!(kept.expires_at_ms, 100, "a retry never shortens the lease");
+        let held = Refusal::Held {
+            owner: "a".into(),
+            epoch: 3,
+        };
+        assert_eq!(
+            take(Some(&live()), &t("a", 0), 80, 8, &at(50)),
+            Err(held.clone())
+        );
+        assert_eq!(take(Some(&live()), &t("b", 0), 80, 9, &at(50)), Err(held));
+        let lapsed = take(Some(&live()), &t("a", 0), 80, 9, &at(100)).unwrap();
+        assert_eq!(
+            lapsed.epoch, 4,
+            "an ended lease is a new tenure, whatever the attempt"
+        );
+        let legacy = LeaseRow {
+            attempt: None,
+            ..live()
+        };
+        let refused = take(Some(&legacy), &t("a", 0), 80, 9, &at(50));
+        assert!(matches!(refused, Err(Refusal::Held { .. })));
+    }
+
+    #[test]
+    fn hole9_a_retried_forget_of_the_live_tenure_returns_the_same_row() {
+        let (me, now) = (t("a", 3), at(50));
+        let once = forget(Some(&live()), &me, &now).unwrap();
+        assert_eq!(forget(Some(&once), &me, &now), Ok(once));
     }
 }
