@@ -104,13 +104,86 @@ fn summary(output: &str) -> &str {
         .unwrap_or("(no summary line)")
 }
 
+/// The number `name=N` of a summary line (a fault count inside `faults[…]` too); `None` when the
+/// field is absent, so a renamed field fails the test instead of passing it.
+fn field(summary: &str, name: &str) -> Option<u64> {
+    summary
+        .split([' ', '[', ']'])
+        .find_map(|f| f.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+}
+
+/// `field`, or a panic naming the field and the summary.
+fn count(summary: &str, name: &str) -> u64 {
+    field(summary, name).unwrap_or_else(|| panic!("no {name}=N in the summary: {summary}"))
+}
+
+/// Every fault kind the drill injects.
+const FAULT_KINDS: [&str; 8] = [
+    "handoff",
+    "kill",
+    "pause",
+    "partition",
+    "kill-upload",
+    "forget-paused",
+    "store",
+    "restart",
+];
+
 #[test]
 fn drill_on_a_fixed_seed_keeps_every_promise() {
     let (code, output) = drill(&["--seed", "20260405", "--seconds", "20"]);
     let summary = summary(&output);
     assert_eq!(code, Some(0), "the drill failed: {summary}");
-    assert!(summary.contains("lost_otherwise=0"), "{summary}");
-    assert!(summary.contains("violations=0"), "{summary}");
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert_eq!(count(summary, "lost_otherwise"), 0, "{summary}");
+    // The run did what it is for: writes acknowledged, faults injected, images read from the
+    // stores, graceful leaves judged, the crash tail within its bound.
+    assert!(count(summary, "acked") > 1_000, "{summary}");
+    let faults: u64 = FAULT_KINDS.iter().map(|k| count(summary, k)).sum();
+    assert!(faults >= 4, "only {faults} faults injected: {summary}");
+    // The seed's first round starts kill, partition, store, pause.
+    for kind in ["kill", "partition", "pause"] {
+        assert!(count(summary, kind) > 0, "no {kind} fault: {summary}");
+    }
+    assert!(count(summary, "images_read") > 0, "{summary}");
+    assert!(count(summary, "graceful") > 0, "{summary}");
+    assert!(count(summary, "closed") > 0, "{summary}");
+    assert!(
+        count(summary, "tail_max_ms") <= count(summary, "tail_bound_ms"),
+        "{summary}"
+    );
+}
+
+/// After its close and the drop of its supervisor, a replica process must hold no more threads
+/// or file descriptors than before it started (the drill's `leak` rule, `--fail-on-leak`).
+/// Expected to fail until actors stop after a close (docs/guarantees.md, resources after close):
+/// today every replica keeps its arbiter threads and the observer thread. When the fix lands this
+/// test fails by passing; drop the `should_panic` then, and add `--fail-on-leak` to
+/// `scripts/drill.sh`.
+#[test]
+#[should_panic(expected = "a replica process leaked after its close")]
+fn drill_replicas_hold_nothing_after_close() {
+    let (code, output) = drill(&[
+        "--seed",
+        "3",
+        "--seconds",
+        "4",
+        "--replicas",
+        "2",
+        "--tenants",
+        "2",
+        "--faults",
+        "restart",
+        "--fail-on-leak",
+    ]);
+    let summary = summary(&output);
+    assert!(count(summary, "closed") >= 2, "{summary}");
+    assert!(count(summary, "acked") > 0, "{summary}");
+    assert_eq!(
+        (code, count(summary, "leaks")),
+        (Some(0), 0),
+        "a replica process leaked after its close: {summary}"
+    );
 }
 
 #[test]
@@ -163,25 +236,11 @@ fn drill_a_forgotten_tenant_leaves_no_local_copy_on_a_zombie() {
         "--faults",
         "forget-paused",
     ]);
-    assert_eq!(code, Some(0), "{}", summary(&output));
-    assert!(
-        summary(&output).contains("forget-paused="),
-        "{}",
-        summary(&output)
-    );
-    assert!(
-        summary(&output).contains("tolerated=0"),
-        "{}",
-        summary(&output)
-    );
-}
-
-/// The fault count `kind=N` of a summary line.
-#[cfg(all(feature = "postgres", feature = "s3"))]
-fn fault_count(summary: &str, kind: &str) -> Option<u64> {
-    summary
-        .split([' ', '[', ']'])
-        .find_map(|field| field.strip_prefix(kind)?.strip_prefix('=')?.parse().ok())
+    let summary = summary(&output);
+    assert_eq!(code, Some(0), "{summary}");
+    assert!(count(summary, "forget-paused") > 0, "no forget: {summary}");
+    assert!(count(summary, "forgotten") > 0, "nothing erased: {summary}");
+    assert_eq!(count(summary, "tolerated"), 0, "{summary}");
 }
 
 /// The replicas (`replica-N`, generation dropped) that handed tenant `t0` off successfully.
@@ -226,9 +285,10 @@ fn drill_on_postgres_and_s3_hands_a_tenant_back_and_forth() {
     ]);
     let summary = summary(&output);
     assert_eq!(code, Some(0), "the drill failed: {summary}");
-    assert!(summary.contains("lost_otherwise=0"), "{summary}");
-    assert!(summary.contains("violations=0"), "{summary}");
-    let handoffs = fault_count(summary, "handoff").unwrap_or(0);
+    assert_eq!(count(summary, "lost_otherwise"), 0, "{summary}");
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert!(count(summary, "acked") > 0, "{summary}");
+    let handoffs = count(summary, "handoff");
     assert!(handoffs >= 3, "only {handoffs} handoffs: {summary}");
     let senders = handed_off_by(&output);
     assert_eq!(

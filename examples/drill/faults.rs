@@ -174,6 +174,13 @@ async fn handoff(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError>
         return Ok(None);
     };
     let answer = proc.call(Op::Handoff { tenant }, LEAVE_TIMEOUT).await;
+    c.history.graceful_asked();
+    let not_open = matches!(&answer, Ok(Answer::Failed { code, .. }) if code == protocol::NOT_OPEN);
+    if !matches!(answer, Ok(Answer::Done { .. })) && !not_open {
+        // The checker fails the run unless a fault touched this replica during the tenure.
+        c.history
+            .graceful_failed(&proc.label, Some(tenant), answer_text(&answer));
+    }
     let mut text = format!(
         "{} hands t{tenant} off: {}",
         proc.label,
@@ -255,12 +262,14 @@ async fn zombie_writes(
         fault: LeaseFault::Clear,
     };
     proc.call(clear, Duration::from_secs(2)).await.ok();
+    c.history.unimpair(&proc.label);
     Ok(format!("zombie writes: {outcomes:?}"))
 }
 
 /// Holds the renewals of slot `i`'s replica and stops it.
 async fn hold_and_pause(c: &Cluster, i: usize) -> Result<(), BoxError> {
     let proc = c.live(i).ok_or("no live process to pause")?;
+    c.history.impair(&proc.label);
     let hold = Op::Lease {
         fault: LeaseFault::HoldRenewals,
     };
@@ -286,6 +295,7 @@ async fn partition(c: &Arc<Cluster>, n: usize, rng: &mut Rng) -> Result<Option<S
     } else {
         (LeaseFault::HoldRenewals, "renewals stalled")
     };
+    c.history.impair(&proc.label);
     proc.call(Op::Lease { fault }, Duration::from_secs(2))
         .await
         .map_err(|e| format!("lease fault switch: {e:?}"))?;
@@ -328,6 +338,7 @@ async fn kill_upload(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxEr
     let slow = Op::Fault {
         fault: StoreFault::Slow { ms },
     };
+    c.history.impair(&proc.label);
     proc.call(slow, Duration::from_secs(2)).await.ok();
     let snapshot = proc.clone();
     tokio::spawn(async move {
@@ -388,6 +399,17 @@ async fn forget_paused(
                 Some(proc) => proc.call(Op::Forget { tenant }, LEAVE_TIMEOUT).await,
                 None => Err(crate::history::CallError::NotSent),
             };
+            if let Ok(Answer::Done { epoch: Some(floor) }) = answer {
+                check_erasure(c, tenant, floor, next, "right after the forget returned").await;
+                let (c, delay) = (c.clone(), 2 * protocol::STORE_DEADLINE);
+                tokio::spawn(async move {
+                    // A put that outlived its deadline may land late (docs/guarantees.md,
+                    // promise 5): list again once every put of the forgotten epochs has had
+                    // twice the store deadline.
+                    tokio::time::sleep(delay).await;
+                    check_erasure(&c, tenant, floor, next, "twice the store deadline later").await;
+                });
+            }
             c.clear_owner_if(tenant, next);
             text += &format!(
                 "; {} took t{tenant} over and forgot it: {}",
@@ -419,6 +441,7 @@ async fn store(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError> {
     };
     let lasts = rng.millis(1_000, 2_500);
     let until = now_ms() + duration_ms(lasts);
+    c.history.impair(&proc.label);
     proc.call(Op::Fault { fault }, Duration::from_secs(2))
         .await
         .map_err(|e| format!("fault switch: {e:?}"))?;
@@ -441,6 +464,7 @@ async fn store(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError> {
         fault: StoreFault::Clear,
     };
     proc.call(clear, Duration::from_secs(2)).await.ok();
+    c.history.unimpair(&proc.label);
     Ok(Some(text))
 }
 
@@ -456,6 +480,7 @@ async fn restart(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError>
         return Ok(None);
     };
     let closed = proc.call(Op::Close, CLOSE_TIMEOUT).await;
+    judge_close(c, &proc.label, &closed);
     c.shutdown(slot, Duration::from_secs(5)).await;
     restart_slot(c, slot).await?;
     Ok(Some(format!(
@@ -463,4 +488,73 @@ async fn restart(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError>
         proc.label,
         answer_text(&closed)
     )))
+}
+
+/// Records a close that did not flush: each tenant it names, or the close as a whole.
+pub fn judge_close(c: &Cluster, label: &str, closed: &Result<Answer, crate::history::CallError>) {
+    c.history.graceful_asked();
+    match closed {
+        Ok(Answer::Closed { unflushed }) => {
+            for key in unflushed {
+                let tenant = (0..c.tenants)
+                    .find(|&t| protocol::lease_key(t).is_ok_and(|k| k.to_string() == *key));
+                c.history
+                    .graceful_failed(label, tenant, format!("close left {key} unflushed"));
+            }
+        }
+        other => c
+            .history
+            .graceful_failed(label, None, format!("close: {}", answer_text(other))),
+    }
+}
+
+/// Lists what is left of `tenant` at or below `floor` right now: its durable objects, and its
+/// directory in the state root of `forgetter` (the replica whose forget returned). Every
+/// leftover is flagged, before any later open's sweep can remove it.
+async fn check_erasure(c: &Cluster, tenant: u32, floor: u64, forgetter: usize, when: &str) {
+    let (Ok(key), Ok(org), Ok(id)) = (
+        protocol::lease_key(tenant),
+        protocol::org(),
+        protocol::tenant_id(tenant),
+    ) else {
+        return;
+    };
+    match c.stores.durable.list(&key.prefix()).await {
+        Ok(objects) => {
+            let dead: Vec<&String> = objects
+                .iter()
+                .filter(|o| leasehold::layout::epoch_of(&key, o).is_some_and(|e| e <= floor))
+                .collect();
+            if !dead.is_empty() {
+                c.history.flag(
+                    "forgotten-object-left",
+                    Some(tenant),
+                    format!(
+                        "{when}, t{tenant} (floor {floor}) keeps {} objects at or below the \
+                         floor: {:?}",
+                        dead.len(),
+                        dead.iter().take(4).collect::<Vec<_>>()
+                    ),
+                );
+            }
+        }
+        Err(e) => c.history.note(
+            Some(tenant),
+            format!("erasure check {when}: list failed: {e}"),
+        ),
+    }
+    if when.starts_with("right after") {
+        let dir = leasehold::ids::tenant_root(&c.slots[forgetter].root, &org, &id);
+        if dir.exists() {
+            c.history.flag(
+                "forgotten-local-file-left",
+                Some(tenant),
+                format!(
+                    "{when}, the forgetting replica {} keeps t{tenant}'s directory {}",
+                    c.slots[forgetter].name,
+                    dir.display()
+                ),
+            );
+        }
+    }
 }

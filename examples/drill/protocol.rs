@@ -219,6 +219,11 @@ pub enum Line {
         /// How many objects went, or `None` if it failed.
         objects: Option<usize>,
     },
+    /// After its close and the drop of its supervisor: what the process still holds.
+    Resources {
+        /// The counts.
+        report: crate::history::Resources,
+    },
     /// An image could not be published.
     SnapshotFailed {
         /// The tenant.

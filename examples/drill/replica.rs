@@ -203,6 +203,8 @@ struct Replica {
     org: OrgId,
     /// Tenant ids by number.
     tenants: Vec<TenantId>,
+    /// Set once a close answered: the process then reports its resources at its end.
+    closed: std::cell::Cell<bool>,
 }
 
 /// Runs the replica role until stdin closes. Blocks.
@@ -257,6 +259,7 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
         out: out.clone(),
         tenants: keys,
     }));
+    let baseline = crate::leaks::Baseline::now();
     let replica = Rc::new(Replica {
         supervisor: Supervisor::start(config)?,
         leases: stores.leases,
@@ -267,6 +270,7 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
         out,
         org,
         tenants,
+        closed: std::cell::Cell::new(false),
     });
     replica.out.send(&Line::Ready {
         pid: std::process::id(),
@@ -277,6 +281,15 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
         .supervisor
         .events_delivered(Duration::from_secs(1))
         .await;
+    if replica.closed.get() {
+        // After the close, drop the supervisor (every handle of this process) and see what is
+        // left: the checker's `leak` rule (docs/testing.md, the process drill).
+        let actors = crate::leaks::live_tenant_actors(&replica.supervisor);
+        let out = replica.out.clone();
+        drop(replica);
+        let report = baseline.report_after_drop(actors).await;
+        out.send(&Line::Resources { report });
+    }
     Ok(())
 }
 
@@ -473,6 +486,7 @@ impl Replica {
 
     async fn close(&self) -> Result<Answer, Answer> {
         let unflushed = self.supervisor.close().await.map_err(|e| failed(&e))?;
+        self.closed.set(true);
         // The observer has queued the handoffs' Released lines: they go out before the reply.
         let _ = self
             .supervisor
