@@ -186,6 +186,27 @@ fn drill_replicas_hold_nothing_after_close() {
     );
 }
 
+/// A crash late in a long drain (the `drain-kill` fault: writes through a ticket while a handoff
+/// drains, SIGKILL 2.5–2.8 s into a 3 s drain) loses no more than the declared crash tail
+/// (docs/guarantees.md, promise 3): the checker's tail bound fails the run otherwise. The
+/// runtime does not snapshot while draining yet, so this seed loses writes acknowledged ~3 s
+/// before the crash (`lost-beyond-tail`, tail bound 2,000 ms); un-ignore it with that fix and
+/// add `drain-kill` to the default fault kinds.
+#[test]
+#[ignore = "hole 4: no periodic snapshots while draining"]
+fn drill_a_crash_late_in_a_long_drain_loses_no_more_than_the_tail() {
+    let (code, output) = drill(&["--seed", "5", "--seconds", "8", "--faults", "drain-kill"]);
+    let summary = summary(&output);
+    assert!(count(summary, "drain-kill") > 0, "no drain-kill: {summary}");
+    assert!(count(summary, "acked") > 0, "{summary}");
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert!(
+        count(summary, "tail_max_ms") <= count(summary, "tail_bound_ms"),
+        "{summary}"
+    );
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
+}
+
 #[test]
 fn drill_catches_a_build_that_skips_the_commit_check() {
     let (code, output) = drill(&[

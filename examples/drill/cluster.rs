@@ -528,4 +528,24 @@ impl Cluster {
         let result = proc.call_with(id, Op::Write { tenant, key }, limit).await;
         self.history.complete(id, &result)
     }
+
+    /// Writes one event through the ticket of `session` on `proc`, recording it like a write.
+    pub async fn session_write(
+        &self,
+        proc: &Proc,
+        tenant: u32,
+        session: u64,
+        key: String,
+        limit: Duration,
+    ) -> Outcome {
+        let id = next_id();
+        self.history.invoke(id, tenant, &key, &proc.label, false);
+        let op = Op::SessionWrite {
+            tenant,
+            session,
+            key,
+        };
+        let result = proc.call_with(id, op, limit).await;
+        self.history.complete(id, &result)
+    }
 }

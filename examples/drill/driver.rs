@@ -55,7 +55,7 @@ pub struct DriveArgs {
     /// more threads or file descriptors than before it started (default: report only).
     #[arg(long)]
     pub fail_on_leak: bool,
-    /// The fault kinds to inject, comma-separated (default: all).
+    /// The fault kinds to inject, comma-separated (default: all but the opt-in `drain-kill`).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub faults: Vec<FaultKind>,
     /// Run directory (default: a temporary directory, removed after a clean run).
@@ -319,6 +319,7 @@ fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &Hi
 fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, h: &History) {
     let faults: Vec<String> = FaultKind::ALL
         .iter()
+        .chain(&FaultKind::OPT_IN)
         .map(|k| format!("{}={}", k.name(), record.faults.get(k.name()).unwrap_or(&0)))
         .collect();
     let mut rules: Vec<&str> = report.violations.iter().map(|v| v.rule).collect();

@@ -27,7 +27,7 @@
 //! - `cluster` — the driver's handles to replica processes, the routing table.
 //! - `history` — what happened: writes (invoke, ok/fail/unknown), tenures, the timeline.
 //! - `clients` — the load: writes with unique ids through the owner of each tenant.
-//! - `faults` — the seeded fault schedule.
+//! - `faults` — the seeded fault schedule; `drain_fault` — a crash late in a long drain.
 //! - `finale` — the end: stop faults, close, read every tenant through a fresh replica, list.
 //! - `watcher` — reads the heads and the images behind them from the stores during the run.
 //! - `leaks` — threads and descriptors of a replica process before its start and after its close.
@@ -43,6 +43,7 @@ mod backend;
 mod checker;
 mod clients;
 mod cluster;
+mod drain_fault;
 mod driver;
 mod faults;
 mod finale;

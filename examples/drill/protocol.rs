@@ -121,6 +121,28 @@ pub enum Op {
         /// Which one.
         fault: LeaseFault,
     },
+    /// Admit a ticket on an open tenant and keep it as session `session` (its runs are accepted
+    /// while the tenant drains, docs/guarantees.md promise 6).
+    Admit {
+        /// The tenant.
+        tenant: u32,
+        /// The session's id, unique over the run.
+        session: u64,
+    },
+    /// Append one event through the ticket of session `session` (answered like `Write`).
+    SessionWrite {
+        /// The tenant.
+        tenant: u32,
+        /// The session.
+        session: u64,
+        /// The event's idempotency key, unique over the run.
+        key: String,
+    },
+    /// Drop the ticket of session `session`.
+    Retire {
+        /// The session.
+        session: u64,
+    },
     /// Close the replica: hand off every open tenant.
     Close,
 }

@@ -205,6 +205,8 @@ struct Replica {
     tenants: Vec<TenantId>,
     /// Set once a close answered: the process then reports its resources at its end.
     closed: std::cell::Cell<bool>,
+    /// Tickets held for the driver, by session.
+    sessions: std::cell::RefCell<HashMap<u64, leasehold_actors::Ticket>>,
 }
 
 /// Runs the replica role until stdin closes. Blocks.
@@ -271,6 +273,7 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
         org,
         tenants,
         closed: std::cell::Cell::new(false),
+        sessions: std::cell::RefCell::default(),
     });
     replica.out.send(&Line::Ready {
         pid: std::process::id(),
@@ -341,6 +344,16 @@ impl Replica {
             Op::Read { tenant } => self.read(tenant).await,
             Op::Fault { fault } => Ok(self.fault(fault)),
             Op::Lease { fault } => Ok(self.lease_fault(fault)),
+            Op::Admit { tenant, session } => self.admit(tenant, session).await,
+            Op::SessionWrite {
+                tenant,
+                session,
+                key,
+            } => self.session_write(tenant, session, key).await,
+            Op::Retire { session } => {
+                self.sessions.borrow_mut().remove(&session);
+                Ok(Answer::Done { epoch: None })
+            }
             Op::Close => self.close().await,
         };
         outcome.unwrap_or_else(|answer| answer)
@@ -375,6 +388,52 @@ impl Replica {
                 Ok(run_at)
             })
             .await;
+        let ack_at = now_ms();
+        let run_at = ran.map_err(|e| failed(&e))?;
+        Ok(Answer::Written {
+            epoch,
+            run_at,
+            ack_at,
+        })
+    }
+
+    async fn admit(&self, tenant: u32, session: u64) -> Result<Answer, Answer> {
+        let handle = self.lookup(tenant).await?;
+        let epoch = Some(handle.epoch());
+        let ticket = handle.admit().await.map_err(|e| failed(&e))?;
+        self.sessions.borrow_mut().insert(session, ticket);
+        Ok(Answer::Done { epoch })
+    }
+
+    async fn session_write(
+        &self,
+        tenant: u32,
+        session: u64,
+        key: String,
+    ) -> Result<Answer, Answer> {
+        let ran = {
+            let sessions = self.sessions.borrow();
+            let ticket = sessions
+                .get(&session)
+                .ok_or_else(|| refused(NOT_OPEN, format!("no session {session} here")))?;
+            if ticket.tenant().key().to_string()
+                != protocol::lease_key(tenant).map_or_else(|_| String::new(), |k| k.to_string())
+            {
+                return Err(refused(
+                    protocol::BAD_REQUEST,
+                    format!("session {session} is not of tenant {tenant}"),
+                ));
+            }
+            let epoch = ticket.tenant().epoch();
+            let run = ticket.run(move |ledger| {
+                let run_at = now_ms();
+                ledger.insert_event(&NewEvent::new("drill.write", key))?;
+                Ok(run_at)
+            });
+            (epoch, run)
+        };
+        let (epoch, run) = ran;
+        let ran = run.await;
         let ack_at = now_ms();
         let run_at = ran.map_err(|e| failed(&e))?;
         Ok(Answer::Written {

@@ -1,0 +1,96 @@
+//! The `drain-kill` fault: a crash in the middle of a long drain (docs/guarantees.md promise 3,
+//! the crash tail while draining).
+//!
+//! ```text
+//!  owner: admit a ticket ──> writes through it every ~10 ms (acknowledged while draining)
+//!         handoff ──> the drain waits for the ticket (up to drain_timeout, 3 s)
+//!         2.5–2.8 s into the drain: SIGKILL, restart on the same state root
+//! ```
+//!
+//! Every write acknowledged through the ticket is in the history like any other; the checker's
+//! tail bound then asks whether the tenure kept publishing while it drained. A runtime that
+//! stops its periodic snapshots during a drain loses every write of the drain's first
+//! half-second and more, acknowledged longer ago than the bound (`lost-beyond-tail`).
+//!
+//! Opt-in (`--faults drain-kill`) until the runtime snapshots while draining; then it joins the
+//! default kinds.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::cluster::{BoxError, Cluster, next_id};
+use crate::history::Outcome;
+use crate::protocol::{Answer, DRAIN_TIMEOUT, Op};
+use crate::rng::Rng;
+
+/// How long before the drain's deadline the owner is killed, at least and at most.
+const BEFORE_DEADLINE_MS: (u64, u64) = (200, 500);
+/// How long one write through the ticket may take.
+const SESSION_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Injects one `drain-kill`; `Ok(None)` when no replica owns a tenant.
+pub async fn drain_kill(
+    c: &Arc<Cluster>,
+    n: usize,
+    rng: &mut Rng,
+) -> Result<Option<String>, BoxError> {
+    let Some((slot, owned)) = crate::faults::pick_owner(c, rng) else {
+        return Ok(None);
+    };
+    let (Some(proc), Some(&tenant)) = (c.live(slot), rng.pick(&owned)) else {
+        return Ok(None);
+    };
+    let session = next_id();
+    let admitted = proc
+        .call(Op::Admit { tenant, session }, Duration::from_secs(2))
+        .await;
+    if !matches!(admitted, Ok(Answer::Done { .. })) {
+        return Ok(Some(format!(
+            "{} could not admit a ticket on t{tenant}: {admitted:?}",
+            proc.label
+        )));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (c, proc, stop, acked) = (c.clone(), proc.clone(), stop.clone(), acked.clone());
+        tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                i += 1;
+                let key = format!("t{tenant}-drain{n}-{i:05}");
+                let outcome = c
+                    .session_write(&proc, tenant, session, key, SESSION_WRITE_TIMEOUT)
+                    .await;
+                if !matches!(outcome, Outcome::Ok { .. }) {
+                    break;
+                }
+                acked.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    // Let the ticket carry a few writes, then start the handoff: its drain waits for the ticket.
+    tokio::time::sleep(rng.millis(100, 300)).await;
+    let before_drain = acked.load(Ordering::SeqCst);
+    let handing_off = {
+        let proc = proc.clone();
+        tokio::spawn(async move { proc.call(Op::Handoff { tenant }, DRAIN_TIMEOUT * 2).await })
+    };
+    let drain_ms = DRAIN_TIMEOUT.as_millis() as u64;
+    let kill_after =
+        drain_ms - rng.below(BEFORE_DEADLINE_MS.1 - BEFORE_DEADLINE_MS.0) - BEFORE_DEADLINE_MS.0;
+    tokio::time::sleep(Duration::from_millis(kill_after)).await;
+    c.kill(slot).await;
+    stop.store(true, Ordering::SeqCst);
+    let _ = writer.await;
+    let _ = handing_off.await;
+    let during = acked.load(Ordering::SeqCst) - before_drain;
+    crate::faults::restart_slot(c, slot).await?;
+    Ok(Some(format!(
+        "{} drained t{tenant} behind a ticket carrying writes ({during} acknowledged during the \
+         drain); SIGKILL {kill_after} ms into the drain, restarted",
+        proc.label
+    )))
+}
