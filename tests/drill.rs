@@ -207,6 +207,34 @@ fn drill_a_crash_late_in_a_long_drain_loses_no_more_than_the_tail() {
     assert_eq!(code, Some(0), "the drill failed: {summary}");
 }
 
+/// A put that outlived its deadline and lands after the forget returned leaves nothing at or
+/// below the floor (docs/guarantees.md, promise 5): the `forget-late-put` fault makes the owner's
+/// puts land 1.6 s late (past the 1 s store deadline), asks for a snapshot (it times out) and
+/// forgets at once; the drill lists the store right after the forget and twice the store
+/// deadline later. Today the late image lands after the forget returned `Ok` and stays
+/// (`forgotten-object-left`); the end-of-run listing does not see it, a later open's sweep took
+/// it. Un-ignore it with that fix (and align the second listing with the bound the fix states).
+#[test]
+#[ignore = "hole 6: a put that outlived its deadline lands after forget"]
+fn drill_a_late_put_leaves_nothing_of_a_forgotten_tenant() {
+    let (code, output) = drill(&[
+        "--seed",
+        "6",
+        "--seconds",
+        "8",
+        "--faults",
+        "forget-late-put",
+    ]);
+    let summary = summary(&output);
+    assert!(
+        count(summary, "forget-late-put") > 0,
+        "no such fault: {summary}"
+    );
+    assert!(count(summary, "forgotten") > 0, "nothing erased: {summary}");
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
+}
+
 #[test]
 fn drill_catches_a_build_that_skips_the_commit_check() {
     let (code, output) = drill(&[

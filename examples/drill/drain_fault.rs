@@ -1,5 +1,14 @@
-//! The `drain-kill` fault: a crash in the middle of a long drain (docs/guarantees.md promise 3,
-//! the crash tail while draining).
+//! Two opt-in faults for holes the default kinds cannot reach.
+//!
+//! `forget-late-put` (docs/guarantees.md promise 5, delete means delete): the owner's puts land
+//! late ([`crate::late_puts::LatePuts`], 1.6 s, past the 1 s store deadline); a snapshot is asked
+//! for and times out; the tenant is forgotten at once. The erasure is listed right after the
+//! forget and again twice the store deadline later, when the late image has landed: a forget
+//! that neither waits for the put to settle nor sweeps after it leaves an image at the floor
+//! (`forgotten-object-left`).
+//!
+//! `drain-kill`: a crash in the middle of a long drain (docs/guarantees.md promise 3, the crash
+//! tail while draining).
 //!
 //! ```text
 //!  owner: admit a ticket ──> writes through it every ~10 ms (acknowledged while draining)
@@ -21,7 +30,7 @@ use std::time::Duration;
 
 use crate::cluster::{BoxError, Cluster, next_id};
 use crate::history::Outcome;
-use crate::protocol::{Answer, DRAIN_TIMEOUT, Op};
+use crate::protocol::{Answer, DRAIN_TIMEOUT, Op, STORE_DEADLINE, StoreFault};
 use crate::rng::Rng;
 
 /// How long before the drain's deadline the owner is killed, at least and at most.
@@ -93,4 +102,57 @@ pub async fn drain_kill(
          drain); SIGKILL {kill_after} ms into the drain, restarted",
         proc.label
     )))
+}
+
+/// How late the owner's puts land: past the store deadline.
+const LATE_PUT_MS: u64 = 1_600;
+
+/// Injects one `forget-late-put`; `Ok(None)` when no replica owns a tenant.
+pub async fn forget_late_put(c: &Arc<Cluster>, rng: &mut Rng) -> Result<Option<String>, BoxError> {
+    let Some((slot, owned)) = crate::faults::pick_owner(c, rng) else {
+        return Ok(None);
+    };
+    let (Some(proc), Some(&tenant)) = (c.live(slot), rng.pick(&owned)) else {
+        return Ok(None);
+    };
+    c.history.impair(&proc.label);
+    let late = Op::Fault {
+        fault: StoreFault::Late { ms: LATE_PUT_MS },
+    };
+    proc.call(late, Duration::from_secs(2))
+        .await
+        .map_err(|e| format!("late-put switch: {e:?}"))?;
+    let snapshot = proc.call(Op::Snapshot { tenant }, STORE_DEADLINE * 3).await;
+    let forgotten = proc
+        .call(Op::Forget { tenant }, Duration::from_secs(12))
+        .await;
+    c.clear_owner_if(tenant, slot);
+    let mut text = format!(
+        "{}'s puts land {LATE_PUT_MS} ms late; snapshot of t{tenant}: {}; forget: {}",
+        proc.label,
+        short(&snapshot),
+        short(&forgotten)
+    );
+    if let Ok(Answer::Done { epoch: Some(floor) }) = forgotten {
+        crate::faults::check_erasure(c, tenant, floor, slot, "right after the forget returned")
+            .await;
+        tokio::time::sleep(STORE_DEADLINE * 2).await;
+        crate::faults::check_erasure(c, tenant, floor, slot, "twice the store deadline later")
+            .await;
+        text += "; erasure listed right after and twice the store deadline later";
+    }
+    let clear = Op::Fault {
+        fault: StoreFault::Clear,
+    };
+    proc.call(clear, Duration::from_secs(2)).await.ok();
+    c.history.unimpair(&proc.label);
+    Ok(Some(text))
+}
+
+fn short(answer: &Result<Answer, crate::history::CallError>) -> String {
+    match answer {
+        Ok(Answer::Done { .. }) => "ok".into(),
+        Ok(Answer::Failed { code, .. }) => code.clone(),
+        other => format!("{other:?}"),
+    }
 }

@@ -13,6 +13,7 @@
 //! | `store`         | a replica's durable store fails or stalls every put for a while (a handoff may try meanwhile) |
 //! | `restart`       | close a replica gracefully and start it again on the same state root      |
 //! | `drain-kill`    | opt-in: writes through a ticket while a handoff drains; SIGKILL late in the drain (`crate::drain_fault`) |
+//! | `forget-late-put` | opt-in: the owner's puts land late (after their deadline); a snapshot times out; forget at once (`crate::drain_fault`) |
 //!
 //! A paused replica's renewals are held across the pause (the store deadline ends each one), so
 //! when it resumes nothing has told it of its loss yet: the zombie's writes must be fenced by the
@@ -49,6 +50,8 @@ pub enum FaultKind {
     Restart,
     /// Writes through a ticket during a long drain, SIGKILL before it ends (opt-in).
     DrainKill,
+    /// A put that outlived its deadline lands after a forget returned (opt-in).
+    ForgetLatePut,
 }
 
 impl FaultKind {
@@ -65,8 +68,9 @@ impl FaultKind {
     ];
 
     /// Kinds injected only when named (`--faults drain-kill`): a run of the default kinds must
-    /// pass on the current runtime, and this one does not yet (no snapshots while draining).
-    pub const OPT_IN: [FaultKind; 1] = [FaultKind::DrainKill];
+    /// pass on the current runtime, and these do not yet (no snapshots while draining; a put
+    /// that outlived its deadline lands after the forget).
+    pub const OPT_IN: [FaultKind; 2] = [FaultKind::DrainKill, FaultKind::ForgetLatePut];
 
     /// The kind's name, as on the command line.
     pub fn name(self) -> &'static str {
@@ -80,6 +84,7 @@ impl FaultKind {
             FaultKind::Store => "store",
             FaultKind::Restart => "restart",
             FaultKind::DrainKill => "drain-kill",
+            FaultKind::ForgetLatePut => "forget-late-put",
         }
     }
 }
@@ -145,6 +150,7 @@ async fn inject(
         FaultKind::Store => store(c, rng).await,
         FaultKind::Restart => restart(c, rng).await,
         FaultKind::DrainKill => crate::drain_fault::drain_kill(c, n, rng).await,
+        FaultKind::ForgetLatePut => crate::drain_fault::forget_late_put(c, rng).await,
     }
 }
 
@@ -520,7 +526,7 @@ pub fn judge_close(c: &Cluster, label: &str, closed: &Result<Answer, crate::hist
 /// Lists what is left of `tenant` at or below `floor` right now: its durable objects, and its
 /// directory in the state root of `forgetter` (the replica whose forget returned). Every
 /// leftover is flagged, before any later open's sweep can remove it.
-async fn check_erasure(c: &Cluster, tenant: u32, floor: u64, forgetter: usize, when: &str) {
+pub async fn check_erasure(c: &Cluster, tenant: u32, floor: u64, forgetter: usize, when: &str) {
     let (Ok(key), Ok(org), Ok(id)) = (
         protocol::lease_key(tenant),
         protocol::org(),

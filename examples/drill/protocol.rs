@@ -160,6 +160,12 @@ pub enum StoreFault {
         /// The wait, in milliseconds.
         ms: u64,
     },
+    /// Every put writes this long after it was called, also when its caller gave up meanwhile
+    /// ([`crate::late_puts::LatePuts`]).
+    Late {
+        /// The delay, in milliseconds.
+        ms: u64,
+    },
     /// No fault.
     Clear,
 }

@@ -197,6 +197,8 @@ struct Replica {
     lease_faults: FaultyLeaseStore,
     /// The durable store's fault switches.
     store: FaultyStore,
+    /// Beneath them, the switch of puts that land late.
+    late: crate::late_puts::LatePuts,
     /// Stdout.
     out: Output,
     /// The organization.
@@ -235,7 +237,8 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     let stores = backend::open(args.backend, &args.run_dir, &args.run_name).await?;
     let acquired = AcquireTimes::new(stores.leases.clone());
     let lease_faults = FaultyLeaseStore::new(Arc::new(acquired.clone()));
-    let store = FaultyStore::new(stores.durable);
+    let late = crate::late_puts::LatePuts::new(stores.durable);
+    let store = FaultyStore::new(Arc::new(late.clone()));
     let org = protocol::org()?;
     let tenants = (0..args.tenants)
         .map(protocol::tenant_id)
@@ -269,6 +272,7 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
         records_use_host_clock: args.backend.records_use_host_clock(),
         lease_faults,
         store,
+        late,
         out,
         org,
         tenants,
@@ -522,7 +526,9 @@ impl Replica {
             StoreFault::Down => self.store.set_down(true),
             StoreFault::Hang => self.store.hang_puts(true),
             StoreFault::Slow { ms } => self.store.slow_put(|_| true, Duration::from_millis(ms)),
+            StoreFault::Late { ms } => self.late.set(ms),
             StoreFault::Clear => {
+                self.late.set(0);
                 self.store.set_down(false);
                 self.store.hang_puts(false);
                 self.store.clear_slow_put();
