@@ -292,7 +292,7 @@ fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &Hi
     let e = &report.endings;
     println!(
         "drill: {} tenures ({} handed off, {} forgotten, {} lost, {} crashed), {} images, \
-         {} zombie writes acknowledged, {} handoffs and closes asked ({} unflushed, each \
+         {} zombie writes acknowledged, {} handoffs and closes asked ({} did not flush, each \
          explained by a fault), {} replica processes closed ({} leaking)",
         e.tenures,
         e.handed_off,

@@ -106,10 +106,17 @@ async fn poll(
     let mut next = Some(head);
     for _ in 0..CHAIN_STEPS {
         let Some(image) = next.take() else { break };
-        if !view.known.insert((image.epoch, image.seq)) {
+        let at = (image.epoch, image.seq);
+        if !view.known.insert(at) {
             break;
         }
-        next = read_image(stores, history, tenant, &key, &image, seen_at, scratch).await?;
+        match read_image(stores, history, tenant, &key, &image, seen_at, scratch).await {
+            Ok(base) => next = base,
+            Err(e) => {
+                view.known.remove(&at); // read again on the next poll
+                return Err(e);
+            }
+        }
     }
     Ok(())
 }
