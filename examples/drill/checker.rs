@@ -6,7 +6,7 @@
 //! | `lost-after-handoff`        | 2       | an acknowledged write of a tenure that ended in a flushed handoff is missing           |
 //! | `lost-after-publish`        | 2, 3    | a missing acknowledged write is in an image the store watcher found published (a head, or the `base` chain behind one) |
 //! | `lost-beyond-tail`          | 3       | a missing acknowledged write of a crashed or cut-off tenure, in no published image, whose tenure could publish for longer than `snapshot_every` + one publish + slack after it was acknowledged ([`crate::store_rules`]) |
-//! | `graceful-not-flushed`      | 2       | a handoff or close did not flush, and no fault touched that replica during the tenure  |
+//! | `graceful-not-flushed`      | 2       | a handoff or close did not flush, or a close returned while a tenure granted to that process had not ended and was not named unflushed — and no fault touched that replica during the tenure |
 //! | `head-moved-back`           | 3       | the store watcher read a head older than one it had read before                       |
 //! | `ack-after-successor`       | 1       | a write ran (`run_at`, before its commit) after a later tenure's lease was surely acquired |
 //! | `forgotten-object-left`     | 5       | a durable object of an epoch at or below the tenant's floor is left: listed right after the forget returned, again a little later (a late put), and at the end |
@@ -226,6 +226,7 @@ pub fn evaluate(rec: &Record, fin: &Final, tolerance: Tolerance) -> Report {
     check_forgotten(rec, fin, &mut report);
     check_local_files(rec, fin, tolerance, &mut report);
     store_rules::check_graceful(rec, &mut report);
+    store_rules::check_closed_tenures(rec, &mut report);
     store_rules::check_flags(rec, &mut report);
     store_rules::check_leaks(rec, tolerance.fail_on_leak, &mut report);
     report

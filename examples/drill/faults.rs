@@ -12,8 +12,9 @@
 //! | `forget-paused` | SIGSTOP an owner; open its tenant elsewhere once the lease ran out; forget it there; SIGCONT |
 //! | `store`         | a replica's durable store fails or stalls every put for a while (a handoff may try meanwhile) |
 //! | `restart`       | close a replica gracefully and start it again on the same state root      |
-//! | `drain-kill`    | opt-in: writes through a ticket while a handoff drains; SIGKILL late in the drain (`crate::drain_fault`) |
-//! | `forget-late-put` | opt-in: the owner's puts land late (after their deadline); a snapshot times out; forget at once (`crate::drain_fault`) |
+//! | `drain-kill`    | opt-in: writes through a ticket while a handoff drains; SIGKILL late in the drain (`crate::opt_in`) |
+//! | `forget-late-put` | opt-in: the owner's puts land late (after their deadline); a snapshot times out; forget at once (`crate::opt_in`) |
+//! | `close-during-open` | opt-in: a tenant handed off is opened on another replica and that replica closed at once (`crate::opt_in`) |
 //!
 //! A paused replica's renewals are held across the pause (the store deadline ends each one), so
 //! when it resumes nothing has told it of its loss yet: the zombie's writes must be fenced by the
@@ -52,6 +53,8 @@ pub enum FaultKind {
     DrainKill,
     /// A put that outlived its deadline lands after a forget returned (opt-in).
     ForgetLatePut,
+    /// A close that begins while an open is under way on the same replica (opt-in).
+    CloseDuringOpen,
 }
 
 impl FaultKind {
@@ -69,8 +72,13 @@ impl FaultKind {
 
     /// Kinds injected only when named (`--faults drain-kill`): a run of the default kinds must
     /// pass on the current runtime, and these do not yet (no snapshots while draining; a put
-    /// that outlived its deadline lands after the forget).
-    pub const OPT_IN: [FaultKind; 2] = [FaultKind::DrainKill, FaultKind::ForgetLatePut];
+    /// that outlived its deadline lands after the forget; an open under way when a close begins
+    /// is neither refused nor handed off).
+    pub const OPT_IN: [FaultKind; 3] = [
+        FaultKind::DrainKill,
+        FaultKind::ForgetLatePut,
+        FaultKind::CloseDuringOpen,
+    ];
 
     /// The kind's name, as on the command line.
     pub fn name(self) -> &'static str {
@@ -85,6 +93,7 @@ impl FaultKind {
             FaultKind::Restart => "restart",
             FaultKind::DrainKill => "drain-kill",
             FaultKind::ForgetLatePut => "forget-late-put",
+            FaultKind::CloseDuringOpen => "close-during-open",
         }
     }
 }
@@ -149,8 +158,9 @@ async fn inject(
         FaultKind::ForgetPaused => forget_paused(c, n, rng).await,
         FaultKind::Store => store(c, rng).await,
         FaultKind::Restart => restart(c, rng).await,
-        FaultKind::DrainKill => crate::drain_fault::drain_kill(c, n, rng).await,
-        FaultKind::ForgetLatePut => crate::drain_fault::forget_late_put(c, rng).await,
+        FaultKind::DrainKill => crate::opt_in::drain_kill(c, n, rng).await,
+        FaultKind::ForgetLatePut => crate::opt_in::forget_late_put(c, rng).await,
+        FaultKind::CloseDuringOpen => crate::opt_in::close_during_open(c, rng).await,
     }
 }
 
@@ -510,12 +520,15 @@ pub fn judge_close(c: &Cluster, label: &str, closed: &Result<Answer, crate::hist
     c.history.graceful_asked();
     match closed {
         Ok(Answer::Closed { unflushed }) => {
+            let mut tenants = Vec::new();
             for key in unflushed {
                 let tenant = (0..c.tenants)
                     .find(|&t| protocol::lease_key(t).is_ok_and(|k| k.to_string() == *key));
+                tenants.extend(tenant);
                 c.history
                     .graceful_failed(label, tenant, format!("close left {key} unflushed"));
             }
+            c.history.closed(label, tenants);
         }
         other => c
             .history

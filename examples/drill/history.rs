@@ -232,6 +232,8 @@ pub struct Record {
     pub graceful_failures: Vec<GracefulFailure>,
     /// Handoffs and closes asked for, flushed or not.
     pub graceful_asked: u64,
+    /// Closes that answered: `(replica, driver time, tenants it reported unflushed)`.
+    pub closes: Vec<(String, u64, Vec<u32>)>,
     /// Published images the store watcher read.
     pub images_read: u64,
     /// Resource reports of replica processes that closed: `(replica, report)`.
@@ -421,6 +423,12 @@ impl History {
         for interval in r.impairments.entry(replica.to_string()).or_default() {
             interval.1.get_or_insert(now);
         }
+    }
+
+    /// Records a close of `replica` that answered, naming `unflushed`.
+    pub fn closed(&self, replica: &str, unflushed: Vec<u32>) {
+        let mut r = self.lock();
+        r.closes.push((replica.to_string(), now_ms(), unflushed));
     }
 
     /// Counts a handoff or close asked for.

@@ -27,7 +27,7 @@
 //! - `cluster` — the driver's handles to replica processes, the routing table.
 //! - `history` — what happened: writes (invoke, ok/fail/unknown), tenures, the timeline.
 //! - `clients` — the load: writes with unique ids through the owner of each tenant.
-//! - `faults` — the seeded fault schedule; `drain_fault` — the opt-in kinds (a crash late in a
+//! - `faults` — the seeded fault schedule; `opt_in` — the opt-in kinds (a crash late in a
 //!   long drain, a put that lands after a forget); `late_puts` — puts that land late.
 //! - `finale` — the end: stop faults, close, read every tenant through a fresh replica, list.
 //! - `watcher` — reads the heads and the images behind them from the stores during the run.
@@ -44,13 +44,13 @@ mod backend;
 mod checker;
 mod clients;
 mod cluster;
-mod drain_fault;
 mod driver;
 mod faults;
 mod finale;
 mod history;
 mod late_puts;
 mod leaks;
+mod opt_in;
 mod protocol;
 mod replica;
 mod rng;

@@ -114,6 +114,35 @@ pub fn check_graceful(rec: &Record, report: &mut Report) {
     }
 }
 
+/// `graceful-not-flushed`, the other half: once a close answered, every tenure granted to that
+/// process has ended (released, lost, forgotten) or was named unflushed — unless a fault touched
+/// the process during the tenure. An open that completes on a closing replica breaks this.
+pub fn check_closed_tenures(rec: &Record, report: &mut Report) {
+    for (replica, at, unflushed) in &rec.closes {
+        for (&(tenant, epoch), tenure) in &rec.tenures {
+            let Some(grant) = tenure.grants.iter().find(|g| g.replica == *replica) else {
+                continue;
+            };
+            if tenure.ended_at.is_some() || unflushed.contains(&tenant) {
+                continue;
+            }
+            if impaired_between(rec, replica, grant.acquired_hi, *at) {
+                report.graceful_explained += 1;
+                continue;
+            }
+            report.violations.push(Violation {
+                rule: "graceful-not-flushed",
+                tenant: Some(tenant),
+                at: *at,
+                detail: format!(
+                    "{replica}'s close returned, yet epoch {epoch} of t{tenant}, granted to it, was \
+                     neither handed off nor reported unflushed"
+                ),
+            });
+        }
+    }
+}
+
 /// The driver's flags, each a violation.
 pub fn check_flags(rec: &Record, report: &mut Report) {
     for f in &rec.flags {

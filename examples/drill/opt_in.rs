@@ -1,4 +1,9 @@
-//! Two opt-in faults for holes the default kinds cannot reach.
+//! Opt-in faults for holes the default kinds cannot reach.
+//!
+//! `close-during-open` (docs/guarantees.md promise 2): a tenant is handed off by its owner, then
+//! another replica is asked to open it and, at once, to close. A close must refuse that open or
+//! hand the tenant off; the checker fails a close that returned while a tenure granted to that
+//! process had not ended and was not named unflushed (`graceful-not-flushed`).
 //!
 //! `forget-late-put` (docs/guarantees.md promise 5, delete means delete): the owner's puts land
 //! late ([`crate::late_puts::LatePuts`], 1.6 s, past the 1 s store deadline); a snapshot is asked
@@ -155,4 +160,67 @@ fn short(answer: &Result<Answer, crate::history::CallError>) -> String {
         Ok(Answer::Failed { code, .. }) => code.clone(),
         other => format!("{other:?}"),
     }
+}
+
+/// Injects one `close-during-open`; `Ok(None)` when no tenant can be moved.
+pub async fn close_during_open(
+    c: &Arc<Cluster>,
+    rng: &mut Rng,
+) -> Result<Option<String>, BoxError> {
+    let Some((owner, owned)) = crate::faults::pick_owner(c, rng) else {
+        return Ok(None);
+    };
+    let others: Vec<usize> = c.live_slots().into_iter().filter(|&i| i != owner).collect();
+    let (Some(proc), Some(&tenant), Some(&slot)) =
+        (c.live(owner), rng.pick(&owned), rng.pick(&others))
+    else {
+        return Ok(None);
+    };
+    let handed = proc
+        .call(Op::Handoff { tenant }, Duration::from_secs(12))
+        .await;
+    if !matches!(handed, Ok(Answer::Done { .. })) {
+        return Ok(Some(format!(
+            "{} could not hand t{tenant} off: {}",
+            proc.label,
+            short(&handed)
+        )));
+    }
+    c.clear_owner_if(tenant, owner);
+    let Some(target) = c.live(slot) else {
+        return Ok(None);
+    };
+    // Both requests reach the replica back to back: the open's acquire is under way when the
+    // close begins.
+    // Polled once, the open's line is sent before the close's.
+    let mut opening = Box::pin(target.call(Op::Open { tenant }, Duration::from_secs(6)));
+    let first = futures::poll!(&mut opening);
+    let closing = target.call(Op::Close, Duration::from_secs(25));
+    let (opened, closed) = match first {
+        std::task::Poll::Ready(opened) => (opened, closing.await),
+        std::task::Poll::Pending => futures::join!(opening, closing),
+    };
+    if let Ok(Answer::Opened {
+        epoch, acquired_hi, ..
+    }) = &opened
+    {
+        c.history
+            .grant(tenant, *epoch, &target.label, Some(slot), *acquired_hi);
+    }
+    crate::faults::judge_close(c, &target.label, &closed);
+    c.shutdown(slot, Duration::from_secs(5)).await;
+    crate::faults::restart_slot(c, slot).await?;
+    Ok(Some(format!(
+        "{} handed t{tenant} off; {} opened it ({}) while closing ({}); restarted",
+        proc.label,
+        target.label,
+        match &opened {
+            Ok(Answer::Opened { epoch, .. }) => format!("epoch {epoch}"),
+            other => short(other),
+        },
+        match &closed {
+            Ok(Answer::Closed { unflushed }) => format!("{} unflushed", unflushed.len()),
+            other => short(other),
+        }
+    )))
 }
