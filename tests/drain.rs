@@ -259,24 +259,34 @@ async fn d6_drain_options_are_checked_and_a_close_concurrency_of_one_is_sequenti
     insert(&second, "k-1").await.unwrap();
     let _stuck = first.admit().await.unwrap();
     let closing = actix_rt::spawn(a.sup.close());
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(
-        !a.saw(|e| matches!(e, Event::Released { .. })).await,
-        "with one lane the second tenant waits behind the stuck one"
-    );
     let unflushed = within(10_000, "close", closing).await.unwrap().unwrap();
     assert_eq!(unflushed, [key()]);
+    // The order of the events, not a wait: with one lane the second tenant's handoff starts only
+    // once the stuck one has given up, so its release comes after that drain timed out.
+    let events = a.events().await;
+    let position = |pred: &dyn Fn(&Event) -> bool| events.iter().position(pred);
+    let (k1, k2) = (key().to_string(), key2().to_string());
+    let gave_up = position(&|e| matches!(e, Event::DrainTimeout { key, .. } if *key == k1))
+        .expect("the stuck tenant's drain timed out");
+    let released =
+        position(&|e| matches!(e, Event::Released { key, flushed: true, .. } if *key == k2))
+            .expect("the second tenant is handed off once the first has given up");
     assert!(
-        a.flushed(&key2()).await,
-        "and is handed off once the first has given up"
+        gave_up < released,
+        "with one lane the second tenant waits behind the stuck one: {events:?}"
     );
 }
 
 #[actix_rt::test]
 async fn r1_a_failed_handoff_does_not_start_a_second_renewal_chain_while_a_renewal_is_under_way() {
-    let fleet = Fleet::real_time(Duration::from_millis(5_000), Duration::from_millis(500)).await;
+    // The witness is one of the runtime's own timers, not a sleep: the tenant's first periodic
+    // snapshot (`snapshot_published`) comes 4 s after the open, while a second chain begun by
+    // the failed handoff (under a second after the open) would have fired its first tick 600 ms
+    // after that handoff.
+    let fleet = Fleet::real_time(Duration::from_millis(10_000), Duration::from_millis(500)).await;
     let a = fleet.replica_with("replica-a", "replica-a", |c| {
-        c.renew_every = Some(Duration::from_millis(600))
+        c.renew_every = Some(Duration::from_millis(600));
+        c.snapshot_every = Some(Duration::from_millis(4_000));
     });
     fleet.leases.hold_renewals();
     let t = a.open().await;
@@ -288,14 +298,16 @@ async fn r1_a_failed_handoff_does_not_start_a_second_renewal_chain_while_a_renew
     fleet.durable.set_down(true);
     assert!(t.handoff().await.is_err());
     fleet.durable.set_down(false);
-    // A second chain would fire its timer in this time and start a renewal beside the held one.
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    fleet.leases.release_renewals();
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    eventually(8_000, "the first periodic snapshot", || async {
+        a.saw(|e| matches!(e, Event::SnapshotPublished { .. }))
+            .await
+    })
+    .await;
     assert_eq!(
         fleet.leases.renewals_started(),
         1,
-        "the next renewal waits for its own tick"
+        "no renewal beside the held one: the next waits for its own tick"
     );
+    fleet.leases.release_renewals();
     t.handoff().await.unwrap();
 }

@@ -104,13 +104,154 @@ fn summary(output: &str) -> &str {
         .unwrap_or("(no summary line)")
 }
 
+/// The number `name=N` of a summary line (a fault count inside `faults[…]` too); `None` when the
+/// field is absent, so a renamed field fails the test instead of passing it.
+fn field(summary: &str, name: &str) -> Option<u64> {
+    summary
+        .split([' ', '[', ']'])
+        .find_map(|f| f.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+}
+
+/// `field`, or a panic naming the field and the summary.
+fn count(summary: &str, name: &str) -> u64 {
+    field(summary, name).unwrap_or_else(|| panic!("no {name}=N in the summary: {summary}"))
+}
+
+/// Every fault kind the drill injects.
+const FAULT_KINDS: [&str; 8] = [
+    "handoff",
+    "kill",
+    "pause",
+    "partition",
+    "kill-upload",
+    "forget-paused",
+    "store",
+    "restart",
+];
+
 #[test]
 fn drill_on_a_fixed_seed_keeps_every_promise() {
     let (code, output) = drill(&["--seed", "20260405", "--seconds", "20"]);
     let summary = summary(&output);
     assert_eq!(code, Some(0), "the drill failed: {summary}");
-    assert!(summary.contains("lost_otherwise=0"), "{summary}");
-    assert!(summary.contains("violations=0"), "{summary}");
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert_eq!(count(summary, "lost_otherwise"), 0, "{summary}");
+    // The run did what it is for: writes acknowledged, faults injected, images read from the
+    // stores, graceful leaves judged, the crash tail within its bound.
+    assert!(count(summary, "acked") > 1_000, "{summary}");
+    let faults: u64 = FAULT_KINDS.iter().map(|k| count(summary, k)).sum();
+    assert!(faults >= 4, "only {faults} faults injected: {summary}");
+    // The seed's first round starts kill, partition, store, pause.
+    for kind in ["kill", "partition", "pause"] {
+        assert!(count(summary, kind) > 0, "no {kind} fault: {summary}");
+    }
+    assert!(count(summary, "images_read") > 0, "{summary}");
+    assert!(count(summary, "graceful") > 0, "{summary}");
+    assert!(count(summary, "closed") > 0, "{summary}");
+    assert!(
+        count(summary, "tail_max_ms") <= count(summary, "tail_bound_ms"),
+        "{summary}"
+    );
+}
+
+/// After its close and the drop of its supervisor, a replica process must hold no more threads
+/// or file descriptors than before it started (the drill's `leak` rule, `--fail-on-leak`).
+/// Before actors stopped after a close (hole 7), every replica kept its arbiter threads, the
+/// observer thread and 8 descriptors, and this test failed.
+#[test]
+fn drill_replicas_hold_nothing_after_close() {
+    let (code, output) = drill(&[
+        "--seed",
+        "3",
+        "--seconds",
+        "4",
+        "--replicas",
+        "2",
+        "--tenants",
+        "2",
+        "--faults",
+        "restart",
+        "--fail-on-leak",
+    ]);
+    let summary = summary(&output);
+    assert!(count(summary, "closed") >= 2, "{summary}");
+    assert!(count(summary, "acked") > 0, "{summary}");
+    assert_eq!(
+        (code, count(summary, "leaks")),
+        (Some(0), 0),
+        "a replica process leaked after its close: {summary}"
+    );
+}
+
+/// A crash late in a long drain (the `drain-kill` fault: writes through a ticket while a handoff
+/// drains, SIGKILL 2.5–2.8 s into a 3 s drain) loses no more than the declared crash tail
+/// (docs/guarantees.md, promise 3): the checker's tail bound fails the run otherwise. The
+/// Before snapshots ran while draining (hole 4), this seed lost writes acknowledged ~3 s before
+/// the crash (`lost-beyond-tail`, tail bound 2,000 ms).
+#[test]
+fn drill_a_crash_late_in_a_long_drain_loses_no_more_than_the_tail() {
+    let (code, output) = drill(&["--seed", "5", "--seconds", "8", "--faults", "drain-kill"]);
+    let summary = summary(&output);
+    assert!(count(summary, "drain-kill") > 0, "no drain-kill: {summary}");
+    assert!(count(summary, "acked") > 0, "{summary}");
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert!(
+        count(summary, "tail_max_ms") <= count(summary, "tail_bound_ms"),
+        "{summary}"
+    );
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
+}
+
+/// A put that outlived its deadline and lands after the forget returned leaves nothing at or
+/// below the floor (docs/guarantees.md, promise 5): the `forget-late-put` fault makes the owner's
+/// puts land 1.6 s late (past the 1 s store deadline), asks for a snapshot (it times out) and
+/// forgets at once; the drill lists the store right after the forget and twice the store
+/// deadline later. Today the late image lands after the forget returned `Ok` and stays
+/// (`forgotten-object-left`); the end-of-run listing does not see it, a later open's sweep took
+/// it. Un-ignore it with that fix (and align the second listing with the bound the fix states).
+#[test]
+#[ignore = "hole 6: a put that outlived its deadline lands after forget"]
+fn drill_a_late_put_leaves_nothing_of_a_forgotten_tenant() {
+    let (code, output) = drill(&[
+        "--seed",
+        "6",
+        "--seconds",
+        "8",
+        "--faults",
+        "forget-late-put",
+    ]);
+    let summary = summary(&output);
+    assert!(
+        count(summary, "forget-late-put") > 0,
+        "no such fault: {summary}"
+    );
+    assert!(count(summary, "forgotten") > 0, "nothing erased: {summary}");
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
+}
+
+/// An open under way when a close begins is refused or handed off (docs/guarantees.md, promise
+/// 2): the `close-during-open` fault hands a tenant off, then sends one replica its open and its
+/// close back to back. Before the fix (hole 1) the open completed after the close took its
+/// table, the close returned nothing unflushed, and the tenure served on a replica about to
+/// stop (`graceful-not-flushed`).
+#[test]
+fn drill_a_close_refuses_or_hands_off_an_open_under_way() {
+    let (code, output) = drill(&[
+        "--seed",
+        "8",
+        "--seconds",
+        "8",
+        "--faults",
+        "close-during-open",
+    ]);
+    let summary = summary(&output);
+    assert!(
+        count(summary, "close-during-open") > 0,
+        "no such fault: {summary}"
+    );
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
 }
 
 #[test]
@@ -163,25 +304,11 @@ fn drill_a_forgotten_tenant_leaves_no_local_copy_on_a_zombie() {
         "--faults",
         "forget-paused",
     ]);
-    assert_eq!(code, Some(0), "{}", summary(&output));
-    assert!(
-        summary(&output).contains("forget-paused="),
-        "{}",
-        summary(&output)
-    );
-    assert!(
-        summary(&output).contains("tolerated=0"),
-        "{}",
-        summary(&output)
-    );
-}
-
-/// The fault count `kind=N` of a summary line.
-#[cfg(all(feature = "postgres", feature = "s3"))]
-fn fault_count(summary: &str, kind: &str) -> Option<u64> {
-    summary
-        .split([' ', '[', ']'])
-        .find_map(|field| field.strip_prefix(kind)?.strip_prefix('=')?.parse().ok())
+    let summary = summary(&output);
+    assert_eq!(code, Some(0), "{summary}");
+    assert!(count(summary, "forget-paused") > 0, "no forget: {summary}");
+    assert!(count(summary, "forgotten") > 0, "nothing erased: {summary}");
+    assert_eq!(count(summary, "tolerated"), 0, "{summary}");
 }
 
 /// The replicas (`replica-N`, generation dropped) that handed tenant `t0` off successfully.
@@ -226,9 +353,10 @@ fn drill_on_postgres_and_s3_hands_a_tenant_back_and_forth() {
     ]);
     let summary = summary(&output);
     assert_eq!(code, Some(0), "the drill failed: {summary}");
-    assert!(summary.contains("lost_otherwise=0"), "{summary}");
-    assert!(summary.contains("violations=0"), "{summary}");
-    let handoffs = fault_count(summary, "handoff").unwrap_or(0);
+    assert_eq!(count(summary, "lost_otherwise"), 0, "{summary}");
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert!(count(summary, "acked") > 0, "{summary}");
+    let handoffs = count(summary, "handoff");
     assert!(handoffs >= 3, "only {handoffs} handoffs: {summary}");
     let senders = handed_off_by(&output);
     assert_eq!(

@@ -59,7 +59,8 @@ async fn m11_a_forget_right_after_the_drain_settles_wins_and_no_image_outlives_i
         matches!(handoff, Err(ref e) if e.is_draining()),
         "{handoff:?}"
     );
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // No wait: the handoff's answer is the Flush's, so a stray flush has put its image (through
+    // the opened gate) before the handoff settled.
     assert_eq!(fleet.stored_of_tenant().await, Vec::<String>::new());
     assert!(!a.flushed(&key()).await);
     fleet.advance(TTL + Duration::from_millis(1));
@@ -262,13 +263,24 @@ async fn m47_renew_now_during_a_renewal_under_way_waits_for_it() {
         fleet.leases.renewals_started() == 1
     })
     .await;
+    // Drive the second call by hand until its RenewNow is queued at the lease actor, ahead of
+    // the first renewal's completion: one poll asks the supervisor for the lease actor, a
+    // supervisor round trip behind that question makes sure the answer is back, and one more
+    // poll sends RenewNow.
     let sup = a.sup.clone();
-    let second = actix_rt::spawn(async move { sup.renew_now().await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(fleet.leases.renewals_started(), 1);
+    let mut second = Box::pin(async move { sup.renew_now().await });
+    assert!(futures::poll!(&mut second).is_pending());
+    let _ = a.sup.tenant(&org(), &tenant()).await;
+    assert!(futures::poll!(&mut second).is_pending());
     fleet.leases.release_renewals();
     first.await.unwrap().unwrap();
-    second.await.unwrap().unwrap();
+    within(3_000, "the second renewal", second).await.unwrap();
+    // No timer renews on a manual fleet: every round trip is one of these two calls.
+    assert_eq!(
+        fleet.leases.renewals_started(),
+        1,
+        "the second call joined the renewal under way"
+    );
 }
 
 /// M48: a blocked observer whose queue is full costs events, never progress.

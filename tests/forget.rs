@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
+use leasehold::LeaseStore;
 use leasehold::testkit::LeaseOp;
 use leasehold_actors::{Event, TenantRef};
 
@@ -253,15 +254,29 @@ async fn f8_closing_waits_for_a_forget_under_way_though_the_tenant_left_the_tabl
         forgetting,
         gate,
     } = forget_behind_held_upload(&fleet, &t).await;
-    let closing = actix_rt::spawn(a.sup.close());
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    assert!(
-        !closing.is_finished(),
-        "close is still waiting for the forget"
-    );
+    // Judged when close returns, not after a wait: the forget must be over by then (its floor
+    // raised). The gate opens once the Close has been handled (an open behind it is refused), so
+    // a close that did not wait returns while the forget still has its upload, its floor and its
+    // deletes ahead of it.
+    let closing = actix_rt::spawn({
+        let (close, leases) = (a.sup.close(), fleet.leases.clone());
+        async move {
+            let unflushed = close.await;
+            let floor = leases.read(&key()).await.unwrap().map(|r| r.floor);
+            (unflushed, floor)
+        }
+    });
+    let refused = a.sup.open(&org(), &tenant2()).await;
+    assert!(refused.is_err(), "the Close was handled: {refused:?}");
     gate.open();
-    let unflushed = within(3_000, "close", closing).await.unwrap().unwrap();
+    let (unflushed, floor) = within(3_000, "close", closing).await.unwrap();
+    let unflushed = unflushed.unwrap();
     assert!(unflushed.is_empty(), "nothing unflushed: {unflushed:?}");
+    assert_eq!(
+        floor,
+        Some(t.epoch()),
+        "the forget raised the floor before close returned"
+    );
     assert_eq!(
         fleet.stored_of_tenant().await,
         Vec::<String>::new(),

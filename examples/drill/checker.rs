@@ -4,16 +4,23 @@
 //! | rule                        | promise | flagged when                                                                          |
 //! | --------------------------- | ------- | ------------------------------------------------------------------------------------- |
 //! | `lost-after-handoff`        | 2       | an acknowledged write of a tenure that ended in a flushed handoff is missing           |
+//! | `lost-after-publish`        | 2, 3    | a missing acknowledged write is in an image the store watcher found published (a head, or the `base` chain behind one) |
+//! | `lost-beyond-tail`          | 3       | a missing acknowledged write of a crashed or cut-off tenure, in no published image, whose tenure could publish for longer than `snapshot_every` + one publish + slack after it was acknowledged ([`crate::store_rules`]) |
+//! | `graceful-not-flushed`      | 2       | a handoff or close did not flush, or a close returned while a tenure granted to that process had not ended and was not named unflushed — and no fault touched that replica during the tenure |
+//! | `head-moved-back`           | 3       | the store watcher read a head older than one it had read before                       |
 //! | `ack-after-successor`       | 1       | a write ran (`run_at`, before its commit) after a later tenure's lease was surely acquired |
-//! | `lost-beyond-tail`          | 3       | a missing acknowledged write was acknowledged (`ack_at`) before the `taken_at` of an image its own tenure published |
-//! | `forgotten-object-left`     | 5       | a durable object of an epoch at or below the tenant's floor is left                    |
-//! | `forgotten-local-file-left` | 5       | a state root keeps the tenant's directory and that root's last tenure of it is at or below the floor |
+//! | `forgotten-object-left`     | 5       | a durable object of an epoch at or below the tenant's floor is left: listed right after the forget returned, again a little later (a late put), and at the end |
+//! | `forgotten-local-file-left` | 5       | a state root keeps the tenant's directory and that root's last tenure of it is at or below the floor (right after the forget: the forgetting replica's root; at the end: every root) |
 //! | `forgotten-write-read`      | 4, 5    | an acknowledged write of an epoch at or below the floor is read back                  |
 //! | `overlapping-tenures`       | 1       | one epoch granted to two processes, or an image taken after a later tenure acquired   |
 //! | `refused-write-present`     | 1       | a write refused with a definite error (fenced, draining, …) is read back              |
+//! | `leak`                      | —       | a replica process that closed and dropped its supervisor holds more threads or file descriptors than before it started (fails the run only with `--fail-on-leak`) |
 //!
-//! A missing write acknowledged after the last image its (crashed) tenure published is "lost
-//! within the declared tail": allowed, and counted.
+//! Which image covers a write is read from the stores (the heads of the lease store and the
+//! images and manifests of the durable store, by [`crate::watcher`]), never from the runtime's
+//! `snapshot_published` events. A missing write in no published image, of a tenure that did not
+//! end in a flushed handoff, is "lost within the declared tail" when its time bound holds:
+//! allowed, counted, and the longest such tail is reported against the bound.
 //!
 //! One known gap can be tolerated (`--tolerate stale-local-copy`): a replica whose tenure was
 //! lost (a zombie, a crash) keeps its local copy until its next open of that tenant, also when
@@ -50,7 +57,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::finale::Final;
 use crate::history::{Outcome, Record, Tenure, WriteOp};
-use crate::protocol;
+use crate::protocol::{self, now_ms};
+use crate::store_rules;
 
 /// One broken promise.
 #[derive(Debug, Clone)]
@@ -70,6 +78,8 @@ pub struct Violation {
 pub struct Tolerance {
     /// A lost tenure's local copy of a tenant forgotten elsewhere.
     pub stale_local_copy: bool,
+    /// Leaks fail the run (`--fail-on-leak`); otherwise they are reported only.
+    pub fail_on_leak: bool,
 }
 
 /// The checker's verdict.
@@ -95,10 +105,18 @@ pub struct Report {
     pub zombie_acked: u64,
     /// Local tenant directories whose tenure the history does not name.
     pub unattributed_local_dirs: u64,
-    /// The oldest write lost within the tail: how long after its tenure's last image (or its
-    /// acquisition) it was acknowledged, in ms. The declared tail is `snapshot_every` plus
-    /// one publish while publishing works.
+    /// The longest crash tail seen: of the writes lost in no published image, how long the
+    /// oldest one's tenure could still publish after acknowledging it, in ms
+    /// ([`store_rules::unimpaired_ms`]). Failed past [`store_rules::TAIL_BOUND_MS`].
     pub max_tail_ms: u64,
+    /// Handoffs and closes that did not flush with a fault to explain it.
+    pub graceful_explained: u64,
+    /// Replica processes that reported their resources after a close.
+    pub closed_replicas: u64,
+    /// Of those, how many held more than before.
+    pub leaks: u64,
+    /// Leaks reported without failing the run (no `--fail-on-leak`).
+    pub leaks_reported: Vec<Violation>,
     /// How the tenures ended.
     pub endings: Endings,
 }
@@ -207,6 +225,10 @@ pub fn evaluate(rec: &Record, fin: &Final, tolerance: Tolerance) -> Report {
     check_tenures(rec, &successors, &mut report);
     check_forgotten(rec, fin, &mut report);
     check_local_files(rec, fin, tolerance, &mut report);
+    store_rules::check_graceful(rec, &mut report);
+    store_rules::check_closed_tenures(rec, &mut report);
+    store_rules::check_flags(rec, &mut report);
+    store_rules::check_leaks(rec, tolerance.fail_on_leak, &mut report);
     report
 }
 
@@ -304,39 +326,43 @@ fn check_acked(rec: &Record, fin: &Final, succ: &Successors, op: &WriteOp, repor
         });
         return;
     }
-    let covering = tenure.and_then(|t| {
-        t.published
-            .iter()
-            .filter(|&&(_, taken_at)| taken_at > ack_at)
-            .min_by_key(|&&(_, taken_at)| taken_at)
-            .copied()
-    });
-    match covering {
-        Some((seq, taken_at)) => {
-            report.lost_otherwise += 1;
-            report.violations.push(Violation {
-                rule: "lost-beyond-tail",
-                tenant: Some(tenant),
-                at: ack_at,
-                detail: format!(
-                    "{} is missing though image e{epoch}/{seq} published by its tenure was taken \
-                     {} ms after the acknowledgement",
-                    describe(op),
-                    taken_at - ack_at
-                ),
-            });
-        }
-        None => {
-            report.lost_within_tail += 1;
-            let since = tenure.and_then(|t| {
-                let last_image = t.published.iter().map(|&(_, taken)| taken).max();
-                last_image.or_else(|| t.acquired_hi())
-            });
-            if let Some(since) = since {
-                report.max_tail_ms = report.max_tail_ms.max(ack_at.saturating_sub(since));
-            }
-        }
+    // Which image held it: from the stores (the watcher), never from the runtime's events.
+    if let Some(cover) = rec.covered.get(&tenant).and_then(|c| c.get(&op.key)) {
+        report.lost_otherwise += 1;
+        report.violations.push(Violation {
+            rule: "lost-after-publish",
+            tenant: Some(tenant),
+            at: ack_at,
+            detail: format!(
+                "{} is missing though the published image e{}/{} held it (head read at {})",
+                describe(op),
+                cover.epoch,
+                cover.seq,
+                cover.seen_at
+            ),
+        });
+        return;
     }
+    let successor = succ.of(tenant, epoch, &rec.tenures).map(|(_, hi)| hi);
+    let end = store_rules::tenure_end(tenure, successor, now_ms());
+    let tail = store_rules::unimpaired_ms(rec, &op.replica, ack_at, end);
+    if tail > store_rules::TAIL_BOUND_MS {
+        report.lost_otherwise += 1;
+        report.violations.push(Violation {
+            rule: "lost-beyond-tail",
+            tenant: Some(tenant),
+            at: ack_at,
+            detail: format!(
+                "{} is in no published image, yet epoch {epoch} could publish for {tail} ms \
+                 after it was acknowledged (bound {} ms; the tenure ended by {end})",
+                describe(op),
+                store_rules::TAIL_BOUND_MS
+            ),
+        });
+        return;
+    }
+    report.lost_within_tail += 1;
+    report.max_tail_ms = report.max_tail_ms.max(tail);
 }
 
 fn check_tenures(rec: &Record, succ: &Successors, report: &mut Report) {

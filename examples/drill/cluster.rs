@@ -20,7 +20,7 @@ use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::BreakSwitch;
-use crate::backend::Backend;
+use crate::backend::{Backend, Stores};
 use crate::history::{CallError, History, Outcome};
 use crate::protocol::{Answer, Line, Op, Request};
 
@@ -196,7 +196,9 @@ impl Proc {
         let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
     }
 
-    /// Closes stdin (the replica exits at its end) and waits `limit`; kills it after that.
+    /// Closes stdin (the replica exits at its end) and waits `limit`; kills it after that. Once
+    /// it exited, waits (at most a second) until every line it printed is read into the history
+    /// (its resource report is the last).
     pub async fn shutdown(&self, limit: Duration) {
         lock(&self.tx).take();
         let exited = {
@@ -205,7 +207,14 @@ impl Proc {
         };
         if !exited {
             self.kill().await;
+            return;
         }
+        let read_all = async {
+            while !self.is_gone() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), read_all).await;
     }
 }
 
@@ -312,6 +321,8 @@ pub struct Cluster {
     owners: Mutex<HashMap<u32, usize>>,
     /// One open at a time per tenant (clients).
     pub open_locks: Vec<tokio::sync::Mutex<()>>,
+    /// The run's stores, unwrapped: the driver lists them right after a forget.
+    pub stores: Stores,
 }
 
 /// How long an open may take (acquire, fetch and install an image).
@@ -321,7 +332,7 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Cluster {
     /// A cluster of `replicas` slots under the run directory of `template`; none started.
-    pub fn new(template: Spawn, replicas: usize, history: Arc<History>) -> Self {
+    pub fn new(template: Spawn, replicas: usize, history: Arc<History>, stores: Stores) -> Self {
         let slots = (0..replicas)
             .map(|index| {
                 let name = format!("replica-{}", index + 1);
@@ -345,6 +356,7 @@ impl Cluster {
             template,
             owners: Mutex::new(HashMap::new()),
             open_locks,
+            stores,
         }
     }
 
@@ -412,6 +424,7 @@ impl Cluster {
     pub async fn kill(&self, i: usize) {
         let proc = lock(&self.slots[i].proc).take();
         if let Some(proc) = proc {
+            self.history.impair(&proc.label);
             proc.kill().await;
         }
         self.slots[i].stopped.store(false, Ordering::SeqCst);
@@ -427,9 +440,12 @@ impl Cluster {
         self.clear_slot(i);
     }
 
-    /// SIGSTOP slot `i`.
+    /// SIGSTOP slot `i` (an impairment until the driver ends it in the history).
     pub async fn pause(&self, i: usize) -> Result<(), BoxError> {
         let proc = self.proc(i).ok_or("no process to stop")?;
+        self.history.impair(&proc.label);
+        // Stopped while holding the lease store's lock, it stalls every replica's lease calls.
+        self.history.impair(crate::history::EVERY_REPLICA);
         self.slots[i].stopped.store(true, Ordering::SeqCst);
         proc.signal("STOP").await
     }
@@ -438,6 +454,7 @@ impl Cluster {
     pub async fn resume(&self, i: usize) -> Result<(), BoxError> {
         let proc = self.proc(i).ok_or("no process to continue")?;
         let resumed = proc.signal("CONT").await;
+        self.history.unimpair(crate::history::EVERY_REPLICA);
         self.slots[i].stopped.store(false, Ordering::SeqCst);
         resumed
     }
@@ -509,6 +526,26 @@ impl Cluster {
         let id = next_id();
         self.history.invoke(id, tenant, &key, &proc.label, zombie);
         let result = proc.call_with(id, Op::Write { tenant, key }, limit).await;
+        self.history.complete(id, &result)
+    }
+
+    /// Writes one event through the ticket of `session` on `proc`, recording it like a write.
+    pub async fn session_write(
+        &self,
+        proc: &Proc,
+        tenant: u32,
+        session: u64,
+        key: String,
+        limit: Duration,
+    ) -> Outcome {
+        let id = next_id();
+        self.history.invoke(id, tenant, &key, &proc.label, false);
+        let op = Op::SessionWrite {
+            tenant,
+            session,
+            key,
+        };
+        let result = proc.call_with(id, op, limit).await;
         self.history.complete(id, &result)
     }
 }

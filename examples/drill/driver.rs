@@ -23,7 +23,8 @@ use crate::faults::{self, FaultKind};
 use crate::finale::{self, Final};
 use crate::history::{History, Record};
 use crate::protocol::now_ms;
-use crate::{clients, rng::Rng};
+use crate::store_rules::TAIL_BOUND_MS;
+use crate::{clients, rng::Rng, watcher};
 
 /// Options of a drill run.
 #[derive(Debug, Clone, clap::Args)]
@@ -50,7 +51,11 @@ pub struct DriveArgs {
     /// its local copy of a tenant forgotten elsewhere until its next open there).
     #[arg(long, value_enum)]
     pub tolerate: Vec<KnownGap>,
-    /// The fault kinds to inject, comma-separated (default: all).
+    /// Fail the run when a replica process that closed and dropped its supervisor still holds
+    /// more threads or file descriptors than before it started (default: report only).
+    #[arg(long)]
+    pub fail_on_leak: bool,
+    /// The fault kinds to inject, comma-separated (default: all but the opt-in `forget-late-put`).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub faults: Vec<FaultKind>,
     /// Run directory (default: a temporary directory, removed after a clean run).
@@ -140,6 +145,7 @@ pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
         template,
         args.replicas.max(1),
         history.clone(),
+        stores.clone(),
     ));
     let outcome = drive(&cluster, &args, seed, kinds, &stores).await;
     let verdict = match outcome {
@@ -190,6 +196,14 @@ async fn drive(
         cluster.run_dir().display()
     );
     let end_ms = now_ms() + args.seconds * 1_000;
+    let stop_watching = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = tokio::spawn(watcher::run(
+        stores.clone(),
+        cluster.history.clone(),
+        args.tenants,
+        cluster.run_dir().join("watcher"),
+        stop_watching.clone(),
+    ));
     let mut tasks = Vec::new();
     for tenant in 0..args.tenants {
         for client in 0..args.clients_per_tenant {
@@ -215,8 +229,10 @@ async fn drive(
         counts.failed,
         counts.unknown
     );
-    let fin = finale::collect(cluster, stores).await?;
-    Ok((h.snapshot(), fin))
+    let fin = finale::collect(cluster, stores).await;
+    stop_watching.store(true, std::sync::atomic::Ordering::SeqCst);
+    watcher.await?;
+    Ok((h.snapshot(), fin?))
 }
 
 /// Prints a progress line every five seconds until `end_ms`.
@@ -241,6 +257,7 @@ async fn progress(cluster: Arc<Cluster>, end_ms: u64) {
 fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &History) -> u8 {
     let tolerance = Tolerance {
         stale_local_copy: args.tolerate.contains(&KnownGap::StaleLocalCopy),
+        fail_on_leak: args.fail_on_leak,
     };
     let report = checker::evaluate(record, fin, tolerance);
     let mut shown: std::collections::HashMap<&str, usize> = Default::default();
@@ -262,6 +279,12 @@ fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &Hi
     for v in &report.tolerated {
         println!("TOLERATED {} (known gap): {}", v.rule, v.detail);
     }
+    for v in &report.leaks_reported {
+        println!(
+            "LEAK (reported only; --fail-on-leak fails the run): {}",
+            v.detail
+        );
+    }
     let problems: Vec<&String> = record.problems.iter().chain(&fin.problems).collect();
     for problem in &problems {
         println!("PROBLEM {problem}");
@@ -269,7 +292,8 @@ fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &Hi
     let e = &report.endings;
     println!(
         "drill: {} tenures ({} handed off, {} forgotten, {} lost, {} crashed), {} images, \
-         {} zombie writes acknowledged, oldest write lost within the tail: {} ms after its last image",
+         {} zombie writes acknowledged, {} handoffs and closes asked ({} did not flush, each \
+         explained by a fault), {} replica processes closed ({} leaking)",
         e.tenures,
         e.handed_off,
         e.forgotten,
@@ -277,7 +301,10 @@ fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &Hi
         e.crashed,
         e.images,
         report.zombie_acked,
-        report.max_tail_ms
+        record.graceful_asked,
+        report.graceful_explained,
+        report.closed_replicas,
+        report.leaks,
     );
     print_summary(&report, record, args, seed, history);
     if !report.violations.is_empty() {
@@ -292,6 +319,7 @@ fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &Hi
 fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, h: &History) {
     let faults: Vec<String> = FaultKind::ALL
         .iter()
+        .chain(&FaultKind::OPT_IN)
         .map(|k| format!("{}={}", k.name(), record.faults.get(k.name()).unwrap_or(&0)))
         .collect();
     let mut rules: Vec<&str> = report.violations.iter().map(|v| v.rule).collect();
@@ -299,7 +327,8 @@ fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, 
     rules.dedup();
     println!(
         "drill summary: seed={seed} seconds={} faults[{}] acked={} refused={} unknown={} \
-         forgotten={} lost_within_tail={} lost_otherwise={} violations={}{} tolerated={} \
+         forgotten={} lost_within_tail={} lost_otherwise={} tail_max_ms={} tail_bound_ms={} \
+         images_read={} graceful={} closed={} leaks={} violations={}{} tolerated={} \
          elapsed={:.1}s",
         args.seconds,
         faults.join(" "),
@@ -309,6 +338,12 @@ fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, 
         report.forgotten,
         report.lost_within_tail,
         report.lost_otherwise,
+        report.max_tail_ms,
+        TAIL_BOUND_MS,
+        record.images_read,
+        record.graceful_asked,
+        report.closed_replicas,
+        report.leaks,
         report.violations.len(),
         if rules.is_empty() {
             String::new()

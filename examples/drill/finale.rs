@@ -56,6 +56,7 @@ pub async fn collect(c: &Arc<Cluster>, stores: &Stores) -> Result<Final, BoxErro
                 fault: LeaseFault::Clear,
             };
             proc.call(clear, Duration::from_secs(2)).await.ok();
+            h.unimpair(&proc.label);
         }
     }
     let closes = (0..c.slots.len()).map(|i| close_slot(c, i));
@@ -88,7 +89,8 @@ pub async fn collect(c: &Arc<Cluster>, stores: &Stores) -> Result<Final, BoxErro
             .insert(tenant, record.map_or(0, |record| record.floor));
     }
     wait_for_sweeps(c, &checker, &fin.floors).await;
-    checker.call(Op::Close, Duration::from_secs(20)).await.ok();
+    let closed = checker.call(Op::Close, Duration::from_secs(20)).await;
+    crate::faults::judge_close(c, &checker.label, &closed);
     checker.shutdown(Duration::from_secs(5)).await;
     list_leftovers(c, stores.durable.as_ref(), &mut fin).await?;
     Ok(fin)
@@ -98,6 +100,7 @@ pub async fn collect(c: &Arc<Cluster>, stores: &Stores) -> Result<Final, BoxErro
 async fn close_slot(c: &Cluster, i: usize) -> Option<String> {
     let proc = c.proc(i)?;
     let closed = proc.call(Op::Close, Duration::from_secs(30)).await;
+    crate::faults::judge_close(c, &proc.label, &closed);
     c.shutdown(i, Duration::from_secs(5)).await;
     Some(match closed {
         Ok(Answer::Closed { unflushed }) => {

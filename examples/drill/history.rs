@@ -17,6 +17,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::protocol::{Answer, Line, is_definite_refusal, now_ms};
 
+/// The impairment key of a fault that may impair every replica (a process stopped while it holds
+/// the shared lease store's lock).
+pub const EVERY_REPLICA: &str = "*";
+
 /// Code of a request the driver could not even hand to the replica's stdin.
 pub const NOT_SENT: &str = "DRILL_NOT_SENT";
 
@@ -106,6 +110,8 @@ pub struct Tenure {
     pub lost: bool,
     /// It was forgotten, raising the floor to this.
     pub forgotten: Option<u64>,
+    /// Driver time of the first line saying it ended (lost, released, forgotten).
+    pub ended_at: Option<u64>,
 }
 
 impl Tenure {
@@ -131,6 +137,71 @@ pub struct Note {
     pub text: String,
 }
 
+/// A finding of the driver itself, from the stores or from what it injected (never from the
+/// runtime's account); the checker reports each as a violation, or (for `GracefulFailure`s) after
+/// ruling out a fault.
+#[derive(Debug, Clone)]
+pub struct Flag {
+    /// The rule's name.
+    pub rule: &'static str,
+    /// The tenant, if one.
+    pub tenant: Option<u32>,
+    /// Driver time.
+    pub at: u64,
+    /// What exactly.
+    pub detail: String,
+}
+
+/// The first published image the store watcher found holding a write.
+#[derive(Debug, Clone, Copy)]
+pub struct Cover {
+    /// Its tenure.
+    pub epoch: u64,
+    /// Its number in that tenure.
+    pub seq: u64,
+    /// Driver time the watcher read the head that led to it.
+    pub seen_at: u64,
+}
+
+/// A handoff or close that did not flush (the checker asks whether a fault explains it).
+#[derive(Debug, Clone)]
+pub struct GracefulFailure {
+    /// The replica process.
+    pub replica: String,
+    /// The tenant, or `None` for a close that failed as a whole.
+    pub tenant: Option<u32>,
+    /// Driver time of the answer.
+    pub at: u64,
+    /// What came back.
+    pub what: String,
+}
+
+/// What a replica process reported about its resources after its close and drop.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Resources {
+    /// Threads before its supervisor started.
+    pub threads_before: u64,
+    /// Threads after the close and drop (tokio's idle blocking-pool threads not counted).
+    pub threads_after: u64,
+    /// Names of the threads counted after that were not there before.
+    pub new_threads: Vec<String>,
+    /// Open file descriptors before its supervisor started.
+    pub fds_before: u64,
+    /// Open file descriptors after the close and drop.
+    pub fds_after: u64,
+    /// Tenant actors still alive, when the runtime can tell (it cannot yet: `None`).
+    pub live_tenant_actors: Option<u64>,
+}
+
+impl Resources {
+    /// Whether anything is left over.
+    pub fn leaked(&self) -> bool {
+        self.threads_after > self.threads_before
+            || self.fds_after > self.fds_before
+            || self.live_tenant_actors.is_some_and(|n| n > 0)
+    }
+}
+
 /// Everything recorded, as the checker reads it.
 #[derive(Debug, Clone, Default)]
 pub struct Record {
@@ -150,6 +221,23 @@ pub struct Record {
     pub snapshot_failures: u64,
     /// What the drill itself failed to do (not the runtime's fault).
     pub problems: Vec<String>,
+    /// Findings from the stores and the driver (`head-moved-back`, erasure right after a forget).
+    pub flags: Vec<Flag>,
+    /// Per tenant: idempotency key → the first published image found holding it.
+    pub covered: HashMap<u32, HashMap<String, Cover>>,
+    /// Per replica process: intervals `[from, to)` during which a fault impaired it (a kill has
+    /// no end).
+    pub impairments: HashMap<String, Vec<(u64, Option<u64>)>>,
+    /// Handoffs and closes that did not flush.
+    pub graceful_failures: Vec<GracefulFailure>,
+    /// Handoffs and closes asked for, flushed or not.
+    pub graceful_asked: u64,
+    /// Closes that answered: `(replica, driver time, tenants it reported unflushed)`.
+    pub closes: Vec<(String, u64, Vec<u32>)>,
+    /// Published images the store watcher read.
+    pub images_read: u64,
+    /// Resource reports of replica processes that closed: `(replica, report)`.
+    pub resources: Vec<(String, Resources)>,
 }
 
 /// Counters for progress lines.
@@ -293,6 +381,74 @@ impl History {
         push_note(&mut r, None, format!("drill problem: {text}"));
     }
 
+    /// Records a finding of the driver (a violation unless the checker rules it out).
+    pub fn flag(&self, rule: &'static str, tenant: Option<u32>, detail: String) {
+        let mut r = self.lock();
+        push_note(&mut r, tenant, format!("FLAG {rule}: {detail}"));
+        r.flags.push(Flag {
+            rule,
+            tenant,
+            at: now_ms(),
+            detail,
+        });
+    }
+
+    /// Records the keys of a published image the store watcher read.
+    pub fn covered(&self, tenant: u32, epoch: u64, seq: u64, seen_at: u64, keys: Vec<String>) {
+        let mut r = self.lock();
+        r.images_read += 1;
+        let covered = r.covered.entry(tenant).or_default();
+        for key in keys {
+            covered.entry(key).or_insert(Cover {
+                epoch,
+                seq,
+                seen_at,
+            });
+        }
+    }
+
+    /// A fault starts impairing `replica` now.
+    pub fn impair(&self, replica: &str) {
+        let mut r = self.lock();
+        r.impairments
+            .entry(replica.to_string())
+            .or_default()
+            .push((now_ms(), None));
+    }
+
+    /// Every fault impairing `replica` ends now.
+    pub fn unimpair(&self, replica: &str) {
+        let now = now_ms();
+        let mut r = self.lock();
+        for interval in r.impairments.entry(replica.to_string()).or_default() {
+            interval.1.get_or_insert(now);
+        }
+    }
+
+    /// Records a close of `replica` that answered, naming `unflushed`.
+    pub fn closed(&self, replica: &str, unflushed: Vec<u32>) {
+        let mut r = self.lock();
+        r.closes.push((replica.to_string(), now_ms(), unflushed));
+    }
+
+    /// Counts a handoff or close asked for.
+    pub fn graceful_asked(&self) {
+        self.lock().graceful_asked += 1;
+    }
+
+    /// Records a handoff or close that did not flush `tenant` (or failed as a whole).
+    pub fn graceful_failed(&self, replica: &str, tenant: Option<u32>, what: String) {
+        let mut r = self.lock();
+        let text = format!("{replica}: did not flush: {what}");
+        push_note(&mut r, tenant, text);
+        r.graceful_failures.push(GracefulFailure {
+            replica: replica.to_string(),
+            tenant,
+            at: now_ms(),
+            what,
+        });
+    }
+
     /// Adds a line to the timeline.
     pub fn note(&self, tenant: Option<u32>, text: String) {
         push_note(&mut self.lock(), tenant, text);
@@ -352,18 +508,24 @@ impl History {
                 epoch,
                 flushed,
             } => {
-                r.tenures.entry((tenant, epoch)).or_default().released = Some(flushed);
+                let tenure = r.tenures.entry((tenant, epoch)).or_default();
+                tenure.released = Some(flushed);
+                tenure.ended_at.get_or_insert(now_ms());
                 (
                     tenant,
                     format!("{replica}: released epoch {epoch} (flushed: {flushed})"),
                 )
             }
             Line::Lost { tenant, epoch } => {
-                r.tenures.entry((tenant, epoch)).or_default().lost = true;
+                let tenure = r.tenures.entry((tenant, epoch)).or_default();
+                tenure.lost = true;
+                tenure.ended_at.get_or_insert(now_ms());
                 (tenant, format!("{replica}: lost epoch {epoch}"))
             }
             Line::Forgotten { tenant, floor } => {
-                r.tenures.entry((tenant, floor)).or_default().forgotten = Some(floor);
+                let tenure = r.tenures.entry((tenant, floor)).or_default();
+                tenure.forgotten = Some(floor);
+                tenure.ended_at.get_or_insert(now_ms());
                 (tenant, format!("{replica}: forgotten up to floor {floor}"))
             }
             Line::Swept { tenant, objects } => {
@@ -372,6 +534,12 @@ impl History {
             }
             Line::SnapshotFailed { .. } => {
                 r.snapshot_failures += 1;
+                return;
+            }
+            Line::Resources { ref report } => {
+                r.resources.push((replica.to_string(), report.clone()));
+                let text = format!("{replica}: resources after close and drop: {report:?}");
+                push_note(&mut r, None, text);
                 return;
             }
             Line::Ready { .. } | Line::Reply { .. } => return,

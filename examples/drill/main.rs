@@ -27,9 +27,13 @@
 //! - `cluster` — the driver's handles to replica processes, the routing table.
 //! - `history` — what happened: writes (invoke, ok/fail/unknown), tenures, the timeline.
 //! - `clients` — the load: writes with unique ids through the owner of each tenant.
-//! - `faults` — the seeded fault schedule.
+//! - `faults` — the seeded fault schedule; `opt_in` — the opt-in kinds (a crash late in a
+//!   long drain, a put that lands after a forget); `late_puts` — puts that land late.
 //! - `finale` — the end: stop faults, close, read every tenant through a fresh replica, list.
-//! - `checker` — the rules and the verdict.
+//! - `watcher` — reads the heads and the images behind them from the stores during the run.
+//! - `leaks` — threads and descriptors of a replica process before its start and after its close.
+//! - `checker` — the rules and the verdict; `store_rules` — the tail bound, graceful means
+//!   flushed, the driver's flags, leaks.
 //! - `driver` — the driver role: setup, run, summary, exit code.
 //! - `rng` — SplitMix64.
 
@@ -44,9 +48,14 @@ mod driver;
 mod faults;
 mod finale;
 mod history;
+mod late_puts;
+mod leaks;
+mod opt_in;
 mod protocol;
 mod replica;
 mod rng;
+mod store_rules;
+mod watcher;
 
 /// A deliberate bug of the runtime (`leasehold_actors::Breakage`) the drill must catch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

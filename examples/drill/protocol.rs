@@ -121,6 +121,28 @@ pub enum Op {
         /// Which one.
         fault: LeaseFault,
     },
+    /// Admit a ticket on an open tenant and keep it as session `session` (its runs are accepted
+    /// while the tenant drains, docs/guarantees.md promise 6).
+    Admit {
+        /// The tenant.
+        tenant: u32,
+        /// The session's id, unique over the run.
+        session: u64,
+    },
+    /// Append one event through the ticket of session `session` (answered like `Write`).
+    SessionWrite {
+        /// The tenant.
+        tenant: u32,
+        /// The session.
+        session: u64,
+        /// The event's idempotency key, unique over the run.
+        key: String,
+    },
+    /// Drop the ticket of session `session`.
+    Retire {
+        /// The session.
+        session: u64,
+    },
     /// Close the replica: hand off every open tenant.
     Close,
 }
@@ -136,6 +158,12 @@ pub enum StoreFault {
     /// Every put waits this long first.
     Slow {
         /// The wait, in milliseconds.
+        ms: u64,
+    },
+    /// Every put writes this long after it was called, also when its caller gave up meanwhile
+    /// ([`crate::late_puts::LatePuts`]).
+    Late {
+        /// The delay, in milliseconds.
         ms: u64,
     },
     /// No fault.
@@ -218,6 +246,11 @@ pub enum Line {
         tenant: u32,
         /// How many objects went, or `None` if it failed.
         objects: Option<usize>,
+    },
+    /// After its close and the drop of its supervisor: what the process still holds.
+    Resources {
+        /// The counts.
+        report: crate::history::Resources,
     },
     /// An image could not be published.
     SnapshotFailed {

@@ -197,12 +197,18 @@ struct Replica {
     lease_faults: FaultyLeaseStore,
     /// The durable store's fault switches.
     store: FaultyStore,
+    /// Beneath them, the switch of puts that land late.
+    late: crate::late_puts::LatePuts,
     /// Stdout.
     out: Output,
     /// The organization.
     org: OrgId,
     /// Tenant ids by number.
     tenants: Vec<TenantId>,
+    /// Set once a close answered: the process then reports its resources at its end.
+    closed: std::cell::Cell<bool>,
+    /// Tickets held for the driver, by session.
+    sessions: std::cell::RefCell<HashMap<u64, leasehold_actors::Ticket>>,
 }
 
 /// Runs the replica role until stdin closes. Blocks.
@@ -231,7 +237,8 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     let stores = backend::open(args.backend, &args.run_dir, &args.run_name).await?;
     let acquired = AcquireTimes::new(stores.leases.clone());
     let lease_faults = FaultyLeaseStore::new(Arc::new(acquired.clone()));
-    let store = FaultyStore::new(stores.durable);
+    let late = crate::late_puts::LatePuts::new(stores.durable);
+    let store = FaultyStore::new(Arc::new(late.clone()));
     let org = protocol::org()?;
     let tenants = (0..args.tenants)
         .map(protocol::tenant_id)
@@ -257,6 +264,7 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
         out: out.clone(),
         tenants: keys,
     }));
+    let baseline = crate::leaks::Baseline::now();
     let replica = Rc::new(Replica {
         supervisor: Supervisor::start(config)?,
         leases: stores.leases,
@@ -264,9 +272,12 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
         records_use_host_clock: args.backend.records_use_host_clock(),
         lease_faults,
         store,
+        late,
         out,
         org,
         tenants,
+        closed: std::cell::Cell::new(false),
+        sessions: std::cell::RefCell::default(),
     });
     replica.out.send(&Line::Ready {
         pid: std::process::id(),
@@ -277,6 +288,16 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
         .supervisor
         .events_delivered(Duration::from_secs(1))
         .await;
+    if replica.closed.get() {
+        // After the close, drop the supervisor (every handle of this process) and see what is
+        // left: the checker's `leak` rule (docs/testing.md, the process drill).
+        let out = replica.out.clone();
+        drop(replica);
+        let report = baseline
+            .report_after_drop(crate::leaks::live_tenant_actors)
+            .await;
+        out.send(&Line::Resources { report });
+    }
     Ok(())
 }
 
@@ -328,6 +349,16 @@ impl Replica {
             Op::Read { tenant } => self.read(tenant).await,
             Op::Fault { fault } => Ok(self.fault(fault)),
             Op::Lease { fault } => Ok(self.lease_fault(fault)),
+            Op::Admit { tenant, session } => self.admit(tenant, session).await,
+            Op::SessionWrite {
+                tenant,
+                session,
+                key,
+            } => self.session_write(tenant, session, key).await,
+            Op::Retire { session } => {
+                self.sessions.borrow_mut().remove(&session);
+                Ok(Answer::Done { epoch: None })
+            }
             Op::Close => self.close().await,
         };
         outcome.unwrap_or_else(|answer| answer)
@@ -362,6 +393,52 @@ impl Replica {
                 Ok(run_at)
             })
             .await;
+        let ack_at = now_ms();
+        let run_at = ran.map_err(|e| failed(&e))?;
+        Ok(Answer::Written {
+            epoch,
+            run_at,
+            ack_at,
+        })
+    }
+
+    async fn admit(&self, tenant: u32, session: u64) -> Result<Answer, Answer> {
+        let handle = self.lookup(tenant).await?;
+        let epoch = Some(handle.epoch());
+        let ticket = handle.admit().await.map_err(|e| failed(&e))?;
+        self.sessions.borrow_mut().insert(session, ticket);
+        Ok(Answer::Done { epoch })
+    }
+
+    async fn session_write(
+        &self,
+        tenant: u32,
+        session: u64,
+        key: String,
+    ) -> Result<Answer, Answer> {
+        let ran = {
+            let sessions = self.sessions.borrow();
+            let ticket = sessions
+                .get(&session)
+                .ok_or_else(|| refused(NOT_OPEN, format!("no session {session} here")))?;
+            if ticket.tenant().key().to_string()
+                != protocol::lease_key(tenant).map_or_else(|_| String::new(), |k| k.to_string())
+            {
+                return Err(refused(
+                    protocol::BAD_REQUEST,
+                    format!("session {session} is not of tenant {tenant}"),
+                ));
+            }
+            let epoch = ticket.tenant().epoch();
+            let run = ticket.run(move |ledger| {
+                let run_at = now_ms();
+                ledger.insert_event(&NewEvent::new("drill.write", key))?;
+                Ok(run_at)
+            });
+            (epoch, run)
+        };
+        let (epoch, run) = ran;
+        let ran = run.await;
         let ack_at = now_ms();
         let run_at = ran.map_err(|e| failed(&e))?;
         Ok(Answer::Written {
@@ -450,7 +527,9 @@ impl Replica {
             StoreFault::Down => self.store.set_down(true),
             StoreFault::Hang => self.store.hang_puts(true),
             StoreFault::Slow { ms } => self.store.slow_put(|_| true, Duration::from_millis(ms)),
+            StoreFault::Late { ms } => self.late.set(ms),
             StoreFault::Clear => {
+                self.late.set(0);
                 self.store.set_down(false);
                 self.store.hang_puts(false);
                 self.store.clear_slow_put();
@@ -473,6 +552,7 @@ impl Replica {
 
     async fn close(&self) -> Result<Answer, Answer> {
         let unflushed = self.supervisor.close().await.map_err(|e| failed(&e))?;
+        self.closed.set(true);
         // The observer has queued the handoffs' Released lines: they go out before the reply.
         let _ = self
             .supervisor

@@ -1,0 +1,72 @@
+//! [`LatePuts`]: a durable store wrapper whose puts, while switched on, take effect late — after
+//! their caller gave up. The put runs on a task of its own that waits, then writes; the caller
+//! awaits that task, and when its deadline drops the wait the task still writes. That is how an
+//! S3 PUT already sent, or a `DirStore` put on a blocking thread, lands after a timeout (every
+//! store call may land late), which `FaultyStore`'s stalls (they drop the call) do not model.
+//!
+//! ```text
+//!  runtime ─> FaultyStore ─> LatePuts ─> DirStore | S3Store
+//!                              └─ on: put = spawn(sleep(late); inner.put) — awaited, never cancelled
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold::durable::{DurableStore, Put, SharedDurableStore, StoreError};
+
+/// A durable store whose puts may land late. Clones share the switch.
+#[derive(Debug, Clone)]
+pub struct LatePuts {
+    /// The store every call goes to.
+    inner: SharedDurableStore,
+    /// How long each put waits before it writes, in ms; 0 when off.
+    late_ms: Arc<AtomicU64>,
+}
+
+impl LatePuts {
+    /// Wraps `inner`, switched off.
+    pub fn new(inner: SharedDurableStore) -> Self {
+        Self {
+            inner,
+            late_ms: Arc::default(),
+        }
+    }
+
+    /// Every put from now on writes `ms` after it was called (0: at once).
+    pub fn set(&self, ms: u64) {
+        self.late_ms.store(ms, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl DurableStore for LatePuts {
+    async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
+        let late = self.late_ms.load(Ordering::SeqCst);
+        if late == 0 {
+            return self.inner.put_if_absent(key, bytes).await;
+        }
+        let (inner, key) = (self.inner.clone(), key.to_string());
+        let landing = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(late)).await;
+            inner.put_if_absent(&key, bytes).await
+        });
+        landing.await.map_err(|e| StoreError::Unavailable {
+            op: "put_if_absent",
+            message: format!("the late put's task failed: {e}"),
+        })?
+    }
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        self.inner.list(prefix).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
+        self.inner.delete_prefix(prefix).await
+    }
+}

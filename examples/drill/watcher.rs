@@ -1,0 +1,176 @@
+//! The store watcher: what the stores themselves say, read beside the runtime and never through
+//! it. Every [`POLL`] it reads each tenant's lease record (the head) from the lease store; for
+//! every head it has not seen it fetches the manifest and the image from the durable store,
+//! verifies them and reads the idempotency keys inside, then walks the manifest's `base` chain
+//! back to an image it knows (so a head that moved twice between two polls is not missed).
+//!
+//! ```text
+//!  every 100 ms, per tenant: lease store ─ read ─> head (epoch, seq)
+//!      new head ─> durable store: manifest + image ─ verify ─> keys ─> covered[tenant][key]
+//!                  └─ base ─> … until a known image (or one already swept)
+//!      head older than the last one seen ─> flag head-moved-back (docs/guarantees.md, promise 3)
+//! ```
+//!
+//! What it gathers decides which published image covers an acknowledged write (the checker's
+//! `lost-after-publish` and tail rules); the runtime's `snapshot_published` events are never
+//! used for that: they can be dropped, cut by SIGKILL, or missing when a publish is reported
+//! failed though its head moved. What the watcher cannot see: an image that was head only
+//! between two polls and whose successor's manifest is gone before the next poll (a sweep of
+//! its epoch); the keys of such an image reach the checker through the next image of its
+//! tenure, which holds them too (a ledger only grows within a tenure).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use leasehold::LeaseKey;
+use leasehold::image::{parse_manifest, verify};
+use leasehold::layout::{ImageRef, image_key, manifest_key};
+
+use crate::backend::Stores;
+use crate::history::History;
+use crate::protocol::{self, now_ms};
+
+/// How often every head is read.
+pub const POLL: Duration = Duration::from_millis(100);
+/// How many images of one chain are fetched per poll at most (the rest on the next poll).
+const CHAIN_STEPS: usize = 16;
+
+/// The watcher's state of one tenant.
+#[derive(Default)]
+struct TenantView {
+    /// The last head read, `(epoch, seq)`.
+    last: Option<(u64, u64)>,
+    /// Images whose keys were read (or found swept), `(epoch, seq)`.
+    known: std::collections::HashSet<(u64, u64)>,
+}
+
+/// Runs until `stop` is set; every finding goes to the history.
+pub async fn run(
+    stores: Stores,
+    history: Arc<History>,
+    tenants: u32,
+    scratch: PathBuf,
+    stop: Arc<AtomicBool>,
+) {
+    let mut views: HashMap<u32, TenantView> = HashMap::new();
+    if let Err(e) = std::fs::create_dir_all(&scratch) {
+        history.problem(format!("the store watcher has no scratch directory: {e}"));
+        return;
+    }
+    while !stop.load(Ordering::SeqCst) {
+        for tenant in 0..tenants {
+            let view = views.entry(tenant).or_default();
+            if let Err(e) = poll(&stores, &history, tenant, view, &scratch).await {
+                history.note(Some(tenant), format!("store watcher: {e}"));
+            }
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Reads the head of `tenant` once and everything new behind it.
+async fn poll(
+    stores: &Stores,
+    history: &History,
+    tenant: u32,
+    view: &mut TenantView,
+    scratch: &std::path::Path,
+) -> Result<(), String> {
+    let key = protocol::lease_key(tenant).map_err(|e| e.to_string())?;
+    let record = stores
+        .leases
+        .read(&key)
+        .await
+        .map_err(|e| format!("read: {e}"))?;
+    let seen_at = now_ms();
+    let Some(head) = record.and_then(|r| r.head) else {
+        return Ok(());
+    };
+    let now = (head.epoch, head.seq);
+    if let Some(last) = view.last
+        && now < last
+    {
+        history.flag(
+            "head-moved-back",
+            Some(tenant),
+            format!(
+                "the lease store's head of t{tenant} went from e{}/{} back to e{}/{}",
+                last.0, last.1, now.0, now.1
+            ),
+        );
+    }
+    view.last = Some(now);
+    let mut next = Some(head);
+    for _ in 0..CHAIN_STEPS {
+        let Some(image) = next.take() else { break };
+        let at = (image.epoch, image.seq);
+        if !view.known.insert(at) {
+            break;
+        }
+        match read_image(stores, history, tenant, &key, &image, seen_at, scratch).await {
+            Ok(base) => next = base,
+            Err(e) => {
+                view.known.remove(&at); // read again on the next poll
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fetches one image, records the keys it covers, returns its base.
+async fn read_image(
+    stores: &Stores,
+    history: &History,
+    tenant: u32,
+    key: &LeaseKey,
+    image: &ImageRef,
+    seen_at: u64,
+    scratch: &std::path::Path,
+) -> Result<Option<ImageRef>, String> {
+    let (epoch, seq) = (image.epoch, image.seq);
+    let manifest = stores
+        .durable
+        .get(&manifest_key(key, epoch, seq))
+        .await
+        .map_err(|e| format!("manifest e{epoch}/{seq}: {e}"))?;
+    let Some(manifest) = manifest else {
+        return Ok(None); // swept: its keys are in a later image of the chain
+    };
+    let manifest =
+        parse_manifest(&manifest, key, epoch, seq).map_err(|e| format!("manifest: {e}"))?;
+    let bytes = stores
+        .durable
+        .get(&image_key(key, epoch, seq))
+        .await
+        .map_err(|e| format!("image e{epoch}/{seq}: {e}"))?;
+    let Some(bytes) = bytes else {
+        return Ok(None);
+    };
+    verify(&manifest, &bytes).map_err(|e| format!("image e{epoch}/{seq}: {e}"))?;
+    let path = scratch.join(format!("t{tenant}-e{epoch}-{seq}.db"));
+    let keys = keys_of(&path, &bytes);
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    history.covered(tenant, epoch, seq, seen_at, keys?);
+    Ok(manifest.base)
+}
+
+/// The idempotency keys of the ledger image `bytes`, written to `path` to be read.
+fn keys_of(path: &std::path::Path, bytes: &[u8]) -> Result<Vec<String>, String> {
+    std::fs::write(path, bytes).map_err(|e| format!("scratch write: {e}"))?;
+    // A scratch copy, opened read-write: a WAL-mode image cannot be opened read-only alone.
+    let db = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
+    let mut stmt = db
+        .prepare("SELECT idem_key FROM events WHERE idem_key IS NOT NULL")
+        .map_err(|e| e.to_string())?;
+    let rows = stmt
+        .query_map([], |row| row.get::<_, String>(0))
+        .map_err(|e| e.to_string())?;
+    rows.collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())
+}
