@@ -8,17 +8,24 @@ impl State {
     /// Admit; a ticket write; a handoff begins; a plain write, an admission and a snapshot are
     /// refused; time passes and the owner may renew; a second ticket write; the ticket goes;
     /// the handoff ends — or was settled as overtaken when the renewal found the lease lost.
+    ///
+    /// With periodic snapshots on, the first write may be published before the drain begins
+    /// (`tick`), and the second must be in the head image within the crash bound, drain or no
+    /// drain (docs/guarantees.md, promise 3): its outcome is followed by `Covered(true)`.
     pub(super) fn drained_handoff(
         &mut self,
         k: (usize, u64),
         (pause, renew): (u64, bool),
-        a: String,
-        c: String,
+        (a, c): (String, String),
+        tick: bool,
     ) -> Vec<Res> {
         if let Err(e) = self.admission(k) {
             return vec![e];
         }
         let first = self.write(k, a);
+        if tick {
+            let _ = self.publish(k, false);
+        }
         if let Err(e) = self.begin_drain(k) {
             return vec![Res::Ok, first, e];
         }
@@ -37,6 +44,9 @@ impl State {
         } else {
             Res::Fenced
         });
+        if self.periodic && out.last() == Some(&Res::Ok) {
+            out.push(Res::Covered(self.publish(k, false).is_ok()));
+        }
         out.push(if lost {
             Res::Draining
         } else {

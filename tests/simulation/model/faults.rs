@@ -1,0 +1,295 @@
+//! The model of the faults added for the runtime's hardening (docs/testing.md, "fault
+//! classes"): store calls that time out for their caller and land later, close and crash of a
+//! replica (each followed by a restart on the same state root), an open in flight when close
+//! begins, a lease lapsing before a batch commits, a run blocking past `drain_timeout`, and
+//! periodic snapshots.
+//!
+//! A late call lands by the store's own rules as they must hold (docs/guarantees.md, promise
+//! 2 and "delete means delete"): a head only moves forward, and an image put that lands after
+//! its epoch was forgotten leaves nothing behind.
+
+use super::{Dir, Res, Row, State, Status, TENANTS, TTL_MS};
+use crate::ops::Late;
+
+/// A lease-store call kept back: who made it and with what.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Held {
+    /// `acquire` of tenant `t` by replica `r`.
+    Acquire { t: usize, r: usize },
+    /// `renew_many` by replica `r` of these `(tenant, epoch)`.
+    Renew { r: usize, batch: Vec<(usize, u64)> },
+    /// `release` of `(t, epoch)` by `r`.
+    Release { t: usize, r: usize, epoch: u64 },
+    /// `publish_head` of `image` by `(t, epoch)` of `r`.
+    PublishHead {
+        t: usize,
+        r: usize,
+        epoch: u64,
+        image: (u64, u64),
+    },
+    /// `mark_forgotten` of `(t, epoch)` by `r`.
+    MarkForgotten { t: usize, r: usize, epoch: u64 },
+}
+
+/// An image put kept back: tenant `t`'s image `(epoch, seq)`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HeldPut {
+    /// The tenant.
+    pub t: usize,
+    /// The image.
+    pub image: (u64, u64),
+}
+
+impl State {
+    /// Takes one armed late landing of `late`, if there is one.
+    pub(super) fn take_late(&mut self, late: Late) -> bool {
+        match self.armed.get_mut(&late) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Keeps `call` back and says what its caller hears.
+    pub(super) fn hold(&mut self, call: Held) -> Res {
+        self.held.push(call);
+        Res::StoreTimeout
+    }
+
+    /// Every call kept back lands: lease calls first, then puts, each oldest first.
+    pub(super) fn land_all(&mut self) {
+        for call in std::mem::take(&mut self.held) {
+            self.land(call);
+        }
+        for put in std::mem::take(&mut self.held_puts) {
+            let ts = &mut self.tenants[put.t];
+            // Delete means delete: bytes of a forgotten epoch that land late leave nothing.
+            if put.image.0 > ts.floor {
+                ts.lone.insert(put.image);
+            }
+        }
+    }
+
+    /// One kept-back lease call lands, by the store's rules.
+    fn land(&mut self, call: Held) {
+        let now = self.now;
+        match call {
+            Held::Acquire { t, r } => {
+                if !self.row_live(t) {
+                    let ts = &mut self.tenants[t];
+                    let epoch = ts.row.as_ref().map_or(0, |row| row.epoch) + 1;
+                    ts.row = Some(Row {
+                        owner: r,
+                        epoch,
+                        expires_at: now + TTL_MS,
+                        released: false,
+                    });
+                }
+            }
+            Held::Renew { r, batch } => {
+                for (t, epoch) in batch {
+                    if self.store_live(t, r, epoch)
+                        && let Some(row) = self.tenants[t].row.as_mut()
+                    {
+                        row.expires_at = now + TTL_MS;
+                    }
+                }
+            }
+            Held::Release { t, r, epoch } => {
+                if self.store_live(t, r, epoch)
+                    && let Some(row) = self.tenants[t].row.as_mut()
+                {
+                    row.released = true;
+                }
+            }
+            Held::PublishHead { t, r, epoch, image } => {
+                let ts = &self.tenants[t];
+                // Forward only: an older image never replaces a newer head.
+                let forward = ts.head.is_none_or(|head| image > head);
+                if self.store_live(t, r, epoch) && epoch > ts.floor && forward {
+                    self.tenants[t].head = Some(image);
+                }
+            }
+            Held::MarkForgotten { t, r, epoch } => {
+                if self.store_live(t, r, epoch) {
+                    self.raise_floor(t, epoch);
+                }
+            }
+        }
+    }
+
+    /// The floor rises to `epoch`: the head goes, every image at or below it is dead (left
+    /// for a sweep).
+    pub(super) fn raise_floor(&mut self, t: usize, epoch: u64) {
+        let ts = &mut self.tenants[t];
+        ts.floor = ts.floor.max(epoch);
+        ts.head = None;
+        let floor = ts.floor;
+        let dead: Vec<_> = ts
+            .objects
+            .keys()
+            .filter(|o| o.0 <= floor)
+            .copied()
+            .collect();
+        for o in dead {
+            ts.objects.remove(&o);
+            ts.leftovers.insert(o);
+        }
+        let lone: Vec<_> = ts.lone.iter().filter(|o| o.0 <= floor).copied().collect();
+        for o in lone {
+            ts.lone.remove(&o);
+            ts.leftovers.insert(o);
+        }
+    }
+
+    /// The hook of `LandBeforeRelease`: the calls kept back land before this release.
+    pub(super) fn before_release(&mut self) {
+        if std::mem::take(&mut self.land_before_release) {
+            self.land_all();
+        }
+    }
+
+    /// `Supervisor::close` on `r`: every tenure in its table is handed off; the count of
+    /// those that could not be flushed; then dead local copies go (the floors read from the
+    /// lease store).
+    pub(super) fn close(&mut self, r: usize) -> Res {
+        let open: Vec<(usize, u64)> = (0..TENANTS)
+            .filter_map(|t| self.table[r][t].map(|e| (t, e)))
+            .collect();
+        let mut unflushed = 0;
+        for k in open {
+            if self.handoff(k, false) != Res::Ok {
+                unflushed += 1;
+            }
+        }
+        if !self.lease_down {
+            for t in 0..TENANTS {
+                let floor = self.tenants[t].floor;
+                let dead = self.latest[r][t].is_some_and(|marker| marker <= floor);
+                if dead && self.table[r][t].is_none() {
+                    self.dirs[r][t] = Dir::Absent;
+                }
+            }
+        }
+        Res::Count(unflushed)
+    }
+
+    /// A new supervisor on `r`'s state root: an empty table and renewal chain; its start-up
+    /// local sweep may drop dead copies in the background.
+    pub(super) fn restart(&mut self, r: usize) {
+        for t in 0..TENANTS {
+            self.table[r][t] = None;
+            self.registered[r][t] = None;
+            self.local_sweeps[r][t] = true;
+        }
+    }
+
+    /// Replica `r` crashes: its serving tenures are never addressed again (and never flush,
+    /// renew or release); their leases run out in the store. Then it restarts.
+    pub(super) fn crash(&mut self, r: usize) {
+        let gone: Vec<(usize, u64)> = self
+            .tenures
+            .iter()
+            .filter(|(_, tenure)| {
+                tenure.replica == r
+                    && !matches!(
+                        tenure.status,
+                        Status::Released | Status::Abandoned | Status::Forgotten
+                    )
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            self.tenures.remove(&k);
+        }
+        // `latest` stays: the tenure marker in the local directory does, and the restarted
+        // replica's local sweep reads it.
+        self.restart(r);
+    }
+
+    /// An open of `t` on `r` whose acquire is in flight when close begins (outcomes `[open,
+    /// close]`); then `r` restarts. Close either refuses the open (handing its lease back) or
+    /// hands the new tenure off with the rest: never leaves it serving unreported.
+    pub(super) fn open_during_close(&self, r: usize, t: usize) -> super::Outcomes {
+        let mut outcomes = Vec::new();
+        if self.table[r][t].is_some() || self.lease_down || self.row_live(t) {
+            // The open does not reach an acquire: the close is as any other.
+            let mut s = self.clone();
+            let opened = s.open(r, t);
+            let closed = s.close(r);
+            s.restart(r);
+            outcomes.push((vec![opened, closed], s));
+            return outcomes;
+        }
+        // Handed off with the rest.
+        let mut handed = self.clone();
+        let opened = handed.open(r, t);
+        let closed = handed.close(r);
+        handed.restart(r);
+        outcomes.push((vec![opened, closed], handed));
+        // Refused: the lease it acquired goes back, nothing else changes.
+        let mut refused = self.clone();
+        let closed = refused.close(r);
+        let ts = &mut refused.tenants[t];
+        let epoch = ts.row.as_ref().map_or(0, |row| row.epoch) + 1;
+        ts.row = Some(Row {
+            owner: r,
+            epoch,
+            expires_at: refused.now + TTL_MS,
+            released: true,
+        });
+        if refused.dirs[r][t] == Dir::Absent {
+            refused.dirs[r][t] = Dir::Maybe;
+        }
+        refused.restart(r);
+        outcomes.push((vec![Res::Closed, closed], refused));
+        outcomes
+    }
+
+    /// A run whose closure lets every lease lapse before its batch commits: refused, and the
+    /// clocks have moved on.
+    pub(super) fn lapse_in_commit(&mut self, k: (usize, u64)) -> Res {
+        let admitted = self.admission(k);
+        self.now += TTL_MS + 1;
+        match admitted {
+            Ok(()) => Res::Fenced,
+            Err(e) => e,
+        }
+    }
+
+    /// A run blocking its actor past `drain_timeout`, then a handoff (outcomes `[run,
+    /// handoff]`): the run commits, the handoff gives up at its deadline and the tenure serves.
+    pub(super) fn blocking_run(&mut self, k: (usize, u64), id: String) -> Vec<Res> {
+        let w = self.write(k, id);
+        if w != Res::Ok {
+            let h = self.handoff(k, false);
+            return vec![w, h];
+        }
+        vec![w, Res::DrainTimeout]
+    }
+
+    /// With periodic snapshots on, every serving tenure whose lease holds and that has
+    /// unpublished writes publishes them (the checker waits, within the crash bound, for it).
+    pub(super) fn publish_periodically(&mut self) {
+        if !self.periodic {
+            return;
+        }
+        let due: Vec<(usize, u64)> = self
+            .tenures
+            .iter()
+            .filter(|(k, tenure)| {
+                tenure.status == Status::Serving
+                    && tenure.dirty
+                    && self.holds(**k)
+                    && self.store_live(k.0, tenure.replica, k.1)
+                    && k.1 > self.tenants[k.0].floor
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in due {
+            let _ = self.publish(k, false);
+        }
+    }
+}
