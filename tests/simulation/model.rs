@@ -346,11 +346,7 @@ impl State {
                 single(vec![Res::Ok], s)
             }
             Op::OpenDuringClose { r, t } => s.open_during_close(r, t),
-            Op::Close { r } => {
-                let out = s.close(r);
-                s.restart(r);
-                single(vec![out], s)
-            }
+            Op::Close { r } => s.close_and_restart(r),
             Op::Crash { r } => {
                 s.crash(r);
                 single(vec![Res::Ok], s)

@@ -60,8 +60,17 @@ impl State {
     pub(super) fn race_handoff_write(&self, k: (usize, u64), id: String) -> Outcomes {
         let mut before = self.clone();
         let w = before.write(k, id.clone());
+        let mut ticked = before.clone();
         let h = before.handoff(k, false);
-        let mut outcomes = vec![(vec![w, h], before)];
+        let mut outcomes = vec![(vec![w.clone(), h], before)];
+        if self.periodic && w == Res::Ok {
+            // A periodic snapshot of the write was still uploading when the flush began: the
+            // flush publishes the same content once more.
+            let _ = ticked.publish(k, false);
+            ticked.tenure(k).dirty = true;
+            let h = ticked.handoff(k, false);
+            outcomes.push((vec![w, h], ticked));
+        }
         if self.begin_drain(k).is_ok() {
             let mut during = self.clone();
             let h = during.handoff(k, false);

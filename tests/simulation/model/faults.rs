@@ -158,6 +158,32 @@ impl State {
         let open: Vec<(usize, u64)> = (0..TENANTS)
             .filter_map(|t| self.table[r][t].map(|e| (t, e)))
             .collect();
+        self.close_in_order(r, open)
+    }
+
+    /// `close` on `r`, in every order its concurrent handoffs may reach the stores (which of
+    /// them takes an armed late landing depends on it); then `r` restarts.
+    pub(super) fn close_and_restart(&self, r: usize) -> super::Outcomes {
+        let mut open: Vec<(usize, u64)> = (0..TENANTS)
+            .filter_map(|t| self.table[r][t].map(|e| (t, e)))
+            .collect();
+        let mut orders = vec![open.clone()];
+        if open.len() == 2 {
+            open.reverse();
+            orders.push(open);
+        }
+        orders
+            .into_iter()
+            .map(|order| {
+                let mut s = self.clone();
+                let out = s.close_in_order(r, order);
+                s.restart(r);
+                (vec![out], s)
+            })
+            .collect()
+    }
+
+    fn close_in_order(&mut self, r: usize, open: Vec<(usize, u64)>) -> Res {
         let mut unflushed = 0;
         for k in open {
             if self.handoff(k, false) != Res::Ok {
