@@ -83,6 +83,7 @@ async fn apply(
     op: &Op,
 ) -> Result<(), String> {
     let ids: Vec<String> = (0..op.writes()).map(|w| format!("e{i:03}-{w}")).collect();
+    let began = Instant::now();
     let observed = world.exec(op, &ids).await;
     tally(op, &observed);
     let periodic = states.iter().any(|s| s.periodic);
@@ -95,8 +96,9 @@ async fn apply(
         if !next.is_empty() || !periodic || started.elapsed() > CRASH_BOUND {
             break (next, refused);
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
     };
+    time(op, began.elapsed());
     next.sort();
     next.dedup();
     if next.is_empty() {
@@ -267,12 +269,28 @@ fn tally(op: &Op, observed: &[Res]) {
         .or_default() += 1;
 }
 
-/// What the ops of this process came to, one line per (op, outcome), for the test's output.
+/// Real time spent on each kind of op (its calls and the checks after it), over every case.
+static TIMES: Mutex<BTreeMap<String, Duration>> = Mutex::new(BTreeMap::new());
+
+fn time(op: &Op, took: Duration) {
+    let name = format!("{op:?}");
+    let name = name
+        .split([' ', '('])
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let mut times = TIMES.lock().unwrap_or_else(|e| e.into_inner());
+    *times.entry(name).or_default() += took;
+}
+
+/// What the ops of this process came to, one line per (op, outcome), and the real time each
+/// kind of op took in all, for the test's output.
 pub fn coverage() -> String {
     let tally = TALLY.lock().unwrap_or_else(|e| e.into_inner());
-    tally
+    let times = TIMES.lock().unwrap_or_else(|e| e.into_inner());
+    let outcomes = tally.iter().map(|(k, n)| format!("{n:>7}  {k}"));
+    let spent = times
         .iter()
-        .map(|(k, n)| format!("{n:>7}  {k}"))
-        .collect::<Vec<_>>()
-        .join("\n")
+        .map(|(k, d)| format!("{:>7} ms  {k}", d.as_millis()));
+    outcomes.chain(spent).collect::<Vec<_>>().join("\n")
 }

@@ -359,7 +359,7 @@ fn regression_a_retried_forget_of_an_old_tenure_leaves_the_newer_tenure_in_the_t
 /// serves, unreported: `close` returns no unflushed tenant, yet the tenure was never handed off
 /// (its lease stays live, its writes would never reach an image).
 #[test]
-#[ignore = "hole 1: fixed by the close/open hand-over of issue 8"]
+#[ignore = "hole 1 (an open in flight at close): until its fix merges"]
 fn hole1_an_open_in_flight_when_close_begins_is_refused_or_handed_off() {
     use Op::*;
     replay(&[Open { r: 0, t: 0 }, OpenDuringClose { r: 0, t: 1 }]);
@@ -368,7 +368,7 @@ fn hole1_an_open_in_flight_when_close_begins_is_refused_or_handed_off() {
 /// Hole 2: a snapshot's `publish_head` times out but lands later, between the handoff's newer
 /// head and its release: the head moves back, and the successor would restore the older image.
 #[test]
-#[ignore = "hole 2: fixed by forward-only heads of issue 8"]
+#[ignore = "hole 2 (the head moves back): until forward-only heads merge"]
 fn hole2_a_late_publish_head_never_moves_the_head_back() {
     use Op::*;
     replay(&[
@@ -388,7 +388,7 @@ fn hole2_a_late_publish_head_never_moves_the_head_back() {
 /// drains is in no image until the drain ends: a crash then loses more than the crash bound
 /// allows. Judged from the lease store's head and the image's bytes.
 #[test]
-#[ignore = "hole 4: fixed by snapshots while draining of issue 8"]
+#[ignore = "hole 4 (no snapshot while draining): until its fix merges"]
 fn hole4_a_write_acknowledged_while_draining_is_published_within_the_crash_bound() {
     use Op::*;
     replay(&[
@@ -406,7 +406,7 @@ fn hole4_a_write_acknowledged_while_draining_is_published_within_the_crash_bound
 /// Hole 5: a run blocking its actor's thread past `drain_timeout` stretches the handoff sent
 /// after it: the drain deadline starts only when the tenant reads the drain request.
 #[test]
-#[ignore = "hole 5: fixed by caller-side handoff deadlines of issue 8"]
+#[ignore = "hole 5 (a blocking run stretches a handoff): until caller-side deadlines merge"]
 fn hole5_a_handoff_behind_a_blocking_run_gives_up_at_its_deadline() {
     use Op::*;
     replay(&[Open { r: 0, t: 0 }, BlockingRun { t: 0, at: Newest }]);
@@ -415,7 +415,7 @@ fn hole5_a_handoff_behind_a_blocking_run_gives_up_at_its_deadline() {
 /// Hole 6: an image put that timed out lands after `forget` returned `Ok`: an object at or
 /// below the floor appears after the tenant was erased.
 #[test]
-#[ignore = "hole 6: fixed by settling late puts before forget returns, issue 8"]
+#[ignore = "hole 6 (a late put lands after forget): until its fix merges"]
 fn hole6_a_late_put_never_lands_after_forget_returned() {
     use Op::*;
     replay(&[

@@ -273,10 +273,10 @@ fn everyday_op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A sequence of 5 to 25 ops: each tenant opened somewhere, then anything. One case in four
+/// A sequence of 5 to 25 ops: each tenant opened somewhere, then anything. One case in six
 /// runs with periodic snapshots on (a leading [`Op::Periodic`]).
 pub fn ops() -> impl Strategy<Value = Vec<Op>> {
-    prop_oneof![3 => Just(false), 1 => Just(true)].prop_flat_map(|periodic| {
+    prop_oneof![5 => Just(false), 1 => Just(true)].prop_flat_map(|periodic| {
         let rest = prop::collection::vec(op(periodic), 3..=23);
         (replica(), replica(), rest).prop_map(move |(r0, r1, rest)| {
             let mut ops = Vec::with_capacity(rest.len() + 3);

@@ -39,7 +39,7 @@ const SLOW_PUT: Duration = Duration::from_millis(2);
 /// How long any one call may take before the case fails as "did not settle".
 const SETTLE: Duration = Duration::from_secs(10);
 /// `snapshot_every` in the cases with periodic snapshots on (real time: actix's intervals).
-pub const SNAPSHOT_EVERY: Duration = Duration::from_millis(10);
+pub const SNAPSHOT_EVERY: Duration = Duration::from_millis(5);
 /// `drain_timeout` (real time): a drain waits this long for admitted work.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(1_000);
 
