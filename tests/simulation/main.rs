@@ -27,7 +27,8 @@
 //! - Every store call may land late: a call armed with `Late` answers `Timeout` and lands at
 //!   `Land` (or before the next release); it lands by the store's rules as they must hold — a
 //!   head only moves forward, bytes of a forgotten epoch leave nothing. Close, crash and
-//!   restart of a replica, an open in flight at close, a lapse inside a run, a run blocking
+//!   restart of a replica, an open in flight at close, a forget forced during an upload, a
+//!   lapse inside a run, a run blocking
 //!   past `drain_timeout`, and periodic snapshots with the crash bound judged from the stores
 //!   (docs/testing.md, "The simulation's fault classes").
 //! - Ops that expose a hole whose fix has not merged (`ops::UNFIXED_HOLES`) stay out of the
@@ -487,5 +488,22 @@ fn close_crash_restart_and_a_lapse_inside_a_run_keep_the_model() {
         Read { t: 0, at: Newest },
         LapseInCommit { t: 0, at: Newest },
         Read { t: 0, at: Newest },
+    ]);
+}
+
+/// A forget that arrives while a snapshot's image is uploading waits for the upload and
+/// erases it; the snapshot hears that its tenant is leaving.
+#[test]
+fn a_forget_during_an_upload_erases_what_the_upload_published() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        ForgetDuringUpload { t: 0, at: Newest },
+        Open { r: 1, t: 0 },
+        Read { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        ForgetDuringUpload { t: 0, at: Newest },
+        ForgetDuringUpload { t: 0, at: Newest },
     ]);
 }

@@ -352,6 +352,10 @@ impl State {
                 single(vec![Res::Ok], s)
             }
             Op::LapseInCommit { t, at } => s.on(t, at, |s, k| vec![s.lapse_in_commit(k)]),
+            Op::ForgetDuringUpload { t, at } => match s.key_of(t, at) {
+                None => single(vec![Res::Skipped, Res::Skipped], s),
+                Some(k) => s.forget_during_upload(k),
+            },
             Op::BlockingRun { t, at } => s.on(t, at, |s, k| s.blocking_run(k, id(0))),
             Op::Periodic => {
                 s.periodic = true;

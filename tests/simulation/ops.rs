@@ -88,6 +88,9 @@ pub enum Op {
     /// A run that blocks its actor's thread past `drain_timeout`, and a handoff sent right
     /// after it: the handoff must give up at its deadline, counted from the call.
     BlockingRun { t: usize, at: At },
+    /// A snapshot, and a forget sent while its upload is in flight (held at the image's put
+    /// until the tenant says it is forgetting); with nothing to upload, the forget follows it.
+    ForgetDuringUpload { t: usize, at: At },
     /// Periodic snapshots on for this case (`snapshot_every` set); only ever the first op.
     Periodic,
     /// Every fault cleared and every lease left to expire: how each case ends (never generated).
@@ -205,6 +208,7 @@ fn any_op(periodic: bool) -> BoxedStrategy<Op> {
             1 => replica().prop_map(|r| Op::Close { r }),
             1 => replica().prop_map(|r| Op::Crash { r }),
             2 => on(|t, at| Op::LapseInCommit { t, at }),
+            1 => on(|t, at| Op::ForgetDuringUpload { t, at }),
         ]
         .boxed();
     }
@@ -216,6 +220,7 @@ fn any_op(periodic: bool) -> BoxedStrategy<Op> {
         30 => replica().prop_map(|r| Op::Close { r }),
         30 => replica().prop_map(|r| Op::Crash { r }),
         60 => on(|t, at| Op::LapseInCommit { t, at }),
+        40 => on(|t, at| Op::ForgetDuringUpload { t, at }),
         // About one case in a hundred and twenty: it blocks for `drain_timeout` of real time.
         1 => on(|t, at| Op::BlockingRun { t, at }),
     ]

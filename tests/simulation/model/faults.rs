@@ -274,6 +274,30 @@ impl State {
         outcomes
     }
 
+    /// A snapshot and a forget that arrives while its upload is in flight (outcomes
+    /// `[snapshot, forget]`). The forget waits for the upload, so the publish ends first; the
+    /// snapshot then hears that its tenant is leaving (`Draining`) or, if the forget ended the
+    /// tenure before the head moved, `Fenced` — the stores end the same either way. With
+    /// nothing to upload, the snapshot answers and the forget follows.
+    pub(super) fn forget_during_upload(&self, k: (usize, u64)) -> super::Outcomes {
+        let mut s = self.clone();
+        if s.admission(k).is_err() || !s.tenures[&k].dirty {
+            let snap = s.snapshot(k, false);
+            let f = s.forget(k);
+            return vec![(vec![snap, f], s)];
+        }
+        let published = s.publish(k, false);
+        let f = s.forget(k);
+        let snaps = match published {
+            Ok(()) => vec![Res::Draining, Res::Fenced],
+            Err(e) => vec![e],
+        };
+        snaps
+            .into_iter()
+            .map(|snap| (vec![snap, f.clone()], s.clone()))
+            .collect()
+    }
+
     /// A run whose closure lets every lease lapse before its batch commits: refused, and the
     /// clocks have moved on.
     pub(super) fn lapse_in_commit(&mut self, k: (usize, u64)) -> Res {

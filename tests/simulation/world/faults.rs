@@ -8,14 +8,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use leasehold::LeaseKey;
 use leasehold::ledger::{LedgerError, NewEvent};
 use leasehold::testkit::LeaseOp;
+use leasehold_actors::{TenantRef, TenantStatus};
 use tokio::sync::oneshot;
 
 use super::{
     DRAIN_TIMEOUT, SETTLE, SNAPSHOT_EVERY, STORE_DEADLINE, World, count, res_of, settle,
-    settle_raw, tenant_ids, unit,
+    settle_raw, snapshot, tenant_ids, unit,
 };
 use crate::model::{Res, TTL_MS};
 use crate::ops::{Late, Op};
@@ -76,6 +78,10 @@ impl World {
             Op::BlockingRun { t, at } => match self.handle(t, at) {
                 Some(h) => blocking_run(&h, ids[0].clone()).await,
                 None => vec![Res::Skipped],
+            },
+            Op::ForgetDuringUpload { t, at } => match self.handle(t, at) {
+                Some(h) => self.forget_during_upload(&h).await,
+                None => vec![Res::Skipped, Res::Skipped],
             },
             Op::Periodic => vec![Res::Ok],
             _ => unreachable!("not a fault op: {op:?}"),
@@ -170,9 +176,48 @@ impl World {
         vec![opened, closed]
     }
 
+    /// A snapshot whose image put, once reached, sends a forget and waits until the tenant
+    /// says it is forgetting before it goes on; outcomes `[snapshot, forget]`. A snapshot that
+    /// uploads nothing is followed by the forget.
+    async fn forget_during_upload(&self, h: &TenantRef) -> Vec<Res> {
+        let active = Arc::new(AtomicBool::new(true));
+        let (sent, forgot) = oneshot::channel::<Res>();
+        let (tenant, armed) = (h.clone(), active.clone());
+        let hook = move || -> BoxFuture<'static, ()> {
+            Box::pin(async move {
+                if !armed.swap(false, Ordering::SeqCst) {
+                    return;
+                }
+                let forgetting = tenant.forget();
+                actix::spawn(async move {
+                    let _ = sent.send(settle(unit(forgetting)).await);
+                });
+                let until = Instant::now() + SETTLE;
+                while tenant.status().await == TenantStatus::Serving && Instant::now() < until {
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                }
+            })
+        };
+        // Once the op is over, an unfired hook matches no put again.
+        let live = active.clone();
+        let matching = move |key: &str| key.ends_with(".db") && live.load(Ordering::SeqCst);
+        self.durable
+            .before_next_put_matching(matching, Box::new(hook));
+        let snap = settle(snapshot(h)).await;
+        if active.swap(false, Ordering::SeqCst) {
+            // Nothing was uploaded: the forget follows the snapshot.
+            return vec![snap, settle(unit(h.forget())).await];
+        }
+        let forgot = match tokio::time::timeout(SETTLE, forgot).await {
+            Ok(Ok(res)) => res,
+            _ => Res::Other("the forget did not settle".into()),
+        };
+        vec![snap, forgot]
+    }
+
     /// A run that inserts `id`, then (inside its transaction) moves every clock past the TTL;
     /// a run refused at admission never runs its closure, so time moves after it.
-    async fn lapse_in_commit(&self, h: &leasehold_actors::TenantRef, id: String) -> Res {
+    async fn lapse_in_commit(&self, h: &TenantRef, id: String) -> Res {
         let clocks: Vec<_> = self.clocks.clone();
         let store_clock = self.store_clock.clone();
         let by = Duration::from_millis(TTL_MS + 1);
@@ -245,7 +290,7 @@ impl World {
 /// A run that blocks its actor's thread for [`BLOCK`], then a handoff sent right after it:
 /// outcomes `[run, handoff]`; a handoff that answers later than `drain_timeout` and the
 /// slack after its call is reported as such.
-async fn blocking_run(h: &leasehold_actors::TenantRef, id: String) -> Vec<Res> {
+async fn blocking_run(h: &TenantRef, id: String) -> Vec<Res> {
     let run = h.run(move |l| {
         std::thread::sleep(BLOCK);
         l.insert_event(&NewEvent::new("sim", id))?
