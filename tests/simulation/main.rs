@@ -28,9 +28,8 @@
 //!   `Land` (or before the next release); it lands by the store's rules as they must hold — a
 //!   head only moves forward, bytes of a forgotten epoch leave nothing. Close, crash and
 //!   restart of a replica, an open in flight at close, a forget forced during an upload, a
-//!   lapse inside a run, a run blocking
-//!   past `drain_timeout`, and periodic snapshots with the crash bound judged from the stores
-//!   (docs/testing.md, "The simulation's fault classes").
+//!   lapse inside a run, a run blocking past `drain_timeout`, and periodic snapshots with the
+//!   crash bound judged from the stores (docs/testing.md, "The simulation's fault classes").
 //! - Ops that expose a hole whose fix has not merged (`ops::UNFIXED_HOLES`) stay out of the
 //!   generated mix; each hole is pinned by an ignored `holeN_…` test below.
 //!

@@ -44,7 +44,6 @@ pub const SNAPSHOT_EVERY: Duration = Duration::from_millis(5);
 pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(1_000);
 
 mod faults;
-
 pub use faults::CRASH_BOUND;
 
 /// The name of replica `r`.
