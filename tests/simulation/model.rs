@@ -356,7 +356,10 @@ impl State {
                 None => single(vec![Res::Skipped, Res::Skipped], s),
                 Some(k) => s.forget_during_upload(k),
             },
-            Op::BlockingRun { t, at } => s.on(t, at, |s, k| s.blocking_run(k, id(0))),
+            Op::BlockingRun { t, at } => match s.key_of(t, at) {
+                None => single(vec![Res::Skipped, Res::Skipped], s),
+                Some(k) => s.blocking_run(k, id(0)),
+            },
             Op::Periodic => {
                 s.periodic = true;
                 single(vec![Res::Ok], s)

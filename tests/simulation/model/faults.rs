@@ -271,6 +271,11 @@ impl State {
         }
         refused.restart(r);
         outcomes.push((vec![Res::Closed, closed], refused));
+        // Refused before its acquire reached the store: nothing of it is left.
+        let mut cancelled = self.clone();
+        let closed = cancelled.close(r);
+        cancelled.restart(r);
+        outcomes.push((vec![Res::Closed, closed], cancelled));
         outcomes
     }
 
@@ -310,14 +315,24 @@ impl State {
     }
 
     /// A run blocking its actor past `drain_timeout`, then a handoff (outcomes `[run,
-    /// handoff]`): the run commits, the handoff gives up at its deadline and the tenure serves.
-    pub(super) fn blocking_run(&mut self, k: (usize, u64), id: String) -> Vec<Res> {
-        let w = self.write(k, id);
+    /// handoff]`): the run commits, the handoff gives up at its deadline and the tenure serves;
+    /// or (ledger work off the actor's thread) the handoff flushes what was committed without
+    /// waiting, and the run still under way is refused.
+    pub(super) fn blocking_run(&self, k: (usize, u64), id: String) -> super::Outcomes {
+        let mut gave_up = self.clone();
+        let w = gave_up.write(k, id);
         if w != Res::Ok {
-            let h = self.handoff(k, false);
-            return vec![w, h];
+            let h = gave_up.handoff(k, false);
+            return vec![(vec![w, h], gave_up)];
         }
-        vec![w, Res::DrainTimeout]
+        let mut flushed = self.clone();
+        let h = flushed.handoff(k, false);
+        // Refused while the tenant leaves, or once it is gone.
+        let mut outcomes = vec![(vec![Res::Ok, Res::DrainTimeout], gave_up)];
+        for refused in [Res::Draining, Res::Fenced] {
+            outcomes.push((vec![refused, h.clone()], flushed.clone()));
+        }
+        outcomes
     }
 
     /// With periodic snapshots on, every serving tenure whose lease holds and that has

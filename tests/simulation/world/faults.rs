@@ -77,7 +77,7 @@ impl World {
             },
             Op::BlockingRun { t, at } => match self.handle(t, at) {
                 Some(h) => blocking_run(&h, ids[0].clone()).await,
-                None => vec![Res::Skipped],
+                None => vec![Res::Skipped, Res::Skipped],
             },
             Op::ForgetDuringUpload { t, at } => match self.handle(t, at) {
                 Some(h) => self.forget_during_upload(&h).await,
