@@ -3,9 +3,10 @@
 //!
 //! - [`lease_store_conformance`] — what every [`crate::LeaseStore`] must do.
 //! - [`durable_store_conformance`] — what every [`crate::DurableStore`] must do.
-//! - [`FaultyStore`] — a durable store with an outage switch, slow puts, failing deletes and
-//!   hooks before a named operation.
-//! - [`FaultyLeaseStore`] — a lease store with an outage switch and hooks around named operations.
+//! - [`FaultyStore`] — a durable store with an outage switch, slow puts, failing deletes,
+//!   hooks before a named operation, and puts that time out yet land later.
+//! - [`FaultyLeaseStore`] — a lease store with an outage switch, hooks around named operations,
+//!   and calls that time out yet land later.
 //! - [`FaultProxy`] — a loopback TCP proxy whose flows stall, hold requests back and deliver them
 //!   late, or drop answers, for the backend tests against real servers.
 

@@ -88,6 +88,11 @@ impl LeaseCell {
     }
 
     /// Ends the tenure for good.
+    /// Whether the tenure was ended (it never holds again).
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
     pub(crate) fn end(&self) {
         self.ended.store(true, Ordering::SeqCst);
     }

@@ -10,6 +10,13 @@
 //!
 //! A hook may itself flip the outage switch, so "go down right before the next publish_head" is
 //! one `before_next` call. After-hooks run only when the inner call ran.
+//!
+//! **Late landings** (docs/testing.md, "fault classes"): [`FaultyLeaseStore::land_late`] makes
+//! the next call of an operation answer [`StoreError::Timeout`] at once while its effect is
+//! kept back, and [`FaultyLeaseStore::land_held`] lets every call kept back reach the inner
+//! store, in the order they were made — a statement that outlived its caller's deadline and
+//! still lands, as one sent on a PostgreSQL connection does. Such a call is decided after the
+//! outage check, so an outage still refuses it outright.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -94,6 +101,8 @@ struct Faults {
     before: Hooks,
     /// Hooks that run after the next call of their operation returned.
     after: Hooks,
+    /// Calls answered with a timeout whose effect is still to land.
+    late: LateCalls,
 }
 
 /// A lease store that fails, stalls or pauses on command. Clones share the same faults, so a test
@@ -126,6 +135,7 @@ impl FaultyLeaseStore {
             renewals_started: AtomicUsize::new(0),
             before: Mutex::default(),
             after: Mutex::default(),
+            late: LateCalls::default(),
         };
         Self {
             inner,
@@ -196,6 +206,14 @@ impl FaultyLeaseStore {
         op: LeaseOp,
         call: impl Future<Output = Result<T, LeaseError>>,
     ) -> Result<T, LeaseError> {
+        self.before_inner(op).await?;
+        let result = call.await;
+        run_hooks(&self.faults.after, op).await;
+        result
+    }
+
+    /// The steps before the inner store: count, before-hooks, the renewal hold, the outage.
+    async fn before_inner(&self, op: LeaseOp) -> Result<(), LeaseError> {
         if op.is_renewal() {
             self.faults.renewals_started.fetch_add(1, Ordering::SeqCst);
         }
@@ -209,9 +227,7 @@ impl FaultyLeaseStore {
                 message: "outage injected by FaultyLeaseStore".to_owned(),
             }));
         }
-        let result = call.await;
-        run_hooks(&self.faults.after, op).await;
-        result
+        Ok(())
     }
 
     async fn wait_while_renewals_held(&self) {
@@ -242,6 +258,126 @@ async fn run_hooks(hooks: &Hooks, op: LeaseOp) {
     }
 }
 
+/// A call kept back: it reaches the inner store when run.
+type HeldCall = Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>;
+
+/// The late-landing fault: which operations answer their next call with a timeout, and the
+/// calls kept back so far.
+#[derive(Default)]
+struct LateCalls {
+    /// Each operation's count of next calls to keep back.
+    armed: Mutex<HashMap<LeaseOp, usize>>,
+    /// The calls kept back, oldest first.
+    held: Mutex<Vec<(LeaseOp, HeldCall)>>,
+}
+
+impl FaultyLeaseStore {
+    /// The next call of `op` answers [`StoreError::Timeout`] at once and its effect lands only
+    /// at [`FaultyLeaseStore::land_held`]. Called twice, the next two calls are kept back.
+    pub fn land_late(&self, op: LeaseOp) {
+        let mut armed = self
+            .faults
+            .late
+            .armed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *armed.entry(op).or_default() += 1;
+    }
+
+    /// Disarms every [`FaultyLeaseStore::land_late`] not yet taken by a call.
+    pub fn disarm_late(&self) {
+        let mut armed = self
+            .faults
+            .late
+            .armed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        armed.clear();
+    }
+
+    /// The operations of the calls kept back, oldest first.
+    pub fn held(&self) -> Vec<LeaseOp> {
+        let held = self
+            .faults
+            .late
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        held.iter().map(|(op, _)| *op).collect()
+    }
+
+    /// Lets every call kept back reach the inner store now, oldest first (their answers go
+    /// nowhere: their callers heard a timeout long ago); returns their operations.
+    pub async fn land_held(&self) -> Vec<LeaseOp> {
+        let due = {
+            let mut held = self
+                .faults
+                .late
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            std::mem::take(&mut *held)
+        };
+        let mut landed = Vec::with_capacity(due.len());
+        for (op, call) in due {
+            call().await;
+            landed.push(op);
+        }
+        landed
+    }
+
+    /// Whether the next call of `op` is to be kept back (and counts it taken).
+    fn takes_late(&self, op: LeaseOp) -> bool {
+        let mut armed = self
+            .faults
+            .late
+            .armed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match armed.get_mut(&op) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs `call` through the faults, unless the next call of `op` is to land late: then it is
+    /// kept back and the caller hears a timeout. The before-hooks and the outage come first: a
+    /// call refused by an outage leaves the late landing armed for the next one.
+    async fn call_or_hold<T, F, Fut>(&self, op: LeaseOp, make: F) -> Result<T, LeaseError>
+    where
+        F: FnOnce(SharedLeaseStore) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, LeaseError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.before_inner(op).await?;
+        if !self.takes_late(op) {
+            let result = make(self.inner.clone()).await;
+            run_hooks(&self.faults.after, op).await;
+            return result;
+        }
+        let inner = self.inner.clone();
+        let kept: HeldCall = Box::new(move || -> BoxFuture<'static, ()> {
+            Box::pin(async move {
+                let _ = make(inner).await;
+            })
+        });
+        let mut held = self
+            .faults
+            .late
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        held.push((op, kept));
+        Err(LeaseError::Store(StoreError::Timeout {
+            op: op.name(),
+            after_ms: 0,
+        }))
+    }
+}
+
 #[async_trait]
 impl LeaseStore for FaultyLeaseStore {
     async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
@@ -253,8 +389,11 @@ impl LeaseStore for FaultyLeaseStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<LeaseRecord, LeaseError> {
-        self.call(LeaseOp::Acquire, self.inner.acquire(key, owner, ttl))
-            .await
+        let (key, owner) = (key.clone(), owner.to_owned());
+        self.call_or_hold(LeaseOp::Acquire, move |s| async move {
+            s.acquire(&key, &owner, ttl).await
+        })
+        .await
     }
     async fn acquire_attempt(
         &self,
@@ -263,8 +402,11 @@ impl LeaseStore for FaultyLeaseStore {
         ttl: Duration,
         attempt: u64,
     ) -> Result<LeaseRecord, LeaseError> {
-        let call = self.inner.acquire_attempt(key, owner, ttl, attempt);
-        self.call(LeaseOp::Acquire, call).await
+        let (key, owner) = (key.clone(), owner.to_owned());
+        self.call_or_hold(LeaseOp::Acquire, move |s| async move {
+            s.acquire_attempt(&key, &owner, ttl, attempt).await
+        })
+        .await
     }
     async fn renew(
         &self,
@@ -273,8 +415,11 @@ impl LeaseStore for FaultyLeaseStore {
         epoch: u64,
         ttl: Duration,
     ) -> Result<LeaseRecord, LeaseError> {
-        self.call(LeaseOp::Renew, self.inner.renew(key, owner, epoch, ttl))
-            .await
+        let (key, owner) = (key.clone(), owner.to_owned());
+        self.call_or_hold(LeaseOp::Renew, move |s| async move {
+            s.renew(&key, &owner, epoch, ttl).await
+        })
+        .await
     }
     async fn renew_many(
         &self,
@@ -282,12 +427,18 @@ impl LeaseStore for FaultyLeaseStore {
         leases: &[(LeaseKey, u64)],
         ttl: Duration,
     ) -> Result<Vec<RenewOutcome>, LeaseError> {
-        let call = self.inner.renew_many(owner, leases, ttl);
-        self.call(LeaseOp::RenewMany, call).await
+        let (owner, leases) = (owner.to_owned(), leases.to_vec());
+        self.call_or_hold(LeaseOp::RenewMany, move |s| async move {
+            s.renew_many(&owner, &leases, ttl).await
+        })
+        .await
     }
     async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError> {
-        self.call(LeaseOp::Release, self.inner.release(key, owner, epoch))
-            .await
+        let (key, owner) = (key.clone(), owner.to_owned());
+        self.call_or_hold(LeaseOp::Release, move |s| async move {
+            s.release(&key, &owner, epoch).await
+        })
+        .await
     }
     async fn publish_head(
         &self,
@@ -296,8 +447,11 @@ impl LeaseStore for FaultyLeaseStore {
         epoch: u64,
         image: &ImageRef,
     ) -> Result<LeaseRecord, LeaseError> {
-        let call = self.inner.publish_head(key, owner, epoch, image);
-        self.call(LeaseOp::PublishHead, call).await
+        let (key, owner, image) = (key.clone(), owner.to_owned(), image.clone());
+        self.call_or_hold(LeaseOp::PublishHead, move |s| async move {
+            s.publish_head(&key, &owner, epoch, &image).await
+        })
+        .await
     }
     async fn mark_forgotten(
         &self,
@@ -305,7 +459,10 @@ impl LeaseStore for FaultyLeaseStore {
         owner: &str,
         epoch: u64,
     ) -> Result<LeaseRecord, LeaseError> {
-        let call = self.inner.mark_forgotten(key, owner, epoch);
-        self.call(LeaseOp::MarkForgotten, call).await
+        let (key, owner) = (key.clone(), owner.to_owned());
+        self.call_or_hold(LeaseOp::MarkForgotten, move |s| async move {
+            s.mark_forgotten(&key, &owner, epoch).await
+        })
+        .await
     }
 }

@@ -9,7 +9,9 @@
 //!
 //! The outage is checked after the hook, so a hook can switch it on for the very call it
 //! precedes, and again after a put was held back, so an outage that starts while an upload is
-//! "in flight" fails it. The store is `Clone` (an `Arc` inside): a test keeps one handle to
+//! "in flight" fails it. A put armed to land late ([`FaultyStore::land_late_put`]) is kept back
+//! right after the outage check and answers [`StoreError::Timeout`]; it reaches the wrapped
+//! store at [`FaultyStore::land_held_puts`]. The store is `Clone` (an `Arc` inside): a test keeps one handle to
 //! steer the faults while the runtime owns another.
 
 use std::fmt;
@@ -100,6 +102,8 @@ struct Faults {
     puts: AtomicUsize,
     /// Deletes (`delete` and `delete_prefix`) handed to the wrapped store.
     deletes: AtomicUsize,
+    /// Puts answered with a timeout whose effect is still to land.
+    late_puts: LatePuts,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -140,6 +144,7 @@ impl FaultyStore {
             hooks: Mutex::new(Vec::new()),
             puts: AtomicUsize::new(0),
             deletes: AtomicUsize::new(0),
+            late_puts: LatePuts::default(),
         };
         Self {
             faults: Arc::new(faults),
@@ -276,11 +281,80 @@ fn unavailable(op: StoreOp, message: &str) -> StoreError {
     }
 }
 
+// ---- Late landings (docs/testing.md, "fault classes"): a put that times out for its caller
+// and still lands later, as a PUT already sent to S3 does. Kept apart from the faults above.
+
+/// A put kept back: the key, its bytes.
+type HeldPut = (String, Vec<u8>);
+
+/// The late-landing fault of puts: which keys the next late puts match, and the puts kept back.
+#[derive(Default)]
+struct LatePuts {
+    /// One entry per put still to keep back: which keys it may take.
+    armed: Mutex<Vec<KeyMatch>>,
+    /// The puts kept back, oldest first.
+    held: Mutex<Vec<HeldPut>>,
+}
+
+impl FaultyStore {
+    /// The next put of a key for which `matching` is true answers [`StoreError::Timeout`] at
+    /// once; its bytes reach the wrapped store only at [`FaultyStore::land_held_puts`].
+    pub fn land_late_put(&self, matching: impl Fn(&str) -> bool + Send + Sync + 'static) {
+        lock(&self.faults.late_puts.armed).push(Arc::new(matching));
+    }
+
+    /// Disarms every [`FaultyStore::land_late_put`] not yet taken by a put.
+    pub fn disarm_late_puts(&self) {
+        lock(&self.faults.late_puts.armed).clear();
+    }
+
+    /// The keys of the puts kept back, oldest first.
+    pub fn held_puts(&self) -> Vec<String> {
+        let held = lock(&self.faults.late_puts.held);
+        held.iter().map(|(key, _)| key.clone()).collect()
+    }
+
+    /// Lets every put kept back reach the wrapped store now (if-absent, as any put), oldest
+    /// first; returns the keys of those that wrote their object.
+    pub async fn land_held_puts(&self) -> Result<Vec<String>, StoreError> {
+        let due = std::mem::take(&mut *lock(&self.faults.late_puts.held));
+        let mut landed = Vec::new();
+        for (key, bytes) in due {
+            self.faults.puts.fetch_add(1, Ordering::SeqCst);
+            if self.faults.inner.put_if_absent(&key, bytes).await? == Put::Created {
+                landed.push(key);
+            }
+        }
+        Ok(landed)
+    }
+}
+
+impl Faults {
+    /// Keeps the put of `key` back if a late landing is armed for it; `true` if it did.
+    fn keeps_back(&self, key: &str, bytes: &[u8]) -> bool {
+        let mut armed = lock(&self.late_puts.armed);
+        let Some(at) = armed.iter().position(|m| m(key)) else {
+            return false;
+        };
+        armed.remove(at);
+        lock(&self.late_puts.held).push((key.to_owned(), bytes.to_vec()));
+        true
+    }
+}
+
+// ---- End of late landings.
+
 #[async_trait]
 impl DurableStore for FaultyStore {
     async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
         let faults = &self.faults;
         faults.enter(StoreOp::Put, key).await?;
+        if faults.keeps_back(key, &bytes) {
+            return Err(StoreError::Timeout {
+                op: StoreOp::Put.as_str(),
+                after_ms: 0,
+            });
+        }
         faults.hold_put(key).await;
         faults.check_up(StoreOp::Put)?;
         faults.puts.fetch_add(1, Ordering::SeqCst);

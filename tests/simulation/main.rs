@@ -24,6 +24,14 @@
 //!   left), every replica's local directories and every tenure's status are as predicted.
 //! - Races (a handoff beside a write or a forget) may end in any order the messages can take;
 //!   the model keeps every branch the observed outcome allows.
+//! - Every store call may land late: a call armed with `Late` answers `Timeout` and lands at
+//!   `Land` (or before the next release); it lands by the store's rules as they must hold — a
+//!   head only moves forward, bytes of a forgotten epoch leave nothing. Close, crash and
+//!   restart of a replica, an open in flight at close, a forget forced during an upload, a
+//!   lapse inside a run, a run blocking past `drain_timeout`, and periodic snapshots with the
+//!   crash bound judged from the stores (docs/testing.md, "The simulation's fault classes").
+//! - Ops that expose a hole whose fix has not merged (`ops::UNFIXED_HOLES`) stay out of the
+//!   generated mix; each hole is pinned by an ignored `holeN_…` test below.
 //!
 //! A failing case is shrunk by proptest, printed, and its seed saved in
 //! `proptest-regressions/simulation.txt` (committed), which every later run replays first.
@@ -340,5 +348,157 @@ fn regression_a_retried_forget_of_an_old_tenure_leaves_the_newer_tenure_in_the_t
         Open { r: 0, t: 0 },
         Forget { t: 0, at: Older(1) },
         Open { r: 0, t: 0 },
+    ]);
+}
+
+// ---- The holes of the hardening (docs/guarantees.md), each shown by the simulation's fault
+// model on the unfixed runtime. Each is ignored until its fix merges; then its number leaves
+// `ops::UNFIXED_HOLES` too, and the ops that found it join the generated mix.
+
+/// Hole 1: an open whose acquire is in flight when `close()` begins completes afterwards and
+/// serves, unreported: `close` returns no unflushed tenant, yet the tenure was never handed off
+/// (its lease stays live, its writes would never reach an image). The generator finds it
+/// with `LEASEHOLD_SIM_SEED=2026` once hole 1 leaves `ops::UNFIXED_HOLES` (600 cases).
+#[test]
+fn hole1_an_open_in_flight_when_close_begins_is_refused_or_handed_off() {
+    use Op::*;
+    replay(&[Open { r: 0, t: 0 }, OpenDuringClose { r: 0, t: 1 }]);
+}
+
+/// Hole 2: a snapshot's `publish_head` times out but lands later, between the handoff's newer
+/// head and its release: the head moves back, and the successor would restore the older image.
+/// The generator finds it with `LEASEHOLD_SIM_SEED=2026` (two snapshots, the first one's
+/// `publish_head` landing at the end).
+#[test]
+fn hole2_a_late_publish_head_never_moves_the_head_back() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Late(ops::Late::PublishHead),
+        Snapshot { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        LandBeforeRelease,
+        Handoff { t: 0, at: Newest },
+        Open { r: 1, t: 0 },
+        Read { t: 0, at: Newest },
+    ]);
+}
+
+/// Hole 4: with periodic snapshots on, a write acknowledged under a ticket while the tenant
+/// drains is in no image until the drain ends: a crash then loses more than the crash bound
+/// allows. Judged from the lease store's head and the image's bytes. The generator finds it
+/// with `LEASEHOLD_SIM_SEED=2026`.
+#[test]
+fn hole4_a_write_acknowledged_while_draining_is_published_within_the_crash_bound() {
+    use Op::*;
+    replay(&[
+        Periodic,
+        Open { r: 0, t: 0 },
+        DrainedHandoff {
+            t: 0,
+            at: Newest,
+            pause: 0,
+            renew: false,
+        },
+    ]);
+}
+
+/// Hole 5: a run blocking its actor's thread past `drain_timeout` stretches the handoff sent
+/// after it: the drain deadline starts only when the tenant reads the drain request.
+#[test]
+fn hole5_a_handoff_behind_a_blocking_run_gives_up_at_its_deadline() {
+    use Op::*;
+    replay(&[Open { r: 0, t: 0 }, BlockingRun { t: 0, at: Newest }]);
+}
+
+/// Hole 6: an image put that timed out lands after `forget` returned `Ok`: an object at or
+/// below the floor appears after the tenant was erased. The generator finds it with
+/// `LEASEHOLD_SIM_SEED=2027` (3,000 cases; also beside a racing handoff).
+#[test]
+#[ignore = "hole 6 (a late put lands after forget): until its fix merges"]
+fn hole6_a_late_put_never_lands_after_forget_returned() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Late(ops::Late::Put),
+        Snapshot { t: 0, at: Newest },
+        Forget { t: 0, at: Newest },
+        Land,
+    ]);
+}
+
+/// The late landings of the lease calls whose rules already hold them: a renewal, a release,
+/// an acquire and a `mark_forgotten` that time out and land later change the store only as
+/// its rules allow, and the runtime reports each as a timeout.
+#[test]
+fn late_landings_of_renew_release_acquire_and_mark_forgotten_keep_the_model() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Snapshot { t: 0, at: Newest },
+        Late(ops::Late::Renew),
+        Renew { r: 0 },
+        Land,
+        Late(ops::Late::MarkForgotten),
+        LandBeforeRelease,
+        Forget { t: 0, at: Newest },
+        Late(ops::Late::Acquire),
+        Open { r: 1, t: 0 },
+        Land,
+        Open { r: 1, t: 0 },
+        Late(ops::Late::Release),
+        Open { r: 2, t: 1 },
+        Abandon { t: 1, at: Newest },
+        Open { r: 0, t: 1 },
+        Land,
+        Advance { ms: TTL_MS + 1 },
+        Open { r: 0, t: 1 },
+        Read { t: 1, at: Newest },
+    ]);
+}
+
+/// Close and crash of a replica, each followed by a restart on the same state root, and a
+/// lease lapsing inside a run: a closed replica hands its tenants off, a crashed one loses
+/// only what no image holds, and a lapsed write is refused.
+#[test]
+fn close_crash_restart_and_a_lapse_inside_a_run_keep_the_model() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Open { r: 0, t: 1 },
+        Write { t: 0, at: Newest },
+        Write { t: 1, at: Newest },
+        Close { r: 0 },
+        Open { r: 1, t: 0 },
+        Read { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        Snapshot { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        Crash { r: 1 },
+        Advance { ms: TTL_MS + 1 },
+        Open { r: 1, t: 0 },
+        Read { t: 0, at: Newest },
+        LapseInCommit { t: 0, at: Newest },
+        Read { t: 0, at: Newest },
+    ]);
+}
+
+/// A forget that arrives while a snapshot's image is uploading waits for the upload and
+/// erases it; the snapshot hears that its tenant is leaving.
+#[test]
+fn a_forget_during_an_upload_erases_what_the_upload_published() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        ForgetDuringUpload { t: 0, at: Newest },
+        Open { r: 1, t: 0 },
+        Read { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        ForgetDuringUpload { t: 0, at: Newest },
+        ForgetDuringUpload { t: 0, at: Newest },
     ]);
 }

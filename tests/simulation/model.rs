@@ -10,11 +10,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::ops::{At, Op};
+use crate::ops::{At, Late, Op};
 
 mod composite;
+mod faults;
 mod leaving;
 mod serving;
+
+pub use faults::{Held, HeldPut};
 
 /// Lease duration (ms).
 pub const TTL_MS: u64 = 10_000;
@@ -50,6 +53,13 @@ pub enum Res {
     StoreTimeout,
     /// `Error::Corrupt`: no image of the chain passed its checks.
     Corrupt,
+    /// `Error::Closed`: the replica is closing.
+    Closed,
+    /// `Error::DrainTimeout`: the drain did not end within `drain_timeout` of the call.
+    DrainTimeout,
+    /// The crash bound: the write just acknowledged is in the head image within
+    /// `snapshot_every` and one publish (judged from the stores), or it is not.
+    Covered(bool),
     /// No tenure of this tenant was ever opened on the replica: nothing was called.
     Skipped,
     /// Anything else: never predicted.
@@ -143,6 +153,8 @@ pub struct TenantState {
     /// Images at or below the floor that a failed forget left: each may still be there until a
     /// sweep (which runs beside an open, in the background) takes it.
     pub leftovers: BTreeSet<(u64, u64)>,
+    /// Images above the floor whose bytes landed late with no manifest beside them.
+    pub lone: BTreeSet<(u64, u64)>,
 }
 
 impl TenantState {
@@ -189,6 +201,16 @@ pub struct State {
     /// `[replica][tenant]`: a tenure there ended abandoned since the last open there, so a
     /// local sweep of the tenant may run in the background.
     pub local_sweeps: Vec<Vec<bool>>,
+    /// Periodic snapshots are on: a tenure with unpublished writes publishes by itself.
+    pub periodic: bool,
+    /// Late landings armed and not yet taken by a call, by operation.
+    pub armed: BTreeMap<Late, usize>,
+    /// Lease-store calls answered with a timeout whose effect is still to land, oldest first.
+    pub held: Vec<Held>,
+    /// Image puts answered with a timeout whose bytes are still to land, oldest first.
+    pub held_puts: Vec<HeldPut>,
+    /// The calls kept back land right before the next lease release.
+    pub land_before_release: bool,
 }
 
 type Outcomes = Vec<(Vec<Res>, State)>;
@@ -211,6 +233,11 @@ impl State {
             latest: grid(None),
             dirs: grid(Dir::Absent),
             local_sweeps: grid(false),
+            periodic: false,
+            armed: BTreeMap::new(),
+            held: Vec::new(),
+            held_puts: Vec::new(),
+            land_before_release: false,
         }
     }
 
@@ -219,6 +246,7 @@ impl State {
     pub fn step(&self, op: &Op, ids: &[String]) -> Outcomes {
         let mut outcomes = self.step_calls(op, ids);
         for (_, s) in &mut outcomes {
+            s.publish_periodically();
             s.mark_dead_copies();
         }
         outcomes
@@ -250,9 +278,21 @@ impl State {
                 at,
                 pause,
                 renew,
-            } => s.on(t, at, |s, k| {
-                s.drained_handoff(k, (pause, renew), id(0), id(1))
-            }),
+            } => {
+                let ticks = if s.periodic {
+                    vec![false, true]
+                } else {
+                    vec![false]
+                };
+                ticks
+                    .into_iter()
+                    .flat_map(|tick| {
+                        s.clone().on(t, at, |s, k| {
+                            s.drained_handoff(k, (pause, renew), (id(0), id(1)), tick)
+                        })
+                    })
+                    .collect()
+            }
             Op::RaceHandoffWrite { t, at } => match s.key_of(t, at) {
                 None => single(vec![Res::Skipped, Res::Skipped], s),
                 Some(k) => s.race_handoff_write(k, id(0)),
@@ -293,9 +333,43 @@ impl State {
                 };
                 single(vec![out], s)
             }
+            Op::Late(late) => {
+                *s.armed.entry(late).or_default() += 1;
+                single(vec![Res::Ok], s)
+            }
+            Op::Land => {
+                s.land_all();
+                single(vec![Res::Ok], s)
+            }
+            Op::LandBeforeRelease => {
+                s.land_before_release = true;
+                single(vec![Res::Ok], s)
+            }
+            Op::OpenDuringClose { r, t } => s.open_during_close(r, t),
+            Op::Close { r } => s.close_and_restart(r),
+            Op::Crash { r } => {
+                s.crash(r);
+                single(vec![Res::Ok], s)
+            }
+            Op::LapseInCommit { t, at } => s.on(t, at, |s, k| vec![s.lapse_in_commit(k)]),
+            Op::ForgetDuringUpload { t, at } => match s.key_of(t, at) {
+                None => single(vec![Res::Skipped, Res::Skipped], s),
+                Some(k) => s.forget_during_upload(k),
+            },
+            Op::BlockingRun { t, at } => match s.key_of(t, at) {
+                None => single(vec![Res::Skipped, Res::Skipped], s),
+                Some(k) => s.blocking_run(k, id(0)),
+            },
+            Op::Periodic => {
+                s.periodic = true;
+                single(vec![Res::Ok], s)
+            }
             Op::Settle => {
                 s.lease_down = false;
                 s.durable_down = false;
+                s.armed.clear();
+                s.land_before_release = false;
+                s.land_all();
                 s.now += TTL_MS + 1;
                 single(vec![Res::Ok], s)
             }
@@ -306,7 +380,10 @@ impl State {
     pub fn key_of(&self, t: usize, at: At) -> Option<(usize, u64)> {
         match at {
             At::Newest => self.tenures.keys().filter(|k| k.0 == t).max().copied(),
-            At::On(r) => self.latest[r][t].map(|e| (t, e)),
+            // A crashed replica's tenure is never addressed again.
+            At::On(r) => self.latest[r][t]
+                .map(|e| (t, e))
+                .filter(|k| self.tenures.contains_key(k)),
             At::Older(n) => self
                 .tenures
                 .keys()

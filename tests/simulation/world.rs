@@ -38,6 +38,13 @@ pub const STORE_DEADLINE: Duration = Duration::from_millis(250);
 const SLOW_PUT: Duration = Duration::from_millis(2);
 /// How long any one call may take before the case fails as "did not settle".
 const SETTLE: Duration = Duration::from_secs(10);
+/// `snapshot_every` in the cases with periodic snapshots on (real time: actix's intervals).
+pub const SNAPSHOT_EVERY: Duration = Duration::from_millis(5);
+/// `drain_timeout` (real time): a drain waits this long for admitted work.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(1_000);
+
+mod faults;
+pub use faults::CRASH_BOUND;
 
 /// The name of replica `r`.
 pub fn replica_name(r: usize) -> String {
@@ -91,6 +98,12 @@ pub struct World {
     latest: Vec<Vec<Option<u64>>>,
     /// Tenures seen in a final state, which they never leave: not asked again.
     finished: BTreeMap<(usize, u64), TenantStatus>,
+    /// How many crashes so far (names the lock files crashed supervisors keep).
+    crashes: usize,
+    /// The deliberate bugs every replica runs with.
+    breakage: Breakage,
+    /// Periodic snapshots are on.
+    periodic: bool,
 }
 
 fn temp_dir() -> TempDir {
@@ -106,7 +119,7 @@ fn temp_dir() -> TempDir {
 impl World {
     /// A fleet of `REPLICAS + 1` replicas, each with `breakage` switched on. Inside an actix
     /// system.
-    pub fn new(breakage: Breakage) -> Self {
+    pub fn new(breakage: Breakage, periodic: bool) -> Self {
         let dir = temp_dir();
         let store_clock = ManualClock::new(STORE_BASE_MS);
         let sqlite = SqliteLeaseStore::open_with(
@@ -133,19 +146,39 @@ impl World {
             owners: HashMap::new(),
             latest: vec![vec![None; TENANTS]; REPLICAS + 1],
             finished: BTreeMap::new(),
+            crashes: 0,
+            breakage,
+            periodic,
         };
         for r in 0..=REPLICAS {
-            world.start_replica(r, breakage);
+            world.start_replica(r);
         }
         world
     }
 
-    fn start_replica(&mut self, r: usize, breakage: Breakage) {
+    fn start_replica(&mut self, r: usize) {
         let root = self.dir.path().join("nodes").join(replica_name(r));
         let clock = ManualClock::new(REPLICA_BASE_MS + self.now());
+        self.sups.push(self.supervisor(r, &root, &clock));
+        self.clocks.push(clock);
+        self.roots.push(root);
+    }
+
+    /// A supervisor for replica `r` on `root`, reading `clock`.
+    fn supervisor(&self, r: usize, root: &std::path::Path, clock: &ManualClock) -> Supervisor {
+        self.try_supervisor(r, root, clock).unwrap()
+    }
+
+    /// [`World::supervisor`], with the start's refusal (a root still locked).
+    fn try_supervisor(
+        &self,
+        r: usize,
+        root: &std::path::Path,
+        clock: &ManualClock,
+    ) -> Result<Supervisor, leasehold::Error> {
         let mut cfg = RuntimeConfig::new(
             ReplicaId::new(replica_name(r)).unwrap(),
-            &root,
+            root,
             self.leases.shared(),
             self.durable.shared(),
         );
@@ -153,18 +186,17 @@ impl World {
         cfg.ttl = Duration::from_millis(TTL_MS);
         cfg.margin = Duration::from_millis(MARGIN_MS);
         cfg.renew_every = None;
-        cfg.snapshot_every = None;
+        cfg.snapshot_every = self.periodic.then_some(SNAPSHOT_EVERY);
+        cfg.drain_timeout = DRAIN_TIMEOUT;
         cfg.store_deadline = STORE_DEADLINE;
         // One arbiter thread per replica: tenants still live off the supervisor's thread, and a
         // case starts in half the time.
         cfg.arbiters = 1;
-        cfg.breakage = breakage;
+        cfg.breakage = self.breakage;
         if r == REPLICAS {
             cfg.observer = Some(Arc::new(self.final_log.clone()));
         }
-        self.sups.push(Supervisor::start(cfg).unwrap());
-        self.clocks.push(clock);
-        self.roots.push(root);
+        Supervisor::start(cfg)
     }
 
     /// Model time.
@@ -291,14 +323,18 @@ impl World {
                 self.leases.set_down(false);
                 self.durable.set_down(false);
                 self.durable.clear_slow_put();
+                self.leases.disarm_late();
+                self.durable.disarm_late_puts();
+                self.land().await;
                 self.advance(TTL_MS + 1);
                 vec![Res::Ok]
             }
+            _ => self.exec_fault(op, ids).await,
         }
     }
 
     /// Time passes on every clock at once.
-    fn advance(&self, ms: u64) {
+    pub(crate) fn advance(&self, ms: u64) {
         let by = Duration::from_millis(ms);
         self.store_clock.advance(by);
         for clock in &self.clocks {
@@ -308,7 +344,13 @@ impl World {
 
     async fn open(&mut self, r: usize, t: usize) -> Res {
         let (org, tenant) = tenant_ids(t);
-        match settle_raw(self.sups[r].open(&org, &tenant)).await {
+        let opened = settle_raw(self.sups[r].open(&org, &tenant)).await;
+        self.opened(r, t, opened)
+    }
+
+    /// Records the tenure an open of `t` on `r` returned, if any.
+    fn opened(&mut self, r: usize, t: usize, opened: Result<Result<TenantRef, Error>, Res>) -> Res {
+        match opened {
             Ok(Ok(handle)) => {
                 let epoch = handle.epoch();
                 self.handles.entry((t, epoch)).or_insert(handle);
@@ -365,6 +407,7 @@ impl World {
             Ok(Err(e)) => return vec![res_of(&e)],
             Err(late) => return vec![late],
         };
+        let c_id = c.clone();
         let first = settle(ticket_insert(&ticket, a)).await;
         let mut handing_off = Box::pin(unit(h.handoff()));
         let began = wait_for_drain(h).await;
@@ -386,6 +429,9 @@ impl World {
             out.push(settle(unit(self.sups[r].renew_now())).await);
         }
         out.push(settle(ticket_insert(&ticket, c)).await);
+        if self.periodic && out.last() == Some(&Res::Ok) {
+            out.push(Res::Covered(self.covered(h.key(), &c_id).await));
+        }
         drop(ticket);
         out.push(settle(&mut handing_off).await);
         out
@@ -494,18 +540,20 @@ pub fn res_of(e: &Error) -> Res {
         Error::Store(StoreError::Unavailable { .. }) => Res::StoreDown,
         Error::Store(StoreError::Timeout { .. }) => Res::StoreTimeout,
         Error::Corrupt(_) => Res::Corrupt,
+        Error::Closed(_) => Res::Closed,
+        Error::DrainTimeout { .. } => Res::DrainTimeout,
         other => Res::Other(format!("{}: {other}", other.code())),
     }
 }
 
 /// `fut`, or `Other("did not settle")` after [`SETTLE`].
-async fn settle_raw<T>(fut: impl Future<Output = T>) -> Result<T, Res> {
+pub(crate) async fn settle_raw<T>(fut: impl Future<Output = T>) -> Result<T, Res> {
     tokio::time::timeout(SETTLE, fut)
         .await
         .map_err(|_| Res::Other(format!("did not settle within {SETTLE:?}")))
 }
 
-async fn settle(fut: impl Future<Output = Result<Res, Error>>) -> Res {
+pub(crate) async fn settle(fut: impl Future<Output = Result<Res, Error>>) -> Res {
     match settle_raw(fut).await {
         Ok(Ok(res)) => res,
         Ok(Err(e)) => res_of(&e),
@@ -513,15 +561,15 @@ async fn settle(fut: impl Future<Output = Result<Res, Error>>) -> Res {
     }
 }
 
-async fn count(fut: impl Future<Output = Result<usize, Error>>) -> Result<Res, Error> {
+pub(crate) async fn count(fut: impl Future<Output = Result<usize, Error>>) -> Result<Res, Error> {
     fut.await.map(Res::Count)
 }
 
-async fn unit(fut: impl Future<Output = Result<(), Error>>) -> Result<Res, Error> {
+pub(crate) async fn unit(fut: impl Future<Output = Result<(), Error>>) -> Result<Res, Error> {
     fut.await.map(|()| Res::Ok)
 }
 
-fn event(
+pub(crate) fn event(
     id: String,
 ) -> impl FnOnce(&mut leasehold::ledger::LedgerTx<'_>) -> Result<Res, LedgerError> + Send + 'static
 {
@@ -532,7 +580,10 @@ fn event(
     }
 }
 
-fn insert(h: &TenantRef, id: String) -> impl Future<Output = Result<Res, Error>> + use<> {
+pub(crate) fn insert(
+    h: &TenantRef,
+    id: String,
+) -> impl Future<Output = Result<Res, Error>> + use<> {
     h.run(event(id))
 }
 
@@ -547,7 +598,7 @@ fn read(h: &TenantRef) -> impl Future<Output = Result<Res, Error>> + use<> {
     })
 }
 
-async fn snapshot(h: &TenantRef) -> Result<Res, Error> {
+pub(crate) async fn snapshot(h: &TenantRef) -> Result<Res, Error> {
     let head = h.snapshot().await?;
     Ok(Res::Head(head.map(|i| (i.epoch, i.seq))))
 }

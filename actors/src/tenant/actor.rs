@@ -194,7 +194,15 @@ impl Actor for TenantActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        self.ended.set(self.tenure.status());
+        // Stopped before its tenure ended (its replica closed and dropped, its arbiter gone):
+        // like a crash, nothing flushed, nothing released; its handles read it as abandoned.
+        let status = self.tenure.status();
+        if !status.is_final() {
+            self.cell.end();
+            self.ended.set(TenantStatus::Abandoned);
+        } else {
+            self.ended.set(status);
+        }
     }
 }
 
@@ -264,37 +272,42 @@ impl Handler<Snapshot> for TenantActor {
             }
             SnapshotPlan::Publish { commits } => {
                 let publisher = self.publisher.clone();
-                Box::pin(
-                    async move { publisher.publish().await }
-                        .into_actor(self)
-                        .map(move |outcome, act, ctx| {
-                            let answer = outcome.as_ref().map(|p| Some(p.image.clone()));
-                            let answer = answer.map_err(Clone::clone);
-                            act.feed(
-                                Input::Published {
-                                    commits,
-                                    final_image: false,
-                                    outcome: outcome.map(Some),
-                                },
-                                ctx,
-                            );
-                            // Published, but a forget or a lost lease took the tenant meanwhile.
-                            match act.tenure.status() {
-                                TenantStatus::Abandoning
-                                | TenantStatus::Abandoned
-                                | TenantStatus::Forgetting
-                                | TenantStatus::Forgotten
-                                    if answer.is_ok() =>
-                                {
-                                    Err(Error::Draining {
-                                        key: act.key().to_string(),
-                                        state: act.tenure.status().as_str().to_string(),
-                                    })
-                                }
-                                _ => answer,
-                            }
-                        }),
-                )
+                let work = async move {
+                    let outcome = publisher.publish(commits).await;
+                    (outcome, publisher.head().await)
+                };
+                Box::pin(work.into_actor(self).map(move |(outcome, head), act, ctx| {
+                    let answer = match &outcome {
+                        Ok(Some(published)) => Ok(Some(published.image.clone())),
+                        Ok(None) => Ok(head),
+                        Err(e) => Err(e.clone()),
+                    };
+                    let lease_gone = act.cell.is_ended();
+                    act.feed(
+                        Input::Published {
+                            commits,
+                            final_image: false,
+                            outcome,
+                            lease_gone,
+                        },
+                        ctx,
+                    );
+                    // Published, but a forget or a lost lease took the tenant meanwhile.
+                    match act.tenure.status() {
+                        TenantStatus::Abandoning
+                        | TenantStatus::Abandoned
+                        | TenantStatus::Forgetting
+                        | TenantStatus::Forgotten
+                            if answer.is_ok() =>
+                        {
+                            Err(Error::Draining {
+                                key: act.key().to_string(),
+                                state: act.tenure.status().as_str().to_string(),
+                            })
+                        }
+                        _ => answer,
+                    }
+                }))
             }
         }
     }

@@ -149,7 +149,7 @@ impl TenantActor {
         let fenced = self.fenced();
         let work = async move {
             match (image, held) {
-                (true, _) => publisher.publish().await.map(Some),
+                (true, _) => publisher.publish(commits).await,
                 (false, true) => Ok(None),
                 (false, false) => Err(fenced),
             }
@@ -160,6 +160,7 @@ impl TenantActor {
                     commits,
                     final_image,
                     outcome,
+                    lease_gone: act.cell.is_ended(),
                 },
                 ctx,
             );

@@ -21,6 +21,8 @@ struct Chain {
     head: Option<ImageRef>,
     /// The next image's number in this epoch.
     next_seq: u64,
+    /// How many of the tenure's committed batches the head holds.
+    covers: u64,
 }
 
 /// An image this tenure published.
@@ -62,7 +64,11 @@ impl Publisher {
             cell,
             db_path,
             scratch,
-            chain: Mutex::new(Chain { head, next_seq: 1 }),
+            chain: Mutex::new(Chain {
+                head,
+                next_seq: 1,
+                covers: 0,
+            }),
         }
     }
 
@@ -81,12 +87,17 @@ impl Publisher {
         self.chain.lock().await.head.clone()
     }
 
-    /// Takes, uploads and publishes an image of what is committed now. `Fenced` when the lease
-    /// is not held before the upload or after the head moved: such an image never counts.
-    pub(crate) async fn publish(&self) -> Result<Published, Error> {
+    /// Takes, uploads and publishes an image of what is committed now, which holds at least
+    /// `commits` batches; `None` when the head already holds them (a publish queued behind
+    /// another that covered it uploads nothing). `Fenced` when the lease is not held before the
+    /// upload or after the head moved: such an image never counts.
+    pub(crate) async fn publish(&self, commits: u64) -> Result<Option<Published>, Error> {
         let mut chain = self.chain.lock().await;
         if !self.cell.holds(self.rt.now_ms()) {
             return Err(self.fenced());
+        }
+        if chain.head.is_some() && chain.covers >= commits {
+            return Ok(None);
         }
         let seq = chain.next_seq;
         // A number once tried is never reused: a half-finished upload may have left its image.
@@ -110,7 +121,8 @@ impl Publisher {
         if !self.cell.holds(self.rt.now_ms()) {
             return Err(self.fenced());
         }
-        self.rt
+        let moved = self
+            .rt
             .leases
             .publish_head(
                 self.key(),
@@ -118,12 +130,18 @@ impl Publisher {
                 self.cell.epoch,
                 &image,
             )
-            .await?;
+            .await;
+        if let Err(leasehold::lease::LeaseError::NotHeld { .. }) = &moved {
+            // The store says the lease is gone: this tenure never holds again.
+            self.cell.end();
+        }
+        moved?;
         if !self.cell.holds(self.rt.now_ms()) {
             return Err(self.fenced());
         }
         chain.head = Some(image.clone());
-        Ok(Published { image, taken_at_ms })
+        chain.covers = chain.covers.max(commits);
+        Ok(Some(Published { image, taken_at_ms }))
     }
 
     /// Takes image `seq` into the scratch directory, off the async threads.

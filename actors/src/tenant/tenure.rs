@@ -182,8 +182,11 @@ pub(crate) enum Input {
         /// Whether it was the final image of a handoff.
         final_image: bool,
         /// The image published (`None`: nothing was uploaded), or why not (`Err(Fenced)`: the
-        /// lease was gone).
+        /// lease did not hold).
         outcome: Result<Option<Published>, Error>,
+        /// The lease store refused the head's move: the lease is gone for good (not only
+        /// lapsed on the holder's clock, which a renewal may still revive).
+        lease_gone: bool,
     },
     /// An abandon was called.
     Abandon,
@@ -390,7 +393,8 @@ impl Tenure {
                 commits,
                 final_image,
                 outcome,
-            } => self.published(commits, final_image, outcome, &mut fx),
+                lease_gone,
+            } => self.published(commits, final_image, outcome, lease_gone, &mut fx),
             Input::Abandon => self.abandon(&mut fx),
             Input::Forget => self.forget(&mut fx),
             Input::LeaseLost => {
@@ -477,6 +481,7 @@ impl Tenure {
         commits: u64,
         final_image: bool,
         outcome: Result<Option<Published>, Error>,
+        lease_gone: bool,
         fx: &mut Vec<Effect>,
     ) {
         self.uploads = self.uploads.saturating_sub(1);
@@ -515,8 +520,10 @@ impl Tenure {
                     fx.push(Effect::Reply(Waiter::Handoff, Err(error)));
                 }
             }
-        } else if fenced && self.overtakable() {
-            // A snapshot that found the lease gone ends the tenure, as a flush does.
+        } else if fenced && lease_gone && self.overtakable() {
+            // A snapshot whose head the store refused for a lease it no longer holds ends the
+            // tenure, as a flush does. (One that only found the holder's clock past the lease
+            // leaves it: a renewal may revive it, and every call is fenced meanwhile.)
             fx.push(Effect::Emit(Event::Lost {
                 key: self.key.clone(),
                 epoch: self.epoch,

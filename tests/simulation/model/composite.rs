@@ -8,17 +8,24 @@ impl State {
     /// Admit; a ticket write; a handoff begins; a plain write and an admission are refused, a
     /// snapshot publishes the ticket's write (the crash bound holds while draining); time passes and the owner may renew; a second ticket write; the ticket goes;
     /// the handoff ends — or was settled as overtaken when the renewal found the lease lost.
+    ///
+    /// With periodic snapshots on, the first write may be published before the drain begins
+    /// (`tick`), and the second must be in the head image within the crash bound, drain or no
+    /// drain (docs/guarantees.md, promise 3): its outcome is followed by `Covered(true)`.
     pub(super) fn drained_handoff(
         &mut self,
         k: (usize, u64),
         (pause, renew): (u64, bool),
-        a: String,
-        c: String,
+        (a, c): (String, String),
+        tick: bool,
     ) -> Vec<Res> {
         if let Err(e) = self.admission(k) {
             return vec![e];
         }
         let first = self.write(k, a);
+        if tick {
+            let _ = self.publish(k, false);
+        }
         if let Err(e) = self.begin_drain(k) {
             return vec![Res::Ok, first, e];
         }
@@ -38,6 +45,9 @@ impl State {
         } else {
             Res::Fenced
         });
+        if self.periodic && out.last() == Some(&Res::Ok) {
+            out.push(Res::Covered(self.publish(k, false).is_ok()));
+        }
         out.push(if lost {
             Res::Draining
         } else {
@@ -51,8 +61,17 @@ impl State {
     pub(super) fn race_handoff_write(&self, k: (usize, u64), id: String) -> Outcomes {
         let mut before = self.clone();
         let w = before.write(k, id.clone());
+        let mut ticked = before.clone();
         let h = before.handoff(k, false);
-        let mut outcomes = vec![(vec![w, h], before)];
+        let mut outcomes = vec![(vec![w.clone(), h], before)];
+        if self.periodic && w == Res::Ok {
+            // A periodic snapshot of the write was still uploading when the flush began: the
+            // flush publishes the same content once more.
+            let _ = ticked.publish(k, false);
+            ticked.tenure(k).dirty = true;
+            let h = ticked.handoff(k, false);
+            outcomes.push((vec![w, h], ticked));
+        }
         if self.begin_drain(k).is_ok() {
             let mut during = self.clone();
             let h = during.handoff(k, false);

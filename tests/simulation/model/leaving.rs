@@ -1,7 +1,8 @@
 //! The model of how a tenure leaves: handoff (drain, flush, release), abandon, forget, a lease
 //! lost at renewal, and the local copies left behind (dropped when dead).
 
-use super::{Dir, MARGIN_MS, Outcomes, REPLICAS, Res, State, Status, TENANTS, TTL_MS};
+use super::{Dir, Held, MARGIN_MS, Outcomes, REPLICAS, Res, State, Status, TENANTS, TTL_MS};
+use crate::ops::Late;
 
 impl State {
     /// Ends the tenure locally and hands its lease back (when the store still has it live).
@@ -9,8 +10,21 @@ impl State {
         let (t, epoch) = k;
         let replica = self.tenures[&k].replica;
         self.end(k);
-        if !self.lease_down
-            && self.store_live(t, replica, epoch)
+        self.release_call(t, replica, epoch);
+    }
+
+    /// The `release` call of `(t, epoch)` by `r`: the calls kept back may land first; an
+    /// outage refuses it; a late landing keeps it back; else the store hands a live lease back.
+    pub(super) fn release_call(&mut self, t: usize, r: usize, epoch: u64) {
+        self.before_release();
+        if self.lease_down {
+            return;
+        }
+        if self.take_late(Late::Release) {
+            self.hold(Held::Release { t, r, epoch });
+            return;
+        }
+        if self.store_live(t, r, epoch)
             && let Some(row) = self.tenants[t].row.as_mut()
         {
             row.released = true;
@@ -118,25 +132,21 @@ impl State {
             self.finish(k, Status::Abandoned);
             return Res::StoreDown;
         }
+        if self.take_late(Late::MarkForgotten) {
+            // The call times out and lands later; raising the floor is idempotent for the
+            // tenure, so the forget asks again at once (docs/guarantees.md, "Late landings").
+            self.held.push(Held::MarkForgotten {
+                t,
+                r: replica,
+                epoch,
+            });
+        }
         if !self.store_live(t, replica, epoch) {
             self.release(k);
             self.finish(k, Status::Abandoned);
             return Res::Fenced;
         }
-        let ts = &mut self.tenants[t];
-        ts.floor = ts.floor.max(epoch);
-        ts.head = None;
-        let floor = ts.floor;
-        let dead: Vec<_> = ts
-            .objects
-            .keys()
-            .filter(|o| o.0 <= floor)
-            .copied()
-            .collect();
-        for o in dead {
-            ts.objects.remove(&o);
-            ts.leftovers.insert(o);
-        }
+        self.raise_floor(t, epoch);
         if self.durable_down {
             // The floor is raised: the tenure ends forgotten all the same; what could not be
             // deleted goes at the next open's sweep, and the dead local copy at a local sweep.
@@ -144,7 +154,7 @@ impl State {
             self.finish(k, Status::Forgotten);
             return Res::StoreDown;
         }
-        ts.leftovers.clear();
+        self.tenants[t].leftovers.clear();
         self.dirs[replica][t] = Dir::Absent;
         self.release(k);
         self.finish(k, Status::Forgotten);
@@ -161,6 +171,9 @@ impl State {
         }
         if self.lease_down {
             return Res::StoreDown;
+        }
+        if self.take_late(Late::Renew) {
+            return self.hold(Held::Renew { r, batch });
         }
         let now = self.now;
         for (t, epoch) in batch {

@@ -1,7 +1,8 @@
 //! The model of the serving verbs: open (acquire, restore), runs and tickets, snapshots and
 //! the publisher they share with the handoff.
 
-use super::{Dir, Image, MARGIN_MS, Res, Row, State, Status, TTL_MS, Tenure};
+use super::{Dir, Held, HeldPut, Image, MARGIN_MS, Res, Row, State, Status, TTL_MS, Tenure};
+use crate::ops::Late;
 
 impl State {
     /// `Supervisor::open`.
@@ -11,6 +12,17 @@ impl State {
         }
         if self.lease_down {
             return Res::StoreDown;
+        }
+        if self.take_late(Late::Acquire) {
+            // The call times out for its caller and lands later; the open asks again at once
+            // under the same attempt id (docs/guarantees.md, "Late landings").
+            let out = self.open(r, t);
+            let own = match out {
+                Res::Epoch(epoch) => Some(epoch),
+                _ => None,
+            };
+            self.held.push(Held::Acquire { t, r, own });
+            return out;
         }
         if self.row_live(t) {
             return Res::LeaseHeld;
@@ -35,9 +47,7 @@ impl State {
             Ok(restored) => restored,
             Err(e) => {
                 // The open fails and hands the lease back.
-                if let Some(row) = ts.row.as_mut() {
-                    row.released = true;
-                }
+                self.release_call(t, r, epoch);
                 return e;
             }
         };
@@ -116,6 +126,13 @@ impl State {
         if self.durable_down {
             return Err(Res::StoreDown);
         }
+        if self.take_late(Late::Put) {
+            self.held_puts.push(HeldPut {
+                t,
+                image: (epoch, seq),
+            });
+            return Err(Res::StoreTimeout);
+        }
         if hung {
             return Err(Res::StoreTimeout);
         }
@@ -129,6 +146,15 @@ impl State {
             return Err(Res::StoreDown);
         }
         let replica = self.tenures[&k].replica;
+        if self.take_late(Late::PublishHead) {
+            let image = (epoch, seq);
+            return Err(self.hold(Held::PublishHead {
+                t,
+                r: replica,
+                epoch,
+                image,
+            }));
+        }
         if !self.store_live(t, replica, epoch) || epoch <= self.tenants[t].floor {
             return Err(Res::Fenced);
         }

@@ -92,10 +92,12 @@ fn ended() -> Tenure {
 }
 
 fn published(commits: u64, final_image: bool, outcome: Result<Option<Published>, Error>) -> Input {
+    let lease_gone = matches!(&outcome, Err(e) if e.is_fenced());
     Input::Published {
         commits,
         final_image,
         outcome,
+        lease_gone,
     }
 }
 
@@ -340,6 +342,23 @@ fn a_snapshot_that_finds_the_lease_gone_ends_the_tenure_as_a_flush_does() {
     let fx = t.on(published(commits, false, Err(fenced())), Instant::now());
     assert_eq!(t.status(), TenantStatus::Abandoned);
     assert!(fx.contains(&Effect::EndTenure));
+}
+
+#[test]
+fn a_snapshot_that_found_only_the_holders_clock_past_the_lease_leaves_the_tenure() {
+    let mut t = serving(true);
+    let SnapshotPlan::Publish { commits } = t.snapshot(true, true) else {
+        panic!("publish");
+    };
+    let lapsed = Input::Published {
+        commits,
+        final_image: false,
+        outcome: Err(fenced()),
+        lease_gone: false,
+    };
+    t.on(lapsed, Instant::now());
+    assert_eq!(t.status(), TenantStatus::Serving, "a renewal may revive it");
+    assert!(t.dirty());
 }
 
 #[test]

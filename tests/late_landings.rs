@@ -1,0 +1,110 @@
+//! The test kit's late landings (docs/testing.md, "The simulation's fault classes"): a call
+//! armed to land late answers `Timeout` and changes nothing until it is let through; an outage
+//! refuses it outright and leaves the arming for the next call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::clock::ManualClock;
+use leasehold::durable::dir::DirStore;
+use leasehold::durable::{DurableStore, Put, StoreError};
+use leasehold::ids::{LeaseKey, OrgId, TenantId};
+use leasehold::layout::ImageRef;
+use leasehold::lease::sqlite::SqliteLeaseStore;
+use leasehold::lease::{LeaseError, LeaseStore};
+use leasehold::testkit::{FaultyLeaseStore, FaultyStore, LeaseOp};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn key() -> LeaseKey {
+    LeaseKey::new(&OrgId::new("acme").unwrap(), &TenantId::new("t1").unwrap())
+}
+
+fn image(epoch: u64, seq: u64) -> ImageRef {
+    ImageRef {
+        epoch,
+        seq,
+        sha256: "0".repeat(64),
+    }
+}
+
+fn timed_out(op: &'static str) -> LeaseError {
+    LeaseError::Store(StoreError::Timeout { op, after_ms: 0 })
+}
+
+fn lease_store(dir: &std::path::Path) -> FaultyLeaseStore {
+    let clock = ManualClock::new(1_000);
+    let sqlite =
+        SqliteLeaseStore::open_with(&dir.join("leases.db"), Arc::new(clock), "boot".into());
+    FaultyLeaseStore::new(Arc::new(sqlite.unwrap()))
+}
+
+#[tokio::test]
+async fn a_late_publish_head_times_out_changes_nothing_and_lands_when_let_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = lease_store(dir.path());
+    let lease = store.acquire(&key(), "r1", TTL).await.unwrap();
+    store.land_late(LeaseOp::PublishHead);
+    let answer = store
+        .publish_head(&key(), "r1", lease.epoch, &image(lease.epoch, 1))
+        .await;
+    assert_eq!(answer.unwrap_err(), timed_out("publish_head"));
+    assert_eq!(store.held(), vec![LeaseOp::PublishHead]);
+    let before = store.inner().read(&key()).await.unwrap().unwrap();
+    assert_eq!(before.head, None, "a call kept back has not landed");
+    assert_eq!(store.land_held().await, vec![LeaseOp::PublishHead]);
+    let after = store.inner().read(&key()).await.unwrap().unwrap();
+    assert_eq!(after.head, Some(image(lease.epoch, 1)));
+    assert!(store.held().is_empty());
+}
+
+#[tokio::test]
+async fn an_outage_refuses_a_late_call_outright_and_the_next_call_lands_late() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = lease_store(dir.path());
+    store.land_late(LeaseOp::Acquire);
+    store.set_down(true);
+    let refused = store.acquire(&key(), "r1", TTL).await.unwrap_err();
+    assert!(matches!(
+        refused,
+        LeaseError::Store(StoreError::Unavailable { .. })
+    ));
+    store.set_down(false);
+    let late = store.acquire(&key(), "r1", TTL).await.unwrap_err();
+    assert_eq!(late, timed_out("acquire"));
+    assert_eq!(store.inner().read(&key()).await.unwrap(), None);
+    store.land_held().await;
+    let landed = store.inner().read(&key()).await.unwrap().unwrap();
+    assert_eq!((landed.owner.as_str(), landed.epoch), ("r1", 1));
+    // Disarmed: the next call goes straight through.
+    store.land_late(LeaseOp::Release);
+    store.disarm_late();
+    store.release(&key(), "r1", 1).await.unwrap();
+    assert!(store.held().is_empty());
+}
+
+#[tokio::test]
+async fn a_late_put_times_out_and_its_bytes_land_when_let_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FaultyStore::new(Arc::new(DirStore::open(dir.path()).unwrap()));
+    store.land_late_put(|key| key.ends_with(".db"));
+    // A key the arming does not match goes through.
+    let manifest = store.put_if_absent("a/m.json", b"{}".to_vec()).await;
+    assert_eq!(manifest.unwrap(), Put::Created);
+    let late = store.put_if_absent("a/i.db", b"image".to_vec()).await;
+    assert_eq!(
+        late.unwrap_err(),
+        StoreError::Timeout {
+            op: "put_if_absent",
+            after_ms: 0
+        }
+    );
+    assert_eq!(store.inner().get("a/i.db").await.unwrap(), None);
+    assert_eq!(store.held_puts(), vec!["a/i.db".to_string()]);
+    assert_eq!(store.land_held_puts().await.unwrap(), vec!["a/i.db"]);
+    assert_eq!(
+        store.inner().get("a/i.db").await.unwrap(),
+        Some(b"image".to_vec())
+    );
+    assert!(store.held_puts().is_empty());
+}
