@@ -11,6 +11,13 @@
 //! precedes, and again after a put was held back, so an outage that starts while an upload is
 //! "in flight" fails it. The store is `Clone` (an `Arc` inside): a test keeps one handle to
 //! steer the faults while the runtime owns another.
+//!
+//! Two faults model time and late effects (docs/testing.md, "late landings"):
+//! - a *late put* ([`FaultyStore::land_puts_late`]) answers [`StoreError::Timeout`] at once and
+//!   lands when the test says so ([`FaultyStore::release_late_puts`]) — the put that outlived its
+//!   deadline; [`LateLanding`] says whether [`DurableStore::settle_puts`] can see it;
+//! - a *pace* ([`FaultyStore::set_pace`]) makes listings and reads take (tokio) time in
+//!   proportion to what they return, so deadlines meet big tenants and big images.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -22,7 +29,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 
 use crate::DurableStore;
-use crate::durable::{Put, SharedDurableStore, StoreError};
+use crate::durable::{ListPage, Put, PutsInFlight, SharedDurableStore, StoreError};
 
 /// What an injected outage says.
 pub const INJECTED_OUTAGE: &str = "injected outage";
@@ -82,6 +89,49 @@ struct SlowPut {
     delay: Duration,
 }
 
+/// Whether [`DurableStore::settle_puts`] can see a late put.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LateLanding {
+    /// The put stays registered until it lands, and `settle_puts` waits for it: a put this
+    /// process still runs (a blocking write, a request whose answer is still awaited).
+    Tracked,
+    /// Nothing in this process knows of it: a request the server completes after the client
+    /// gave up. Only a later sweep finds what it leaves.
+    Untracked,
+}
+
+/// Puts of matching keys land late.
+struct LatePuts {
+    /// Which keys.
+    matching: KeyMatch,
+    /// Whether `settle_puts` sees them.
+    landing: LateLanding,
+}
+
+/// How long calls take in proportion to what they return (tokio time, so paused-clock tests
+/// see it exactly).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pace {
+    /// Added to a `list` or `list_page` per key it returns.
+    pub per_listed_key: Duration,
+    /// Added to a `get` or `get_sized` per MiB it returns, in proportion.
+    pub per_mib_read: Duration,
+}
+
+impl Pace {
+    /// How long a listing of `keys` keys takes.
+    fn listing(&self, keys: usize) -> Duration {
+        self.per_listed_key
+            .saturating_mul(u32::try_from(keys).unwrap_or(u32::MAX))
+    }
+
+    /// How long a read of `bytes` bytes takes: `per_mib_read` in proportion.
+    fn read(&self, bytes: usize) -> Duration {
+        let nanos = self.per_mib_read.as_nanos() * bytes as u128 / (1024 * 1024);
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+}
+
 /// The faults and counters every clone of one [`FaultyStore`] shares.
 struct Faults {
     /// The wrapped store.
@@ -94,6 +144,16 @@ struct Faults {
     hang_puts: watch::Sender<bool>,
     /// Puts of matching keys sleep first.
     slow_put: Mutex<Option<SlowPut>>,
+    /// Puts of matching keys answer `Timeout` at once and land when released.
+    late_puts: Mutex<Option<LatePuts>>,
+    /// Bumped to land the late puts held so far.
+    late_release: watch::Sender<u64>,
+    /// Late puts not landed yet.
+    late_held: AtomicUsize,
+    /// The tracked late puts not landed yet, for `settle_puts`.
+    late_tracked: PutsInFlight,
+    /// How long listings and reads take.
+    pace: Mutex<Pace>,
     /// One-shot hooks, in the order they were set.
     hooks: Mutex<Vec<PendingHook>>,
     /// Puts handed to the wrapped store.
@@ -137,6 +197,11 @@ impl FaultyStore {
             fail_next_delete: AtomicBool::new(false),
             hang_puts: watch::Sender::new(false),
             slow_put: Mutex::new(None),
+            late_puts: Mutex::new(None),
+            late_release: watch::Sender::new(0),
+            late_held: AtomicUsize::new(0),
+            late_tracked: PutsInFlight::new(),
+            pace: Mutex::new(Pace::default()),
             hooks: Mutex::new(Vec::new()),
             puts: AtomicUsize::new(0),
             deletes: AtomicUsize::new(0),
@@ -205,6 +270,41 @@ impl FaultyStore {
         self.push_hook(StoreOp::Put, Some(Arc::new(matching)), hook);
     }
 
+    /// From now on, puts of keys for which `matching` is true answer [`StoreError::Timeout`] at
+    /// once (outcome unknown) and land in the wrapped store only when
+    /// [`FaultyStore::release_late_puts`] is called: the put that outlived its deadline. With
+    /// [`LateLanding::Tracked`], `settle_puts` waits for them to land.
+    pub fn land_puts_late(
+        &self,
+        matching: impl Fn(&str) -> bool + Send + Sync + 'static,
+        landing: LateLanding,
+    ) {
+        *lock(&self.faults.late_puts) = Some(LatePuts {
+            matching: Arc::new(matching),
+            landing,
+        });
+    }
+
+    /// New puts land on time again; those held stay held until released.
+    pub fn clear_late_puts(&self) {
+        *lock(&self.faults.late_puts) = None;
+    }
+
+    /// The late puts held so far go on to the wrapped store.
+    pub fn release_late_puts(&self) {
+        self.faults.late_release.send_modify(|n| *n += 1);
+    }
+
+    /// How many late puts have not landed yet.
+    pub fn late_puts_held(&self) -> usize {
+        self.faults.late_held.load(Ordering::SeqCst)
+    }
+
+    /// Listings and reads take time in proportion to what they return.
+    pub fn set_pace(&self, pace: Pace) {
+        *lock(&self.faults.pace) = pace;
+    }
+
     /// How many puts reached the wrapped store.
     pub fn puts(&self) -> usize {
         self.faults.puts.load(Ordering::SeqCst)
@@ -259,6 +359,53 @@ impl Faults {
         }
     }
 
+    /// The landing of a late put of `key`, if puts of it land late.
+    fn late_landing(&self, key: &str) -> Option<LateLanding> {
+        lock(&self.late_puts)
+            .as_ref()
+            .filter(|late| (late.matching)(key))
+            .map(|late| late.landing)
+    }
+
+    /// Holds the put back on a task of its own until the late puts are released, then lands it.
+    fn spawn_late_put(self: &Arc<Self>, key: &str, bytes: Vec<u8>, landing: LateLanding) {
+        let faults = Arc::clone(self);
+        let key = key.to_owned();
+        let entry = (landing == LateLanding::Tracked).then(|| faults.late_tracked.enter(&key));
+        let mut release = faults.late_release.subscribe();
+        let before = *release.borrow_and_update();
+        faults.late_held.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            let _tracked = entry;
+            // The sender lives as long as `faults`, so this only returns once released.
+            let _ = release.wait_for(|n| *n > before).await;
+            faults.puts.fetch_add(1, Ordering::SeqCst);
+            let _ = faults.inner.put_if_absent(&key, bytes).await;
+            faults.late_held.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+
+    /// Waits as long as the pace asks for a listing of `keys` keys.
+    async fn pace_listing(&self, keys: usize) {
+        let wait = lock(&self.pace).listing(keys);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Waits as long as the pace asks for a read that returned `found`.
+    async fn pace_read(&self, found: &Result<Option<Vec<u8>>, StoreError>) {
+        let bytes = found
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .map_or(0, Vec::len);
+        let wait = lock(&self.pace).read(bytes);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+
     /// Fails the call if a failed delete was asked for.
     fn check_delete(&self, op: StoreOp) -> Result<(), StoreError> {
         if self.fail_next_delete.swap(false, Ordering::SeqCst) {
@@ -281,6 +428,13 @@ impl DurableStore for FaultyStore {
     async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
         let faults = &self.faults;
         faults.enter(StoreOp::Put, key).await?;
+        if let Some(landing) = faults.late_landing(key) {
+            faults.spawn_late_put(key, bytes, landing);
+            return Err(StoreError::Timeout {
+                op: StoreOp::Put.as_str(),
+                after_ms: 0,
+            });
+        }
         faults.hold_put(key).await;
         faults.check_up(StoreOp::Put)?;
         faults.puts.fetch_add(1, Ordering::SeqCst);
@@ -289,12 +443,37 @@ impl DurableStore for FaultyStore {
 
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.faults.enter(StoreOp::Get, key).await?;
-        self.faults.inner.get(key).await
+        let found = self.faults.inner.get(key).await;
+        self.faults.pace_read(&found).await;
+        found
+    }
+
+    async fn get_sized(&self, key: &str, expected: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        self.faults.enter(StoreOp::Get, key).await?;
+        let found = self.faults.inner.get_sized(key, expected).await;
+        self.faults.pace_read(&found).await;
+        found
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         self.faults.enter(StoreOp::List, prefix).await?;
-        self.faults.inner.list(prefix).await
+        let listed = self.faults.inner.list(prefix).await?;
+        self.faults.pace_listing(listed.len()).await;
+        Ok(listed)
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        max_keys: usize,
+    ) -> Result<ListPage, StoreError> {
+        self.faults.enter(StoreOp::List, prefix).await?;
+        let page = (self.faults.inner)
+            .list_page(prefix, start_after, max_keys)
+            .await?;
+        self.faults.pace_listing(page.keys.len()).await;
+        Ok(page)
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
@@ -307,5 +486,13 @@ impl DurableStore for FaultyStore {
         self.faults.enter(StoreOp::DeletePrefix, prefix).await?;
         self.faults.check_delete(StoreOp::DeletePrefix)?;
         self.faults.inner.delete_prefix(prefix).await
+    }
+
+    /// Waits for the tracked late puts under `prefix`, then for the wrapped store's puts.
+    async fn settle_puts(&self, prefix: &str, limit: Duration) -> Result<(), StoreError> {
+        let started = tokio::time::Instant::now();
+        self.faults.late_tracked.settle(prefix, limit).await?;
+        let left = limit.saturating_sub(started.elapsed());
+        self.faults.inner.settle_puts(prefix, left).await
     }
 }
