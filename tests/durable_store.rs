@@ -551,3 +551,8 @@ async fn p6_a_restore_reads_its_image_within_a_deadline_grown_by_the_manifests_s
         .expect("an image");
     assert_eq!((got, bytes.len() as u64), (manifest, image.size));
 }
+
+#[tokio::test]
+async fn mem_store_passes_the_durable_conformance_suite() {
+    durable_store_conformance(&MemStore::new(), "conf").await;
+}

@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
-use super::{DurableStore, Put, StoreError, check_key, check_list_prefix, check_prefix};
+use super::{DurableStore, ListPage, Put, StoreError, check_key, check_list_prefix, check_prefix};
 
 /// The staging directory's name under the root. `#` is not a key character.
 pub const STAGING_DIR: &str = "#staging";
@@ -88,6 +88,21 @@ impl DurableStore for DirStore {
         check_list_prefix(prefix)?;
         let (root, prefix) = (self.root.clone(), prefix.to_owned());
         blocking("list", move || list_blocking(&root, &prefix)).await
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        max_keys: usize,
+    ) -> Result<ListPage, StoreError> {
+        check_list_prefix(prefix)?;
+        let (root, prefix) = (self.root.clone(), prefix.to_owned());
+        let after = start_after.map(str::to_owned);
+        blocking("list_page", move || {
+            list_page_blocking(&root, &prefix, after.as_deref(), max_keys.max(1))
+        })
+        .await
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
@@ -184,13 +199,6 @@ fn inspect(op: &'static str, root: &Path, key: &str) -> Result<Found, StoreError
         };
     }
     Ok(found)
-}
-
-/// Fsyncs a directory, making the entries created or removed in it durable.
-fn sync_dir(op: &'static str, dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_at(op, dir, &e))
 }
 
 /// Fsyncs a directory that a concurrent delete may have pruned; false if it was gone.
@@ -370,47 +378,99 @@ fn get_blocking(root: &Path, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
 
 fn list_blocking(root: &Path, prefix: &str) -> Result<Vec<String>, StoreError> {
     const OP: &str = "list";
-    let mut keys = Vec::new();
+    let mut walk = PageWalk {
+        after: None,
+        wanted: usize::MAX,
+        keys: Vec::new(),
+    };
     if inspect(OP, root, prefix)? == Found::Dir {
-        collect_keys(OP, &path_of(root, prefix), prefix, &mut keys)?;
+        walk.visit(OP, &path_of(root, prefix), prefix)?;
     }
-    keys.sort();
-    Ok(keys)
+    Ok(walk.keys)
 }
 
-/// Adds to `keys` every object under `dir`, whose key prefix is `key_prefix` (`""` or ending
-/// with `/`). Names that are no key segment (the staging directory), symlinks and anything but
-/// regular files and directories are skipped.
-fn collect_keys(
-    op: &'static str,
-    dir: &Path,
-    key_prefix: &str,
-    keys: &mut Vec<String>,
-) -> Result<(), StoreError> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_at(op, dir, &e)),
+fn list_page_blocking(
+    root: &Path,
+    prefix: &str,
+    after: Option<&str>,
+    max_keys: usize,
+) -> Result<ListPage, StoreError> {
+    const OP: &str = "list_page";
+    let mut walk = PageWalk {
+        after,
+        // One more than the page, to know whether another follows.
+        wanted: max_keys + 1,
+        keys: Vec::new(),
     };
-    for entry in entries {
-        let entry = entry.map_err(|e| io_at(op, dir, &e))?;
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        let key = format!("{key_prefix}{name}");
-        if check_key(&name).is_err() || check_key(&key).is_err() {
-            continue;
-        }
-        if kind.is_dir() {
-            collect_keys(op, &entry.path(), &format!("{key}/"), keys)?;
-        } else if kind.is_file() {
-            keys.push(key);
-        }
+    if inspect(OP, root, prefix)? == Found::Dir {
+        walk.visit(OP, &path_of(root, prefix), prefix)?;
     }
-    Ok(())
+    let mut keys = walk.keys;
+    let next = (keys.len() > max_keys).then(|| {
+        keys.truncate(max_keys);
+        keys[max_keys - 1].clone()
+    });
+    Ok(ListPage { keys, next })
+}
+
+/// A walk of the tree in key order that collects the keys after a marker, and stops when it has
+/// enough; it never enters a directory whose keys all lie at or before the marker.
+struct PageWalk<'a> {
+    /// Only keys greater than this are collected.
+    after: Option<&'a str>,
+    /// How many keys to collect.
+    wanted: usize,
+    /// The keys collected, in order.
+    keys: Vec<String>,
+}
+
+impl PageWalk<'_> {
+    /// Visits `dir`, whose key prefix is `key_prefix` (`""` or ending with `/`). Entries are
+    /// taken in key order: a directory `d` sorts as `d/`, so `d-x` comes before `d/…`. Names
+    /// that are no key segment, symlinks and anything but files and directories are skipped.
+    fn visit(&mut self, op: &'static str, dir: &Path, key_prefix: &str) -> Result<(), StoreError> {
+        let entries = match fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_at(op, dir, &e)),
+        };
+        let mut sorted = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| io_at(op, dir, &e))?;
+            let file_name = entry.file_name();
+            let (Some(name), Ok(kind)) = (file_name.to_str(), entry.file_type()) else {
+                continue;
+            };
+            let key = format!("{key_prefix}{name}");
+            if check_key(name).is_err() || check_key(&key).is_err() {
+                continue;
+            }
+            if kind.is_dir() {
+                sorted.push((format!("{key}/"), Some(entry.path())));
+            } else if kind.is_file() {
+                sorted.push((key, None));
+            }
+        }
+        sorted.sort();
+        for (key, subdir) in sorted {
+            if self.keys.len() >= self.wanted {
+                return Ok(());
+            }
+            match subdir {
+                Some(path) if !self.all_before_marker(&key) => self.visit(op, &path, &key)?,
+                Some(_) => {}
+                None if self.after.is_none_or(|after| key.as_str() > after) => self.keys.push(key),
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether every key under `dir_prefix` (ending with `/`) lies at or before the marker.
+    fn all_before_marker(&self, dir_prefix: &str) -> bool {
+        self.after
+            .is_some_and(|after| after > dir_prefix && !after.starts_with(dir_prefix))
+    }
 }
 
 fn delete_blocking(root: &Path, key: &str) -> Result<(), StoreError> {
@@ -425,7 +485,8 @@ fn delete_blocking(root: &Path, key: &str) -> Result<(), StoreError> {
         Err(e) => return Err(io_at(OP, &path, &e)),
     }
     let parent = path.parent().unwrap_or(root);
-    sync_dir(OP, parent)?;
+    // Gone only if a concurrent delete of a sibling pruned it already.
+    sync_dir_if_present(OP, parent)?;
     prune_empty_dirs(root, parent);
     Ok(())
 }
@@ -438,7 +499,7 @@ fn delete_prefix_blocking(root: &Path, prefix: &str) -> Result<usize, StoreError
     let dir = path_of(root, prefix);
     let removed = remove_tree(OP, &dir)?;
     let parent = dir.parent().unwrap_or(root);
-    sync_dir(OP, parent)?;
+    sync_dir_if_present(OP, parent)?;
     prune_empty_dirs(root, parent);
     Ok(removed)
 }

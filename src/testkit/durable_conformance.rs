@@ -10,7 +10,7 @@
 use std::fmt::Display;
 
 use crate::DurableStore;
-use crate::durable::{Put, StoreError, check_key};
+use crate::durable::{ListPage, Put, StoreError, check_key};
 
 /// Objects of this size stand for an image in the round trip check.
 const MIB: usize = 1024 * 1024;
@@ -71,6 +71,7 @@ pub async fn durable_store_conformance(store: &dyn DurableStore, ns: &str) {
     conformance_get_missing_is_none(store, ns).await;
     conformance_list_is_sorted_by_whole_segments(store, ns).await;
     conformance_list_of_an_empty_prefix_is_empty(store, ns).await;
+    conformance_list_pages_follow_the_listing(store, ns).await;
     conformance_delete_removes_and_missing_is_ok(store, ns).await;
     conformance_delete_prefix_takes_whole_segments(store, ns).await;
     conformance_bad_keys_are_refused_everywhere(store, ns).await;
@@ -180,6 +181,78 @@ pub async fn conformance_list_is_sorted_by_whole_segments(store: &dyn DurableSto
             "list of \"\" is unsorted or misses keys the area holds",
         );
     }
+}
+
+async fn page(
+    store: &dyn DurableStore,
+    rule: &str,
+    prefix: &str,
+    after: Option<&str>,
+    max_keys: usize,
+) -> ListPage {
+    ok(
+        rule,
+        format_args!("list_page {prefix:?} after {after:?}, {max_keys} keys"),
+        store.list_page(prefix, after, max_keys).await,
+    )
+}
+
+/// `list_page` walks the listing in order: pages of at most `max_keys` keys, each after its
+/// marker, chained by `next` until `None`, together exactly what `list` returns; a marker need
+/// not be a key.
+pub async fn conformance_list_pages_follow_the_listing(store: &dyn DurableStore, ns: &str) {
+    const RULE: &str = "list pages follow the listing";
+    let area = format!("{ns}/pages/");
+    let names = ["d/b/c", "d0", "d-x", "d/a", "e/f/g", "d.y", "d/b-z", "c"];
+    for name in names {
+        create(store, RULE, &format!("{area}{name}"), name.as_bytes()).await;
+    }
+    let at =
+        |names: &[&str]| -> Vec<String> { names.iter().map(|n| format!("{area}{n}")).collect() };
+    let whole = list(store, RULE, &area).await;
+    let (mut walked, mut after, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        let got = page(store, RULE, &area, after.as_deref(), 3).await;
+        if got.keys.len() > 3 || pages > names.len() {
+            broken(
+                RULE,
+                format_args!("page {pages} is too long or never ends: {got:?}"),
+            );
+        }
+        walked.extend(got.keys);
+        pages += 1;
+        match got.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    expect_eq(RULE, "the pages of 3, joined", walked, whole);
+    let cases: [(&str, usize, &[&str]); 4] = [
+        ("d/b", 2, &["d/b-z", "d/b/c"]),
+        ("d/~", 5, &["d0", "e/f/g"]),
+        ("z", 5, &[]),
+        ("c", 0, &["d-x"]),
+    ];
+    for (marker, max_keys, want) in cases {
+        let after = format!("{area}{marker}");
+        let got = page(store, RULE, &area, Some(&after), max_keys).await;
+        expect_eq(
+            RULE,
+            format_args!("the page after {after:?}"),
+            got.keys,
+            at(want),
+        );
+    }
+    let last = page(store, RULE, &area, Some(&format!("{area}d0")), 1).await;
+    expect_eq(
+        RULE,
+        "the last page",
+        last,
+        ListPage {
+            keys: at(&["e/f/g"]),
+            next: None,
+        },
+    );
 }
 
 /// A prefix with nothing under it lists empty, also when a longer name starts with it.
