@@ -4,10 +4,15 @@
 //! ```text
 //! put_if_absent   one PUT with If-None-Match: *        412 / 304 / 409 -> Put::AlreadyExists
 //! get             GET                                   404 -> None
-//! list            ListObjectsV2, paginated, sorted      keys below the store's own prefix
+//! list_page       ListObjectsV2 with start-after        raw keys; what is no store key is skipped
+//! list            list_page until the end, sorted       keys below the store's own prefix
 //! delete          DELETE                                a missing key is not an error
-//! delete_prefix   list, then DeleteObjects in batches of 1000 (whole segments only)
+//! delete_prefix   list raw, then DeleteObjects in batches of 1000 (whole segments only);
+//!                 a key object_store cannot name (`a//b`) gets a raw DELETE of its own
 //! ```
+//!
+//! Listings go through [`raw`]: `object_store` refuses a whole page when one key on it does
+//! not parse, so one foreign object would block listing and erasure of its tenant.
 //!
 //! Every key and prefix is validated ([`check_key`], [`check_prefix`], [`check_list_prefix`])
 //! before any request is made. Every request has a deadline and bounded retries with exponential
@@ -28,7 +33,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::path::Path;
@@ -38,8 +43,14 @@ use object_store::{
 };
 
 use crate::clock::duration_ms;
-use crate::durable::{DurableStore, Put, StoreError, check_key, check_list_prefix, check_prefix};
+use crate::durable::{
+    DurableStore, ListPage, Put, StoreError, check_key, check_list_prefix, check_prefix,
+};
 use crate::error::Error;
+
+mod raw;
+
+use raw::{MAX_PAGE_KEYS, RawBucket, raw_client};
 
 /// The largest object S3 accepts in one `PUT`: 5 GiB.
 pub const S3_MAX_PUT_BYTES: u64 = 5 * 1024 * 1024 * 1024;
@@ -173,6 +184,8 @@ pub struct S3Store {
     prefix: String,
     /// Deadlines, retries and the size bound.
     limits: S3Limits,
+    /// Raw listings and deletes, for keys `object_store` cannot name.
+    raw: RawBucket,
 }
 
 impl S3Store {
@@ -233,6 +246,12 @@ impl S3Store {
             reason: e.to_string(),
         })?;
         limits.check()?;
+        let (client, bucket_url, region) = raw_client(
+            &builder,
+            bucket,
+            limits.request_timeout,
+            limits.connect_timeout,
+        )?;
         let timeout = |d: Duration| format!("{}ms", duration_ms(d));
         let inner = builder
             .with_bucket_name(bucket)
@@ -252,11 +271,18 @@ impl S3Store {
                 name: "s3",
                 reason: e.to_string(),
             })?;
+        let raw = RawBucket {
+            client,
+            bucket_url,
+            region,
+            credentials: inner.credentials().clone(),
+        };
         Ok(Self {
             inner,
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
             limits,
+            raw,
         })
     }
 
@@ -275,13 +301,6 @@ impl S3Store {
         parse_path(&format!("{}{key}", self.prefix))
     }
 
-    /// The list prefix of a store prefix (`""` or ending with `/`): `None` for the whole bucket.
-    /// `object_store` matches it by whole segments.
-    fn list_path(&self, prefix: &str) -> Result<Option<Path>, StoreError> {
-        let full = format!("{}{prefix}", self.prefix);
-        full.strip_suffix('/').map(parse_path).transpose()
-    }
-
     /// Runs `fut` within [`S3Limits::op_timeout`]; running out is [`StoreError::Timeout`].
     async fn bounded<T>(
         &self,
@@ -297,15 +316,42 @@ impl S3Store {
         }
     }
 
-    /// Every object path below `prefix` (a store prefix), unsorted.
-    async fn list_paths(&self, op: &'static str, prefix: &str) -> Result<Vec<Path>, StoreError> {
-        let list_path = self.list_path(prefix)?;
-        self.inner
-            .list(list_path.as_ref())
-            .map_ok(|meta| meta.location)
-            .try_collect()
-            .await
-            .map_err(|e| s3_error(op, &self.limits, e))
+    /// One page of raw keys below the store prefix `prefix`, after the store key (or marker)
+    /// `start_after`: the keys with the store's own prefix taken off, and the next marker.
+    async fn raw_page(
+        &self,
+        op: &'static str,
+        prefix: &str,
+        start_after: Option<&str>,
+        max_keys: usize,
+    ) -> Result<(Vec<String>, Option<String>), StoreError> {
+        let full = format!("{}{prefix}", self.prefix);
+        let after = start_after.map(|a| format!("{}{a}", self.prefix));
+        let page = (self.raw)
+            .list_page(op, &full, after.as_deref(), max_keys)
+            .await?;
+        let keys: Vec<String> = page
+            .keys
+            .iter()
+            .filter_map(|k| k.strip_prefix(self.prefix.as_str()).map(str::to_owned))
+            .collect();
+        let next = page.truncated.then(|| keys.last().cloned()).flatten();
+        Ok((keys, next))
+    }
+
+    /// Every raw key (store prefix taken off) below `prefix`, page after page.
+    async fn raw_keys(&self, op: &'static str, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let (mut all, mut after) = (Vec::new(), None::<String>);
+        loop {
+            let (keys, next) = self
+                .raw_page(op, prefix, after.as_deref(), MAX_PAGE_KEYS)
+                .await?;
+            all.extend(keys);
+            match next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 }
 
@@ -363,18 +409,27 @@ impl DurableStore for S3Store {
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         check_list_prefix(prefix)?;
         self.bounded("list", async {
-            let mut keys: Vec<String> = self
-                .list_paths("list", prefix)
-                .await?
-                .iter()
-                .filter_map(|p| {
-                    p.as_ref()
-                        .strip_prefix(self.prefix.as_str())
-                        .map(str::to_string)
-                })
-                .collect();
+            let mut keys = self.raw_keys("list", prefix).await?;
+            keys.retain(|k| check_key(k).is_ok());
             keys.sort();
             Ok(keys)
+        })
+        .await
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        max_keys: usize,
+    ) -> Result<ListPage, StoreError> {
+        check_list_prefix(prefix)?;
+        self.bounded("list_page", async {
+            let (mut keys, next) = self
+                .raw_page("list_page", prefix, start_after, max_keys)
+                .await?;
+            keys.retain(|k| check_key(k).is_ok());
+            Ok(ListPage { keys, next })
         })
         .await
     }
@@ -394,7 +449,15 @@ impl DurableStore for S3Store {
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         check_prefix(prefix)?;
         self.bounded("delete_prefix", async {
-            let paths = self.list_paths("delete_prefix", prefix).await?;
+            let (mut paths, mut foreign) = (Vec::new(), Vec::new());
+            for key in self.raw_keys("delete_prefix", prefix).await? {
+                match Path::parse(format!("{}{key}", self.prefix)) {
+                    Ok(path) if path.as_ref() == format!("{}{key}", self.prefix) => {
+                        paths.push(path)
+                    }
+                    _ => foreign.push(key),
+                }
+            }
             let locations = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
             let results: Vec<_> = self.inner.delete_stream(locations).collect().await;
             let mut deleted = 0;
@@ -405,6 +468,12 @@ impl DurableStore for S3Store {
                     Err(object_store::Error::NotFound { .. }) => {}
                     Err(e) => return Err(s3_error("delete_prefix", &self.limits, e)),
                 }
+            }
+            // What object_store cannot name, one raw DELETE each (under the prefix only).
+            for key in foreign {
+                let raw = format!("{}{key}", self.prefix);
+                self.raw.delete("delete_prefix", &raw).await?;
+                deleted += 1;
             }
             Ok(deleted)
         })
@@ -559,14 +628,10 @@ mod tests {
     }
 
     #[test]
-    fn paths_carry_the_prefix_and_list_paths_take_whole_segments() {
+    fn paths_carry_the_prefix() {
         let store = S3Store::new(config("a/")).unwrap();
         assert_eq!(store.path("x/y").unwrap().as_ref(), "a/x/y");
-        assert_eq!(store.list_path("").unwrap().unwrap().as_ref(), "a");
-        assert_eq!(store.list_path("x/").unwrap().unwrap().as_ref(), "a/x");
-        let bare = S3Store::new(config("")).unwrap();
-        assert_eq!(bare.list_path("").unwrap(), None);
-        assert_eq!(bare.list_path("x/y/").unwrap().unwrap().as_ref(), "x/y");
+        assert_eq!(store.raw.bucket_url, "http://127.0.0.1:1/leasehold-test");
     }
 
     #[test]
