@@ -152,6 +152,27 @@ async fn a_leftover_staging_file_is_never_listed_nor_returned() {
     assert!(leftover.exists());
 }
 
+/// Promise 5 (delete means delete): a crash's staging leftover holds an image's bytes; the
+/// `delete_prefix` of its key's prefix (a forget's sweep) takes it at once, not an hour later at
+/// some next open, and leaves the leftovers of other prefixes alone.
+#[tokio::test]
+async fn p5_delete_prefix_takes_the_staging_leftovers_of_keys_under_it() {
+    let (dir, store) = dir_store();
+    let staging = dir.path().join(STAGING_DIR);
+    let mine = staging.join("4242-0-1~acme+t1+e00000001+snap-000001.db.tmp");
+    let theirs = staging.join("4242-1-1~acme+t10+e00000001+snap-000001.db.tmp");
+    let unnamed = staging.join("4242-2-1.tmp");
+    for leftover in [&mine, &theirs, &unnamed] {
+        std::fs::write(leftover, b"half an image").unwrap();
+    }
+    assert_eq!(store.delete_prefix("acme/t1/").await, Ok(0), "no object");
+    assert!(
+        !mine.exists(),
+        "the leftover of acme/t1/ went with its prefix"
+    );
+    assert!(theirs.exists() && unnamed.exists(), "others stay");
+}
+
 #[tokio::test]
 async fn a_stale_staging_file_goes_when_the_store_opens() {
     let (dir, _store) = dir_store();

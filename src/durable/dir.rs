@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! <root>/acme/t1/e00000003/snap-000001.db   the object `acme/t1/e00000003/snap-000001.db`
-//! <root>/#staging/<pid>-<n>-<nanos>.tmp      a put in flight, or what a crash left of one
+//! <root>/#staging/<pid>-<n>-<nanos>~<key>.tmp  a put in flight, or what a crash left of one
 //! ```
 //!
 //! A put writes its bytes to a fresh file in the staging directory, fsyncs it, hard-links it
@@ -10,7 +10,11 @@
 //! fails when the key exists, so an object is never overwritten, two racing puts have exactly one
 //! winner, and a reader sees the whole object or none, also after a crash. `#` is no key
 //! character, so the staging directory can never collide with a key and `list` never shows it.
-//! Staging files older than [`STALE_STAGING`] (a crash's leftovers) go when a store opens.
+//! Staging files older than [`STALE_STAGING`] (a crash's leftovers) go when a store opens. A
+//! staging name carries its key (`/` written `+`, cut at [`STAGED_KEY_BYTES`]), so
+//! `delete_prefix` also removes the staging files of keys under its prefix, in flight or left
+//! by a crash: a forgotten tenant's bytes do not outlive its erasure in the staging directory
+//! (docs/guarantees.md, promise 5). A put whose staging file went that way fails.
 //!
 //! Symlinks inside the root are never followed: a call whose key or prefix leads through one is
 //! refused with [`StoreError::Io`]; `list` skips them and `delete_prefix` removes the link only.
@@ -35,6 +39,10 @@ pub const STAGING_DIR: &str = "#staging";
 /// How old a staging file must be before [`DirStore::open`] removes it as a crash's leftover.
 /// Younger ones may belong to a put in flight in another process sharing the root.
 pub const STALE_STAGING: Duration = Duration::from_secs(60 * 60);
+
+/// How much of the key a staging name carries, so that it stays below the file-name limit
+/// (255 bytes). A prefix longer than this finds no staging file by name.
+pub const STAGED_KEY_BYTES: usize = 200;
 
 /// How often a put makes its directories and links again after a concurrent delete pruned them.
 const LINK_ATTEMPTS: usize = 8;
@@ -265,9 +273,14 @@ struct Staged {
 }
 
 impl Staged {
-    /// Writes `bytes` to a fresh staging file and fsyncs it.
-    fn write(op: &'static str, staging: &Path, bytes: &[u8]) -> Result<Self, StoreError> {
-        let path = staging.join(staging_name());
+    /// Writes `bytes` for `key` to a fresh staging file and fsyncs it.
+    fn write(
+        op: &'static str,
+        staging: &Path,
+        key: &str,
+        bytes: &[u8],
+    ) -> Result<Self, StoreError> {
+        let path = staging.join(staging_name(key));
         let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -288,13 +301,49 @@ impl Drop for Staged {
     }
 }
 
-/// A staging file name unique across processes and calls.
-fn staging_name() -> String {
+/// A staging file name for a put of `key`, unique across processes and calls:
+/// `<pid>-<n>-<nanos>~<key, '/' as '+', cut at STAGED_KEY_BYTES>.tmp`.
+fn staging_name(key: &str) -> String {
     let n = STAGED_COUNT.fetch_add(1, Ordering::Relaxed);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    format!("{}-{n}-{nanos}.tmp", std::process::id())
+    format!("{}-{n}-{nanos}~{}.tmp", std::process::id(), staged_key(key))
+}
+
+/// A key (or prefix) as a staging name carries it: `/` as `+` (no key character), cut at
+/// [`STAGED_KEY_BYTES`] (keys are ASCII, so any cut is a character boundary).
+fn staged_key(key: &str) -> String {
+    let mut staged = key.replace('/', "+");
+    staged.truncate(STAGED_KEY_BYTES);
+    staged
+}
+
+/// Removes the staging files whose name carries a key under `prefix`; how many went. A prefix
+/// longer than a staging name carries finds none.
+fn remove_staged_under(op: &'static str, root: &Path, prefix: &str) -> Result<usize, StoreError> {
+    let wanted = prefix.replace('/', "+");
+    if wanted.len() > STAGED_KEY_BYTES {
+        return Ok(0);
+    }
+    let staging = root.join(STAGING_DIR);
+    let entries = match fs::read_dir(&staging) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io_at(op, &staging, &e)),
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let carried = name
+            .to_str()
+            .and_then(|n| n.split_once('~'))
+            .and_then(|(_, rest)| rest.strip_suffix(".tmp"));
+        if carried.is_some_and(|k| k.starts_with(&wanted)) && remove_entry(op, &entry.path())? {
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// Removes the staging files last modified more than `older_than` ago.
@@ -316,7 +365,7 @@ fn remove_stale_staging(staging: &Path, older_than: Duration) -> Result<(), Stor
 
 fn put_blocking(root: &Path, key: &str, bytes: &[u8]) -> Result<Put, StoreError> {
     const OP: &str = "put_if_absent";
-    let staged = Staged::write(OP, &root.join(STAGING_DIR), bytes)?;
+    let staged = Staged::write(OP, &root.join(STAGING_DIR), key, bytes)?;
     let target = path_of(root, key);
     for _ in 0..LINK_ATTEMPTS {
         if !ensure_parents(OP, root, key)? {
@@ -329,6 +378,13 @@ fn put_blocking(root: &Path, key: &str, bytes: &[u8]) -> Result<Put, StoreError>
                 return Ok(Put::Created);
             }
             Err(e) if e.kind() == ErrorKind::AlreadyExists => return existing(OP, &target),
+            Err(_) if !staged.path.exists() => {
+                return Err(refused_at(
+                    OP,
+                    &target,
+                    "a delete_prefix of its prefix removed the staged bytes; nothing was put",
+                ));
+            }
             // A concurrent delete pruned the directory just made: make it again.
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
             Err(e) => return Err(io_at(OP, &target, &e)),
@@ -493,6 +549,8 @@ fn delete_blocking(root: &Path, key: &str) -> Result<(), StoreError> {
 
 fn delete_prefix_blocking(root: &Path, prefix: &str) -> Result<usize, StoreError> {
     const OP: &str = "delete_prefix";
+    // Staging files are no objects: they are removed, not counted.
+    remove_staged_under(OP, root, prefix)?;
     if inspect(OP, root, prefix)? != Found::Dir {
         return Ok(0);
     }
@@ -571,6 +629,9 @@ mod tests {
     #[test]
     fn the_staging_directory_can_never_be_a_key() {
         assert!(check_key(STAGING_DIR).is_err());
-        assert_ne!(staging_name(), staging_name());
+        let key = "acme/t1/e00000001/snap-000001.db";
+        assert_ne!(staging_name(key), staging_name(key));
+        assert!(staging_name(key).ends_with("~acme+t1+e00000001+snap-000001.db.tmp"));
+        assert_eq!(staged_key(&"a".repeat(300)).len(), STAGED_KEY_BYTES);
     }
 }
