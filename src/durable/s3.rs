@@ -276,6 +276,9 @@ impl S3Store {
             bucket_url,
             region,
             credentials: inner.credentials().clone(),
+            request_timeout: limits.request_timeout,
+            retries: limits.max_retries,
+            backoff: limits.init_backoff,
         };
         Ok(Self {
             inner,

@@ -7,8 +7,9 @@
 //! listings and deletes it in `delete_prefix` (docs/guarantees.md, promise 5).
 //!
 //! Requests are signed with `object_store`'s own SigV4 signer and credentials and sent with its
-//! HTTP client (the store's connect and request timeouts); they are not retried: a failed page
-//! fails the call, and a sweep goes on from where it stopped.
+//! HTTP client (the store's connect and request timeouts). Both are safe to repeat, so a 5xx
+//! answer, a lost connection or a timeout is retried up to `S3Limits::max_retries` times with a
+//! doubling backoff from `S3Limits::init_backoff`; the call as a whole stays under `op_timeout`.
 
 use std::time::Duration;
 
@@ -36,6 +37,12 @@ pub(super) struct RawBucket {
     pub(super) region: String,
     /// Where the signing credentials come from.
     pub(super) credentials: AwsCredentialProvider,
+    /// The deadline of one request, for the errors that report it.
+    pub(super) request_timeout: Duration,
+    /// How many times a request that failed in a way worth repeating is retried.
+    pub(super) retries: usize,
+    /// The first wait before a retry; it doubles.
+    pub(super) backoff: Duration,
 }
 
 /// One raw page: keys as the bucket holds them, and whether more follow.
@@ -78,8 +85,43 @@ impl RawBucket {
         self.send(op, Method::DELETE, &url).await.map(|_| ())
     }
 
-    /// Signs and sends one request; the body of a 2xx answer (a 404 counts as an empty one).
+    /// A transport error as a [`StoreError`].
+    fn http_error(&self, op: &'static str, kind: HttpErrorKind, message: String) -> StoreError {
+        match kind {
+            HttpErrorKind::Timeout => StoreError::Timeout {
+                op,
+                after_ms: crate::clock::duration_ms(self.request_timeout),
+            },
+            HttpErrorKind::Connect | HttpErrorKind::Request | HttpErrorKind::Interrupted => {
+                StoreError::Unavailable { op, message }
+            }
+            _ => StoreError::Backend { op, message },
+        }
+    }
+
+    /// Sends a request until it answers or fails in a way not worth repeating, or the retries
+    /// run out; the body of a 2xx answer (a 404 counts as an empty one).
     async fn send(
+        &self,
+        op: &'static str,
+        method: Method,
+        url: &str,
+    ) -> Result<String, StoreError> {
+        let mut wait = self.backoff;
+        for _ in 0..self.retries {
+            match self.send_once(op, method.clone(), url).await {
+                Err(StoreError::Unavailable { .. } | StoreError::Timeout { .. }) => {
+                    tokio::time::sleep(wait).await;
+                    wait = wait.saturating_mul(2);
+                }
+                answer => return answer,
+            }
+        }
+        self.send_once(op, method, url).await
+    }
+
+    /// Signs and sends one request; the body of a 2xx answer (a 404 counts as an empty one).
+    async fn send_once(
         &self,
         op: &'static str,
         method: Method,
@@ -103,13 +145,13 @@ impl RawBucket {
             .client
             .execute(request)
             .await
-            .map_err(|e| http_error(op, e.kind(), e.to_string()))?;
+            .map_err(|e| self.http_error(op, e.kind(), e.to_string()))?;
         let status = response.status();
         let body = response
             .into_body()
             .bytes()
             .await
-            .map_err(|e| http_error(op, e.kind(), e.to_string()))?;
+            .map_err(|e| self.http_error(op, e.kind(), e.to_string()))?;
         let text = String::from_utf8_lossy(&body).into_owned();
         match status {
             s if s.is_success() || s == StatusCode::NOT_FOUND => Ok(text),
@@ -154,17 +196,6 @@ pub(super) fn raw_client(
                 reason: e.to_string(),
             })?;
     Ok((client, bucket_url, region))
-}
-
-/// A transport error as a [`StoreError`].
-fn http_error(op: &'static str, kind: HttpErrorKind, message: String) -> StoreError {
-    match kind {
-        HttpErrorKind::Timeout => StoreError::Timeout { op, after_ms: 0 },
-        HttpErrorKind::Connect | HttpErrorKind::Request | HttpErrorKind::Interrupted => {
-            StoreError::Unavailable { op, message }
-        }
-        _ => StoreError::Backend { op, message },
-    }
 }
 
 /// Percent-encodes every byte but the unreserved ones (and `/` in a path), as SigV4 does.
