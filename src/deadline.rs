@@ -183,6 +183,10 @@ impl<S: DurableStore> DurableStore for Deadline<S> {
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.settle("delete", self.inner.delete(key)).await
     }
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        self.settle("delete_keys", self.inner.delete_keys(keys))
+            .await
+    }
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         self.settle("delete_prefix", self.inner.delete_prefix(prefix))
             .await

@@ -156,6 +156,18 @@ pub trait DurableStore: Send + Sync + fmt::Debug + 'static {
     /// Deletes `key`; a missing key is not an error.
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
 
+    /// Deletes each of `keys`; a missing key is not an error. Every key is checked before any is
+    /// deleted (one bad key: [`StoreError::InvalidKey`], nothing touched). A backend with a bulk
+    /// delete makes it one request (S3: `DeleteObjects`, 1000 keys each); the default deletes
+    /// one by one. A sweep deletes each listing page with one call.
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        keys.iter().try_for_each(|k| check_key(k))?;
+        for key in keys {
+            self.delete(key).await?;
+        }
+        Ok(())
+    }
+
     /// Deletes every key under `prefix`, which must be non-empty and end with `/`; whole segments
     /// only. Returns how many objects went.
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError>;
@@ -198,6 +210,9 @@ impl<S: DurableStore + ?Sized> DurableStore for Arc<S> {
     }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         (**self).delete(key).await
+    }
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        (**self).delete_keys(keys).await
     }
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         (**self).delete_prefix(prefix).await

@@ -10,8 +10,6 @@
 //! or an outage keeps what it deleted, and the next one goes on from fewer objects
 //! (docs/guarantees.md, promise 5, "progress of a sweep").
 
-use futures::{StreamExt, TryStreamExt};
-
 use crate::durable::{DurableStore, StoreError};
 use crate::ids::LeaseKey;
 use crate::lease::{LeaseError, LeaseStore};
@@ -19,9 +17,6 @@ use crate::plan::{dead_keys, sweepable_epochs};
 
 /// How many keys one page of a sweep's listing holds.
 pub const SWEEP_PAGE_KEYS: usize = 500;
-
-/// How many deletes of one page run at a time.
-const DELETES_AT_ONCE: usize = 16;
 
 /// Deletes every epoch of `key` at or below `floor`, page by page ([`SWEEP_PAGE_KEYS`]).
 /// Returns how many objects went.
@@ -34,7 +29,7 @@ pub async fn sweep_dead_epochs(
 }
 
 /// [`sweep_dead_epochs`] with pages of `page_keys` keys. Each page's dead objects are deleted
-/// (each delete one call) before the next page is listed; once the listing is done, each dead
+/// (one `delete_keys` call) before the next page is listed; once the listing is done, each dead
 /// epoch seen is deleted as a prefix, which also takes what no listing shows (a foreign object
 /// below the epoch). An error ends the sweep; what it deleted stays deleted.
 pub async fn sweep_dead_epochs_paged(
@@ -57,7 +52,14 @@ pub async fn sweep_dead_epochs_paged(
                 dead_epochs.push(epoch);
             }
         }
-        deleted += delete_each(store, dead_keys(key, &page.keys, floor)).await?;
+        let dead: Vec<String> = dead_keys(key, &page.keys, floor)
+            .into_iter()
+            .cloned()
+            .collect();
+        if !dead.is_empty() {
+            store.delete_keys(&dead).await?;
+            deleted += dead.len();
+        }
         match page.next {
             Some(next) => after = Some(next),
             None => break,
@@ -67,17 +69,6 @@ pub async fn sweep_dead_epochs_paged(
         deleted += store.delete_prefix(&epoch).await?;
     }
     Ok(deleted)
-}
-
-/// Deletes `keys`, a few at a time; how many there were.
-async fn delete_each(store: &dyn DurableStore, keys: Vec<&String>) -> Result<usize, StoreError> {
-    let n = keys.len();
-    futures::stream::iter(keys)
-        .map(|k| store.delete(k))
-        .buffer_unordered(DELETES_AT_ONCE)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(n)
 }
 
 /// What a sweep of a whole store found and did.

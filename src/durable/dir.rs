@@ -119,6 +119,15 @@ impl DurableStore for DirStore {
         blocking("delete", move || delete_blocking(&root, &key)).await
     }
 
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        keys.iter().try_for_each(|k| check_key(k))?;
+        let (root, keys) = (self.root.clone(), keys.to_vec());
+        blocking("delete", move || {
+            keys.iter().try_for_each(|k| delete_blocking(&root, k))
+        })
+        .await
+    }
+
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         check_prefix(prefix)?;
         let (root, prefix) = (self.root.clone(), prefix.to_owned());

@@ -7,6 +7,7 @@
 //! list_page       ListObjectsV2 with start-after        raw keys; what is no store key is skipped
 //! list            list_page until the end, sorted       keys below the store's own prefix
 //! delete          DELETE                                a missing key is not an error
+//! delete_keys     DeleteObjects in batches of 1000      a missing key is not an error
 //! delete_prefix   list raw, then DeleteObjects in batches of 1000 (whole segments only);
 //!                 a key object_store cannot name (`a//b`) gets a raw DELETE of its own
 //! ```
@@ -319,6 +320,23 @@ impl S3Store {
         }
     }
 
+    /// Deletes `paths` with `DeleteObjects` (1000 a request); how many went. A path gone
+    /// meanwhile counts as nothing and is no error.
+    async fn delete_paths(&self, op: &'static str, paths: Vec<Path>) -> Result<usize, StoreError> {
+        let locations = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
+        let results: Vec<_> = self.inner.delete_stream(locations).collect().await;
+        let mut deleted = 0;
+        for result in results {
+            match result {
+                Ok(_) => deleted += 1,
+                // Gone meanwhile: deleted all the same, by someone.
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(s3_error(op, &self.limits, e)),
+            }
+        }
+        Ok(deleted)
+    }
+
     /// One page of raw keys below the store prefix `prefix`, after the store key (or marker)
     /// `start_after`: the keys with the store's own prefix taken off, and the next marker.
     async fn raw_page(
@@ -449,6 +467,17 @@ impl DurableStore for S3Store {
         .await
     }
 
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        keys.iter().try_for_each(|k| check_key(k))?;
+        let paths = keys
+            .iter()
+            .map(|k| self.path(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.bounded("delete_keys", self.delete_paths("delete_keys", paths))
+            .await
+            .map(|_| ())
+    }
+
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         check_prefix(prefix)?;
         self.bounded("delete_prefix", async {
@@ -461,17 +490,7 @@ impl DurableStore for S3Store {
                     _ => foreign.push(key),
                 }
             }
-            let locations = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
-            let results: Vec<_> = self.inner.delete_stream(locations).collect().await;
-            let mut deleted = 0;
-            for result in results {
-                match result {
-                    Ok(_) => deleted += 1,
-                    // Gone meanwhile: deleted all the same, by someone.
-                    Err(object_store::Error::NotFound { .. }) => {}
-                    Err(e) => return Err(s3_error("delete_prefix", &self.limits, e)),
-                }
-            }
+            let mut deleted = self.delete_paths("delete_prefix", paths).await?;
             // What object_store cannot name, one raw DELETE each (under the prefix only).
             for key in foreign {
                 let raw = format!("{}{key}", self.prefix);

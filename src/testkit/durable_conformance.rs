@@ -73,6 +73,7 @@ pub async fn durable_store_conformance(store: &dyn DurableStore, ns: &str) {
     conformance_list_of_an_empty_prefix_is_empty(store, ns).await;
     conformance_list_pages_follow_the_listing(store, ns).await;
     conformance_delete_removes_and_missing_is_ok(store, ns).await;
+    conformance_delete_keys_removes_each_and_checks_all_first(store, ns).await;
     conformance_delete_prefix_takes_whole_segments(store, ns).await;
     conformance_bad_keys_are_refused_everywhere(store, ns).await;
     conformance_concurrent_puts_have_one_winner(store, ns).await;
@@ -297,6 +298,48 @@ pub async fn conformance_delete_removes_and_missing_is_ok(store: &dyn DurableSto
         get(store, RULE, &key).await,
         Some(b"again".to_vec()),
     );
+}
+
+/// `delete_keys` deletes each key given (missing ones are fine) and nothing else; one bad key
+/// refuses the call before anything is deleted.
+pub async fn conformance_delete_keys_removes_each_and_checks_all_first(
+    store: &dyn DurableStore,
+    ns: &str,
+) {
+    const RULE: &str = "delete_keys removes each key and checks all first";
+    let area = format!("{ns}/delete-keys/");
+    let keys: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|k| format!("{area}{k}"))
+        .collect();
+    for key in &keys {
+        create(store, RULE, key, b"x").await;
+    }
+    let bad = vec![keys[0].clone(), format!("{area}../x")];
+    if !matches!(
+        store.delete_keys(&bad).await,
+        Err(StoreError::InvalidKey { .. })
+    ) {
+        broken(
+            RULE,
+            "a list holding a bad key was not refused as InvalidKey",
+        );
+    }
+    expect_eq(
+        RULE,
+        "after a refused call",
+        list(store, RULE, &area).await,
+        keys.clone(),
+    );
+    let doomed = vec![keys[0].clone(), keys[2].clone(), format!("{area}missing")];
+    ok(RULE, "delete_keys", store.delete_keys(&doomed).await);
+    expect_eq(
+        RULE,
+        "what is left",
+        list(store, RULE, &area).await,
+        vec![keys[1].clone()],
+    );
+    ok(RULE, "delete_keys of nothing", store.delete_keys(&[]).await);
 }
 
 /// `delete_prefix` takes whole segments: `<ns>/acme` is refused, `<ns>/acme/` deletes exactly

@@ -482,6 +482,14 @@ impl DurableStore for FaultyStore {
         self.faults.inner.delete(key).await
     }
 
+    /// Takes the hooks and the failure of a `delete` (keyed by the first key).
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        let first = keys.first().map_or("", String::as_str);
+        self.faults.enter(StoreOp::Delete, first).await?;
+        self.faults.check_delete(StoreOp::Delete)?;
+        self.faults.inner.delete_keys(keys).await
+    }
+
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         self.faults.enter(StoreOp::DeletePrefix, prefix).await?;
         self.faults.check_delete(StoreOp::DeletePrefix)?;
