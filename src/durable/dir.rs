@@ -126,8 +126,8 @@ impl DurableStore for DirStore {
     async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
         keys.iter().try_for_each(|k| check_key(k))?;
         let (root, keys) = (self.root.clone(), keys.to_vec());
-        blocking("delete", move || {
-            keys.iter().try_for_each(|k| delete_blocking(&root, k))
+        blocking("delete_keys", move || {
+            delete_keys_blocking("delete_keys", &root, &keys)
         })
         .await
     }
@@ -446,20 +446,31 @@ fn get_blocking(root: &Path, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
 }
 
 fn delete_blocking(root: &Path, key: &str) -> Result<(), StoreError> {
-    const OP: &str = "delete";
-    if inspect(OP, root, key)? != Found::File {
-        return Ok(());
+    delete_keys_blocking("delete", root, std::slice::from_ref(&key.to_owned()))
+}
+
+/// Unlinks each key's file, then fsyncs each directory it touched once and prunes the empty ones.
+fn delete_keys_blocking(op: &'static str, root: &Path, keys: &[String]) -> Result<(), StoreError> {
+    let mut touched = std::collections::BTreeSet::new();
+    for key in keys {
+        if inspect(op, root, key)? != Found::File {
+            continue;
+        }
+        let path = path_of(root, key);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_at(op, &path, &e)),
+        }
+        touched.insert(path.parent().unwrap_or(root).to_path_buf());
     }
-    let path = path_of(root, key);
-    match fs::remove_file(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_at(OP, &path, &e)),
+    for parent in &touched {
+        // Gone only if a concurrent delete of a sibling pruned it already.
+        sync_dir_if_present(op, parent)?;
     }
-    let parent = path.parent().unwrap_or(root);
-    // Gone only if a concurrent delete of a sibling pruned it already.
-    sync_dir_if_present(OP, parent)?;
-    prune_empty_dirs(root, parent);
+    for parent in touched.iter().rev() {
+        prune_empty_dirs(root, parent);
+    }
     Ok(())
 }
 
