@@ -430,7 +430,9 @@ async fn p5_a_put_past_its_deadline_lands_later_and_settle_puts_waits_for_it_bef
     let put = store.put_if_absent(image, b"late".to_vec()).await;
     assert!(matches!(put, Err(StoreError::Timeout { .. })), "{put:?}");
     assert_eq!(store.puts_running("acme/t1/"), 1, "the put runs on");
-    let settle = store.settle_puts("acme/t1/", SETTLE);
+    // As the runtime holds it: a clone of the wrapper, behind `Arc<dyn DurableStore>`.
+    let shared: SharedDurableStore = Arc::new(store.clone());
+    let settle = shared.settle_puts("acme/t1/", SETTLE);
     tokio::pin!(settle);
     assert!(
         futures::poll!(&mut settle).is_pending(),
