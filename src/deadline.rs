@@ -11,15 +11,27 @@
 //!
 //! A put carries its payload, so its deadline grows with it: `limit` plus one second per
 //! [`MIN_PUT_BYTES_PER_SEC`] bytes. A 1 GiB image on a 10 s limit gets 10 s + 128 s; a store
-//! slower than 8 MiB/s is treated as not answering.
+//! slower than 8 MiB/s is treated as not answering. A get of an object whose size the caller
+//! knows ([`DurableStore::get_sized`]) gets the same allowance.
+//!
+//! ## Late puts
+//! A put that outlives its deadline is not dropped: it runs on to its end on a task of its own
+//! (the caller hears [`StoreError::Timeout`], outcome unknown), registered in a
+//! [`PutsInFlight`] until it settles, so that [`DurableStore::settle_puts`] can wait for every
+//! put under a tenant's prefix before a sweep (docs/guarantees.md, promise 5, "erasure of late
+//! puts"). How long such a put can live is the backend's bound, not this wrapper's: a
+//! [`crate::durable::dir::DirStore`] put runs on a blocking thread until the disk answers; an
+//! `S3Store` put is cut at its `S3Limits::op_timeout` (120 s by default). A task dropped with its
+//! runtime leaves the registry then.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::clock::duration_ms;
-use crate::durable::{DurableStore, Put, StoreError};
+use crate::durable::{DurableStore, ListPage, Put, PutsInFlight, StoreError};
 use crate::error::Error;
 use crate::ids::LeaseKey;
 use crate::layout::ImageRef;
@@ -28,7 +40,8 @@ use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome};
 /// The slowest upload rate a put is given time for: 8 MiB/s.
 pub const MIN_PUT_BYTES_PER_SEC: u64 = 8 * 1024 * 1024;
 
-/// The deadline of a put of `bytes` bytes on a store whose calls get `limit`.
+/// The deadline of a put of `bytes` bytes on a store whose calls get `limit`, and of a get of an
+/// object of that size ([`DurableStore::get_sized`]).
 pub fn put_deadline(limit: Duration, bytes: usize) -> Duration {
     let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
     limit.saturating_add(Duration::from_millis(
@@ -37,12 +50,24 @@ pub fn put_deadline(limit: Duration, bytes: usize) -> Duration {
 }
 
 /// A store whose every call settles within `limit`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Deadline<S> {
-    /// The wrapped store.
-    inner: S,
+    /// The wrapped store; shared with the tasks of puts that outlive their caller.
+    inner: Arc<S>,
     /// How long one call may take; never zero.
     limit: Duration,
+    /// The puts still running, so that a forget can wait for them before it sweeps.
+    puts: PutsInFlight,
+}
+
+impl<S> Clone for Deadline<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            limit: self.limit,
+            puts: self.puts.clone(),
+        }
+    }
 }
 
 impl<S> Deadline<S> {
@@ -55,7 +80,11 @@ impl<S> Deadline<S> {
                 reason: "must be greater than zero".to_owned(),
             });
         }
-        Ok(Self { inner, limit })
+        Ok(Self {
+            inner: Arc::new(inner),
+            limit,
+            puts: PutsInFlight::new(),
+        })
     }
 
     /// How long one call may take.
@@ -68,9 +97,15 @@ impl<S> Deadline<S> {
         &self.inner
     }
 
-    /// Unwraps the store.
-    pub fn into_inner(self) -> S {
+    /// The wrapped store, shared with the puts still running.
+    pub fn into_inner(self) -> Arc<S> {
         self.inner
+    }
+
+    /// How many puts of keys under `prefix` still run (some perhaps past their caller's
+    /// deadline).
+    pub fn puts_running(&self, prefix: &str) -> usize {
+        self.puts.running(prefix)
     }
 
     /// Runs `call`, or gives up with [`StoreError::Timeout`] once `limit` has passed.
@@ -101,18 +136,58 @@ async fn settle_within<T, E: From<StoreError>>(
 
 #[async_trait]
 impl<S: DurableStore> DurableStore for Deadline<S> {
+    /// Runs the put on a task of its own, registered until it settles; the caller waits for it
+    /// at most [`put_deadline`]. See the module docs, "Late puts".
     async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
         let limit = put_deadline(self.limit, bytes.len());
-        settle_within(limit, "put_if_absent", self.inner.put_if_absent(key, bytes)).await
+        let (inner, owned_key) = (Arc::clone(&self.inner), key.to_owned());
+        let entry = self.puts.enter(key);
+        let put = tokio::spawn(async move {
+            let _running = entry;
+            inner.put_if_absent(&owned_key, bytes).await
+        });
+        let joined = async {
+            put.await.map_err(|e| StoreError::Backend {
+                op: "put_if_absent",
+                message: format!("the put's task did not finish: {e}"),
+            })?
+        };
+        settle_within(limit, "put_if_absent", joined).await
     }
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.settle("get", self.inner.get(key)).await
     }
+    async fn get_sized(&self, key: &str, expected: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        let bytes = usize::try_from(expected).unwrap_or(usize::MAX);
+        let limit = put_deadline(self.limit, bytes);
+        settle_within(limit, "get", self.inner.get_sized(key, expected)).await
+    }
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         self.settle("list", self.inner.list(prefix)).await
     }
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        max_keys: usize,
+    ) -> Result<ListPage, StoreError> {
+        let page = self.inner.list_page(prefix, start_after, max_keys);
+        self.settle("list_page", page).await
+    }
+    /// Waits for this wrapper's own puts under `prefix`, then for the wrapped store's, all
+    /// within `limit`.
+    async fn settle_puts(&self, prefix: &str, limit: Duration) -> Result<(), StoreError> {
+        let started = tokio::time::Instant::now();
+        self.puts.settle(prefix, limit).await?;
+        let left = limit.saturating_sub(started.elapsed());
+        self.inner.settle_puts(prefix, left).await
+    }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.settle("delete", self.inner.delete(key)).await
+    }
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        self.settle("delete_keys", self.inner.delete_keys(keys))
+            .await
     }
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         self.settle("delete_prefix", self.inner.delete_prefix(prefix))

@@ -10,12 +10,43 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
 pub mod dir;
+mod in_flight;
 #[cfg(feature = "s3")]
 pub mod s3;
+
+pub use in_flight::{PutEntry, PutsInFlight};
+
+/// One page of a listing ([`DurableStore::list_page`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListPage {
+    /// Keys of this page, sorted, each greater than the marker the page was asked after.
+    pub keys: Vec<String>,
+    /// Where the next page starts (pass it as `start_after`), or `None`: the listing is done.
+    /// It may lie past the last key of `keys` when the backend skipped keys that are no store
+    /// key (a foreign object), so a page can be short, even empty, and still not the last.
+    pub next: Option<String>,
+}
+
+/// The default [`DurableStore::list_page`]: one full listing, cut to the page.
+pub fn page_of(listed: Vec<String>, start_after: Option<&str>, max_keys: usize) -> ListPage {
+    let max_keys = max_keys.max(1);
+    let mut keys: Vec<String> = listed
+        .into_iter()
+        .filter(|k| start_after.is_none_or(|after| k.as_str() > after))
+        .collect();
+    let next = if keys.len() > max_keys {
+        keys.truncate(max_keys);
+        keys.last().cloned()
+    } else {
+        None
+    };
+    ListPage { keys, next }
+}
 
 /// What a `put_if_absent` came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,15 +123,64 @@ pub trait DurableStore: Send + Sync + fmt::Debug + 'static {
     /// The object under `key`, or `None`.
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
 
+    /// The object under `key`, whose size the caller expects to be about `expected_bytes` (a
+    /// manifest names an image's size): a store that bounds its calls gives the call as much
+    /// time as a put of that size ([`crate::deadline::put_deadline`]). The answer is the same as
+    /// [`DurableStore::get`]'s; a wrong guess changes only how long the call may take.
+    async fn get_sized(
+        &self,
+        key: &str,
+        expected_bytes: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let _ = expected_bytes;
+        self.get(key).await
+    }
+
     /// Every key under `prefix`, sorted. `prefix` is `""` or ends with `/`.
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError>;
+
+    /// At most `max_keys` (at least 1) keys under `prefix` greater than `start_after`, sorted,
+    /// and where the next page starts. A caller that works page by page keeps its progress when
+    /// a later page fails (docs/guarantees.md, promise 5). The default cuts one full
+    /// [`DurableStore::list`] to the page; backends override it with a listing that starts at
+    /// the marker.
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        max_keys: usize,
+    ) -> Result<ListPage, StoreError> {
+        Ok(page_of(self.list(prefix).await?, start_after, max_keys))
+    }
 
     /// Deletes `key`; a missing key is not an error.
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
 
+    /// Deletes each of `keys`; a missing key is not an error. Every key is checked before any is
+    /// deleted (one bad key: [`StoreError::InvalidKey`], nothing touched). A backend with a bulk
+    /// delete makes it one request (S3: `DeleteObjects`, 1000 keys each); the default deletes
+    /// one by one. A sweep deletes each listing page with one call.
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        keys.iter().try_for_each(|k| check_key(k))?;
+        for key in keys {
+            self.delete(key).await?;
+        }
+        Ok(())
+    }
+
     /// Deletes every key under `prefix`, which must be non-empty and end with `/`; whole segments
     /// only. Returns how many objects went.
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError>;
+
+    /// Waits until every put of a key under `prefix` (`""` for all) that this store still runs
+    /// on its own — one whose caller was already told [`StoreError::Timeout`], or went away —
+    /// has settled, for at most `limit`; running out is [`StoreError::Timeout`] (`settle_puts`).
+    /// A store that runs no put beyond its caller's wait answers at once (the default).
+    /// [`crate::deadline::Deadline`] tracks its puts; wrappers pass the call on.
+    async fn settle_puts(&self, prefix: &str, limit: Duration) -> Result<(), StoreError> {
+        let _ = limit;
+        check_list_prefix(prefix)
+    }
 }
 
 /// Shared handle to a durable store.
@@ -114,14 +194,31 @@ impl<S: DurableStore + ?Sized> DurableStore for Arc<S> {
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         (**self).get(key).await
     }
+    async fn get_sized(&self, key: &str, expected: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        (**self).get_sized(key, expected).await
+    }
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         (**self).list(prefix).await
+    }
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        max_keys: usize,
+    ) -> Result<ListPage, StoreError> {
+        (**self).list_page(prefix, start_after, max_keys).await
     }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         (**self).delete(key).await
     }
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        (**self).delete_keys(keys).await
+    }
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         (**self).delete_prefix(prefix).await
+    }
+    async fn settle_puts(&self, prefix: &str, limit: Duration) -> Result<(), StoreError> {
+        (**self).settle_puts(prefix, limit).await
     }
 }
 
@@ -196,6 +293,27 @@ mod tests {
         ] {
             assert!(check_key(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_page_is_cut_after_its_marker_and_names_the_next_one() {
+        let keys = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let all = keys(&["a/1", "a/2", "a/3"]);
+        assert_eq!(
+            page_of(all.clone(), None, 2),
+            ListPage {
+                keys: keys(&["a/1", "a/2"]),
+                next: Some("a/2".into())
+            }
+        );
+        assert_eq!(
+            page_of(all.clone(), Some("a/2"), 2),
+            ListPage {
+                keys: keys(&["a/3"]),
+                next: None
+            }
+        );
+        assert_eq!(page_of(all, Some("a/1"), 0).keys, keys(&["a/2"]));
     }
 
     #[test]

@@ -26,6 +26,16 @@ pub fn sweepable_epochs(key: &LeaseKey, listed: &[String], floor: u64) -> Vec<St
         .collect()
 }
 
+/// The keys in `listed` (one page of a tenant's listing, say) that lie in an epoch of `key` at or
+/// below `floor`: what a sweep deletes one by one. Keys outside `key`'s prefix or the layout are
+/// never chosen.
+pub fn dead_keys<'a>(key: &LeaseKey, listed: &'a [String], floor: u64) -> Vec<&'a String> {
+    listed
+        .iter()
+        .filter(|k| epoch_of(key, k).is_some_and(|e| e <= floor))
+        .collect()
+}
+
 /// Whether a replica's local copy of a tenant is dead: its tenure (`marker`, the epoch recorded
 /// in the tenant's directory) is at or below the floor, so it holds only forgotten writes. A copy
 /// without a marker is never judged dead.
@@ -60,6 +70,12 @@ mod tests {
             vec!["acme/t1/e00000001/", "acme/t1/e00000002/"]
         );
         assert!(sweepable_epochs(&key("t1"), &listed, 0).is_empty());
+        assert_eq!(
+            dead_keys(&key("t1"), &listed, 1),
+            [&listed[0], &listed[1]],
+            "epoch 1 only, and never t10's nor a stray key"
+        );
+        assert!(dead_keys(&key("t1"), &listed, 0).is_empty());
     }
 
     #[test]

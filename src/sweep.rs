@@ -3,25 +3,70 @@
 //! The decision of what may go is [`crate::plan::sweepable_epochs`]; this module carries it out
 //! against a durable store. The runtime sweeps a tenant beside its open; the operator command
 //! (`leasehold sweep`) sweeps every tenant of a store, also those never opened again.
+//!
+//! A tenant gains two objects per snapshot for life, so a sweep never lists it in one call: it
+//! goes page by page ([`SWEEP_PAGE_KEYS`] keys, each page one call under its own deadline) and
+//! deletes each page's dead objects before it asks for the next. A sweep cut short by a deadline
+//! or an outage keeps what it deleted, and the next one goes on from fewer objects
+//! (docs/guarantees.md, promise 5, "progress of a sweep").
 
 use crate::durable::{DurableStore, StoreError};
 use crate::ids::LeaseKey;
 use crate::lease::{LeaseError, LeaseStore};
-use crate::plan::sweepable_epochs;
+use crate::plan::{dead_keys, sweepable_epochs};
 
-/// Deletes every epoch of `key` at or below `floor`. Returns how many objects went.
+/// How many keys one page of a sweep's listing holds.
+pub const SWEEP_PAGE_KEYS: usize = 500;
+
+/// Deletes every epoch of `key` at or below `floor`, page by page ([`SWEEP_PAGE_KEYS`]).
+/// Returns how many objects went.
 pub async fn sweep_dead_epochs(
     store: &dyn DurableStore,
     key: &LeaseKey,
     floor: u64,
 ) -> Result<usize, StoreError> {
+    sweep_dead_epochs_paged(store, key, floor, SWEEP_PAGE_KEYS).await
+}
+
+/// [`sweep_dead_epochs`] with pages of `page_keys` keys. Each page's dead objects are deleted
+/// (one `delete_keys` call) before the next page is listed; once the listing is done, each dead
+/// epoch seen is deleted as a prefix, which also takes what no listing shows (a foreign object
+/// below the epoch). An error ends the sweep; what it deleted stays deleted.
+pub async fn sweep_dead_epochs_paged(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    floor: u64,
+    page_keys: usize,
+) -> Result<usize, StoreError> {
     if floor == 0 {
         return Ok(0);
     }
-    let listed = store.list(&key.prefix()).await?;
-    let mut deleted = 0;
-    for prefix in sweepable_epochs(key, &listed, floor) {
-        deleted += store.delete_prefix(&prefix).await?;
+    let prefix = key.prefix();
+    let (mut deleted, mut dead_epochs, mut after) = (0, Vec::new(), None::<String>);
+    loop {
+        let page = store
+            .list_page(&prefix, after.as_deref(), page_keys)
+            .await?;
+        for epoch in sweepable_epochs(key, &page.keys, floor) {
+            if !dead_epochs.contains(&epoch) {
+                dead_epochs.push(epoch);
+            }
+        }
+        let dead: Vec<String> = dead_keys(key, &page.keys, floor)
+            .into_iter()
+            .cloned()
+            .collect();
+        if !dead.is_empty() {
+            store.delete_keys(&dead).await?;
+            deleted += dead.len();
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    for epoch in dead_epochs {
+        deleted += store.delete_prefix(&epoch).await?;
     }
     Ok(deleted)
 }
@@ -39,6 +84,47 @@ pub struct SweepReport {
     pub foreign_keys: usize,
 }
 
+/// The tenant an object key belongs to, if it is laid out as `<org>/<tenant>/…`.
+fn tenant_of(object: &str) -> Option<LeaseKey> {
+    let mut parts = object.splitn(3, '/');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(org), Some(tenant), Some(_)) => LeaseKey::parse(&format!("{org}/{tenant}")).ok(),
+        _ => None,
+    }
+}
+
+/// Every tenant with an object in `store`, found page by page; a tenant's pages after its first
+/// key are skipped (`~` sorts after every key character). Also counts the foreign keys seen.
+pub async fn tenants_of_store(
+    store: &dyn DurableStore,
+) -> Result<(Vec<LeaseKey>, usize), StoreError> {
+    let (mut keys, mut foreign, mut after) = (Vec::<LeaseKey>::new(), 0, None::<String>);
+    loop {
+        let page = store
+            .list_page("", after.as_deref(), SWEEP_PAGE_KEYS)
+            .await?;
+        let mut skip_to = None;
+        for object in &page.keys {
+            match tenant_of(object) {
+                Some(k) => {
+                    skip_to = Some(format!("{}~", k.prefix()));
+                    if keys.last() != Some(&k) {
+                        keys.push(k);
+                    }
+                }
+                None => foreign += 1,
+            }
+        }
+        after = match (page.next, skip_to) {
+            (Some(next), Some(skip)) => Some(next.max(skip)),
+            (next, _) => next,
+        };
+        if after.is_none() {
+            return Ok((keys, foreign));
+        }
+    }
+}
+
 /// Sweeps every tenant found in `store`: reads each tenant's floor from `leases` and deletes its
 /// epochs at or below it. `progress(done, total)` is called after each tenant.
 pub async fn sweep_store(
@@ -46,22 +132,11 @@ pub async fn sweep_store(
     leases: &dyn LeaseStore,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<SweepReport, LeaseError> {
-    let listed = store.list("").await?;
-    let mut report = SweepReport::default();
-    let mut keys: Vec<LeaseKey> = Vec::new();
-    for object in &listed {
-        let mut parts = object.splitn(3, '/');
-        let parsed = match (parts.next(), parts.next()) {
-            (Some(org), Some(tenant)) => LeaseKey::parse(&format!("{org}/{tenant}")).ok(),
-            _ => None,
-        };
-        match parsed {
-            // The listing is sorted, so a tenant's objects stand together.
-            Some(k) if keys.last() != Some(&k) => keys.push(k),
-            Some(_) => {}
-            None => report.foreign_keys += 1,
-        }
-    }
+    let (keys, foreign_keys) = tenants_of_store(store).await?;
+    let mut report = SweepReport {
+        foreign_keys,
+        ..SweepReport::default()
+    };
     let total = keys.len();
     for (done, key) in keys.iter().enumerate() {
         report.tenants += 1;

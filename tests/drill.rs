@@ -206,11 +206,9 @@ fn drill_a_crash_late_in_a_long_drain_loses_no_more_than_the_tail() {
 /// below the floor (docs/guarantees.md, promise 5): the `forget-late-put` fault makes the owner's
 /// puts land 1.6 s late (past the 1 s store deadline), asks for a snapshot (it times out) and
 /// forgets at once; the drill lists the store right after the forget and twice the store
-/// deadline later. Today the late image lands after the forget returned `Ok` and stays
-/// (`forgotten-object-left`); the end-of-run listing does not see it, a later open's sweep took
-/// it. Un-ignore it with that fix (and align the second listing with the bound the fix states).
+/// deadline later. Before the forget waited for late puts (hole 6), the late image landed after
+/// the forget returned `Ok` and stayed (`forgotten-object-left`).
 #[test]
-#[ignore = "hole 6: a put that outlived its deadline lands after forget"]
 fn drill_a_late_put_leaves_nothing_of_a_forgotten_tenant() {
     let (code, output) = drill(&[
         "--seed",

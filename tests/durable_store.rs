@@ -9,13 +9,16 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use futures::FutureExt;
-use leasehold::DurableStore;
+use leasehold::deadline::Deadline;
 use leasehold::durable::dir::{DirStore, STAGING_DIR, STALE_STAGING};
 use leasehold::durable::{Put, SharedDurableStore, StoreError};
+use leasehold::image::{fetch_restorable, take_image, upload_image};
+use leasehold::sweep::sweep_dead_epochs;
 use leasehold::testkit::{
-    FaultyStore, INJECTED_OUTAGE, StoreOp, conformance_delete_prefix_takes_whole_segments,
-    durable_store_conformance,
+    FaultyStore, INJECTED_OUTAGE, LateLanding, MemStore, Pace, StoreOp,
+    conformance_delete_prefix_takes_whole_segments, durable_store_conformance,
 };
+use leasehold::{DurableStore, LeaseKey};
 use tempfile::TempDir;
 
 fn dir_store() -> (TempDir, DirStore) {
@@ -147,6 +150,27 @@ async fn a_leftover_staging_file_is_never_listed_nor_returned() {
     // A fresh leftover may be a put in flight elsewhere: opening again keeps it.
     DirStore::open(dir.path()).unwrap();
     assert!(leftover.exists());
+}
+
+/// Promise 5 (delete means delete): a crash's staging leftover holds an image's bytes; the
+/// `delete_prefix` of its key's prefix (a forget's sweep) takes it at once, not an hour later at
+/// some next open, and leaves the leftovers of other prefixes alone.
+#[tokio::test]
+async fn p5_delete_prefix_takes_the_staging_leftovers_of_keys_under_it() {
+    let (dir, store) = dir_store();
+    let staging = dir.path().join(STAGING_DIR);
+    let mine = staging.join("4242-0-1~acme+t1+e00000001+snap-000001.db.tmp");
+    let theirs = staging.join("4242-1-1~acme+t10+e00000001+snap-000001.db.tmp");
+    let unnamed = staging.join("4242-2-1.tmp");
+    for leftover in [&mine, &theirs, &unnamed] {
+        std::fs::write(leftover, b"half an image").unwrap();
+    }
+    assert_eq!(store.delete_prefix("acme/t1/").await, Ok(0), "no object");
+    assert!(
+        !mine.exists(),
+        "the leftover of acme/t1/ went with its prefix"
+    );
+    assert!(theirs.exists() && unnamed.exists(), "others stay");
 }
 
 #[tokio::test]
@@ -388,4 +412,170 @@ async fn faulty_store_is_shared_by_its_clones() {
     runtime_side.put_if_absent("a/k", vec![]).await.unwrap();
     runtime_side.delete("a/k").await.unwrap();
     assert_eq!((store.puts(), store.deletes()), (1, 1));
+}
+
+// ---- late puts, sized gets (docs/guarantees.md, promise 5 and 6) ---------------------------------
+
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// Hole 6: a put that outlived its deadline lands after the caller heard `Timeout`;
+/// `settle_puts` waits until it has landed, and a sweep after it deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p5_a_put_past_its_deadline_lands_later_and_settle_puts_waits_for_it_before_the_sweep() {
+    let (_dir, faulty) = faulty();
+    let store = Deadline::new(faulty.shared(), Duration::from_millis(50)).unwrap();
+    let key = LeaseKey::parse("acme/t1").unwrap();
+    let image = "acme/t1/e00000001/snap-000002.db";
+    faulty.hang_puts(true);
+    let put = store.put_if_absent(image, b"late".to_vec()).await;
+    assert!(matches!(put, Err(StoreError::Timeout { .. })), "{put:?}");
+    assert_eq!(store.puts_running("acme/t1/"), 1, "the put runs on");
+    // As the runtime holds it: a clone of the wrapper, behind `Arc<dyn DurableStore>`.
+    let shared: SharedDurableStore = Arc::new(store.clone());
+    let settle = shared.settle_puts("acme/t1/", SETTLE);
+    tokio::pin!(settle);
+    assert!(
+        futures::poll!(&mut settle).is_pending(),
+        "settle_puts answered while the put was still under way"
+    );
+    assert_eq!(store.settle_puts("acme/t2/", Duration::ZERO).await, Ok(()));
+    assert_eq!(faulty.inner().get(image).await, Ok(None), "not landed yet");
+    faulty.hang_puts(false);
+    assert_eq!(settle.await, Ok(()));
+    assert_eq!(
+        faulty.inner().get(image).await,
+        Ok(Some(b"late".to_vec())),
+        "the put landed after its caller heard Timeout, and before settle_puts answered"
+    );
+    assert_eq!(sweep_dead_epochs(&store, &key, 1).await, Ok(1));
+    assert_eq!(store.list("acme/t1/").await, Ok(vec![]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_puts_of_a_put_that_never_ends_times_out_at_its_limit() {
+    let (_dir, faulty) = faulty();
+    let store = Deadline::new(faulty.shared(), Duration::from_millis(20)).unwrap();
+    faulty.hang_puts(true);
+    let put = store.put_if_absent("acme/t1/x", vec![1]).await;
+    assert!(matches!(put, Err(StoreError::Timeout { .. })), "{put:?}");
+    assert_eq!(
+        store
+            .settle_puts("acme/t1/", Duration::from_millis(30))
+            .await,
+        Err(StoreError::Timeout {
+            op: "settle_puts",
+            after_ms: 30
+        })
+    );
+    faulty.hang_puts(false);
+    assert_eq!(store.settle_puts("acme/", SETTLE).await, Ok(()));
+    assert_eq!(faulty.puts(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faulty_late_put_answers_timeout_and_lands_when_released() {
+    let (_dir, faulty) = faulty();
+    let key = "acme/t1/e00000001/snap-000003.db";
+    faulty.land_puts_late(|k| k.ends_with(".db"), LateLanding::Tracked);
+    let put = faulty.put_if_absent(key, b"late".to_vec()).await;
+    assert_eq!(
+        put,
+        Err(StoreError::Timeout {
+            op: "put_if_absent",
+            after_ms: 0
+        })
+    );
+    assert_eq!(
+        faulty.put_if_absent("acme/t1/m.json", vec![]).await,
+        Ok(Put::Created)
+    );
+    assert_eq!((faulty.late_puts_held(), faulty.puts()), (1, 1));
+    assert_eq!(faulty.inner().get(key).await, Ok(None));
+    let settle = faulty.settle_puts("acme/t1/", SETTLE);
+    tokio::pin!(settle);
+    assert!(
+        futures::poll!(&mut settle).is_pending(),
+        "a tracked late put"
+    );
+    faulty.release_late_puts();
+    assert_eq!(settle.await, Ok(()));
+    assert_eq!(faulty.inner().get(key).await, Ok(Some(b"late".to_vec())));
+    assert_eq!(faulty.late_puts_held(), 0);
+    // Untracked: settle_puts cannot see it; it lands all the same once released.
+    faulty.land_puts_late(|_| true, LateLanding::Untracked);
+    let unseen = "acme/t1/e00000001/snap-000004.db";
+    assert!(faulty.put_if_absent(unseen, vec![4]).await.is_err());
+    faulty.clear_late_puts();
+    assert_eq!(faulty.settle_puts("acme/t1/", Duration::ZERO).await, Ok(()));
+    faulty.release_late_puts();
+    for _ in 0..1_000 {
+        if faulty.late_puts_held() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(faulty.inner().get(unseen).await, Ok(Some(vec![4])));
+}
+
+/// A store on a paused clock whose reads take 100 ms per MiB (10 MiB/s, faster than the
+/// 8 MiB/s a deadline allows for), behind a deadline of `limit`.
+fn paced(limit: Duration) -> (FaultyStore, Deadline<SharedDurableStore>) {
+    let faulty = FaultyStore::new(Arc::new(MemStore::new()));
+    faulty.set_pace(Pace {
+        per_mib_read: Duration::from_millis(100),
+        ..Pace::default()
+    });
+    let store = Deadline::new(faulty.shared(), limit).unwrap();
+    (faulty, store)
+}
+
+/// Hole 11: a get of an object whose size the caller knows gets a put's allowance.
+#[tokio::test(start_paused = true)]
+async fn p6_a_sized_get_has_as_long_as_a_put_of_that_size() {
+    let (faulty, store) = paced(Duration::from_millis(250));
+    let big = vec![7u8; 48 << 20];
+    faulty
+        .inner()
+        .put_if_absent("a/big", big.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get("a/big").await,
+        Err(StoreError::Timeout {
+            op: "get",
+            after_ms: 250
+        }),
+        "4.8 s of reading against 250 ms"
+    );
+    let started = tokio::time::Instant::now();
+    assert_eq!(store.get_sized("a/big", 48 << 20).await, Ok(Some(big)));
+    assert_eq!(started.elapsed(), Duration::from_millis(4_800));
+    assert_eq!(store.get_sized("a/missing", 1).await, Ok(None));
+}
+
+/// Hole 11, where it bit: restoring an image that took longer to read than one call's limit.
+#[tokio::test(start_paused = true)]
+async fn p6_a_restore_reads_its_image_within_a_deadline_grown_by_the_manifests_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch("CREATE TABLE t(b BLOB); INSERT INTO t VALUES (zeroblob(2097152));")
+        .unwrap();
+    drop(conn);
+    let image = take_image(&db, &dir.path().join("image.db")).unwrap();
+    let (faulty, store) = paced(Duration::from_millis(50));
+    let key = LeaseKey::parse("acme/t1").unwrap();
+    let manifest = upload_image(faulty.inner().as_ref(), &key, 1, 1, &image, None, 0)
+        .await
+        .unwrap();
+    let restored = fetch_restorable(&store, &key, Some(&manifest.image_ref()), 0).await;
+    let (got, bytes) = restored
+        .expect("the image is read in time")
+        .expect("an image");
+    assert_eq!((got, bytes.len() as u64), (manifest, image.size));
+}
+
+#[tokio::test]
+async fn mem_store_passes_the_durable_conformance_suite() {
+    durable_store_conformance(&MemStore::new(), "conf").await;
 }

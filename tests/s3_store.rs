@@ -298,3 +298,42 @@ async fn an_object_too_big_for_one_conditional_put_is_refused_before_any_request
     let bad = s.put_if_absent("a/../b", vec![0; 1]).await;
     assert!(matches!(bad, Err(StoreError::InvalidKey { .. })), "{bad:?}");
 }
+
+/// Writes `key` into the bucket with a raw HTTP PUT (curl), bypassing every key check: the
+/// foreign objects a bucket shared with other tools may hold.
+fn raw_put(key: &str) {
+    let (endpoint, bucket) = server();
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-X", "PUT"])
+        .args(["--data-binary", "foreign", "--path-as-is"])
+        .arg(format!("{endpoint}/{bucket}/{key}"))
+        .output()
+        .expect("curl runs");
+    let code = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(code.starts_with('2'), "raw PUT of {key:?}: {code} {out:?}");
+}
+
+/// Hole 12 (promise 5): a key `object_store` cannot parse (`…/e00000001//notes.txt`) makes
+/// neither `list` nor `list_page` nor `delete_prefix` fail; listings skip it and the tenant's
+/// `delete_prefix` deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p5_a_foreign_key_s3_cannot_name_blocks_neither_listing_nor_erasure() {
+    let run = fresh("foreign");
+    let s = store(&format!("{run}/"));
+    let image = "acme/t1/e00000001/snap-000001.db";
+    s.put_if_absent(image, b"image".to_vec()).await.unwrap();
+    raw_put(&format!("{run}/acme/t1/e00000001//notes.txt"));
+    raw_put(&format!("{run}/acme/t2/e00000001//notes.txt"));
+    assert_eq!(s.list("acme/t1/").await, Ok(vec![image.to_string()]));
+    let page = s.list_page("acme/", None, 10).await.map(|p| p.keys);
+    assert_eq!(page, Ok(vec![image.to_string()]));
+    assert_eq!(
+        s.delete_prefix("acme/t1/").await,
+        Ok(2),
+        "the image and the foreign key"
+    );
+    assert_eq!(s.list("").await, Ok(vec![]));
+    // t2's foreign object is still there, outside the prefix deleted: t2's erasure takes it.
+    assert_eq!(s.delete_prefix("acme/t2/").await, Ok(1));
+    assert_eq!(s.delete_prefix("acme/").await, Ok(0));
+}

@@ -1,10 +1,19 @@
 //! S — copies of a dead epoch are deleted when the tenant is next opened (CONTRACT promise 5),
-//! beside the open and never in it; a failed sweep is retried at the next open.
+//! beside the open and never in it; a failed sweep is retried at the next open; a sweep goes page
+//! by page and keeps its progress.
 
 mod common;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use common::*;
 use leasehold::DurableStore;
+use leasehold::deadline::Deadline;
+use leasehold::durable::StoreError;
+use leasehold::layout::{image_key, manifest_key};
+use leasehold::sweep::{SWEEP_PAGE_KEYS, sweep_dead_epochs};
+use leasehold::testkit::{FaultyStore, Hook, MemStore, Pace, StoreOp};
 use leasehold_actors::Event;
 
 fn epoch1() -> String {
@@ -96,4 +105,54 @@ async fn s2_a_sweep_that_fails_does_not_fail_the_open_and_the_next_open_sweeps_a
     })
     .await;
     assert!(third.is_open().await);
+}
+
+/// Hole 10: a tenant too big to list within one call's deadline is swept page by page, each
+/// page under its own deadline, and a sweep cut short keeps what its pages deleted.
+#[tokio::test(start_paused = true)]
+async fn s3_a_sweep_longer_than_one_calls_deadline_keeps_the_progress_of_each_page() {
+    let faulty = FaultyStore::new(Arc::new(MemStore::new()));
+    let inner = faulty.inner().clone();
+    for seq in 1..=1_250 {
+        for key in [image_key(&key(), 1, seq), manifest_key(&key(), 1, seq)] {
+            inner.put_if_absent(&key, vec![1]).await.unwrap();
+        }
+    }
+    let live = [image_key(&key(), 2, 1), manifest_key(&key(), 2, 1)];
+    for key in &live {
+        inner.put_if_absent(key, vec![2]).await.unwrap();
+    }
+    faulty.set_pace(Pace {
+        per_listed_key: Duration::from_millis(1),
+        ..Pace::default()
+    });
+    let store = Deadline::new(faulty.shared(), Duration::from_secs(1)).unwrap();
+    let prefix = key().prefix();
+    let listing = store.list(&prefix).await;
+    assert!(
+        matches!(listing, Err(StoreError::Timeout { .. })),
+        "one listing of 2,502 keys takes 2.5 s, longer than a call may: {listing:?}"
+    );
+    // The store goes down before the third page is listed.
+    let noop = || -> Hook { Box::new(|| Box::pin(async {})) };
+    faulty.before_next(StoreOp::List, noop());
+    faulty.before_next(StoreOp::List, noop());
+    let switch = faulty.clone();
+    faulty.before_next(
+        StoreOp::List,
+        Box::new(move || {
+            switch.set_down(true);
+            Box::pin(async {})
+        }),
+    );
+    let cut = sweep_dead_epochs(&store, &key(), 1).await;
+    assert!(cut.is_err(), "{cut:?}");
+    assert_eq!(
+        inner.list(&prefix).await.unwrap().len(),
+        2_502 - 2 * SWEEP_PAGE_KEYS,
+        "the two pages listed before the outage were deleted"
+    );
+    faulty.set_down(false);
+    assert_eq!(sweep_dead_epochs(&store, &key(), 1).await, Ok(1_500));
+    assert_eq!(inner.list(&prefix).await.unwrap(), live.to_vec());
 }

@@ -55,7 +55,7 @@ pub struct DriveArgs {
     /// more threads or file descriptors than before it started (default: report only).
     #[arg(long)]
     pub fail_on_leak: bool,
-    /// The fault kinds to inject, comma-separated (default: all but the opt-in `forget-late-put`).
+    /// The fault kinds to inject, comma-separated (default: all).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub faults: Vec<FaultKind>,
     /// Run directory (default: a temporary directory, removed after a clean run).

@@ -12,9 +12,9 @@
 //! | `forget-paused` | SIGSTOP an owner; open its tenant elsewhere once the lease ran out; forget it there; SIGCONT |
 //! | `store`         | a replica's durable store fails or stalls every put for a while (a handoff may try meanwhile) |
 //! | `restart`       | close a replica gracefully and start it again on the same state root      |
-//! | `drain-kill`    | opt-in: writes through a ticket while a handoff drains; SIGKILL late in the drain (`crate::opt_in`) |
-//! | `forget-late-put` | opt-in: the owner's puts land late (after their deadline); a snapshot times out; forget at once (`crate::opt_in`) |
-//! | `close-during-open` | opt-in: a tenant handed off is opened on another replica and that replica closed at once (`crate::opt_in`) |
+//! | `drain-kill`    | writes through a ticket while a handoff drains; SIGKILL late in the drain (`crate::opt_in`) |
+//! | `forget-late-put` | the owner's puts land late (after their deadline); a snapshot times out; forget at once (`crate::opt_in`) |
+//! | `close-during-open` | a tenant handed off is opened on another replica and that replica closed at once (`crate::opt_in`) |
 //!
 //! A paused replica's renewals are held across the pause (the store deadline ends each one), so
 //! when it resumes nothing has told it of its loss yet: the zombie's writes must be fenced by the
@@ -49,17 +49,17 @@ pub enum FaultKind {
     Store,
     /// Close a replica and start it again on the same state root.
     Restart,
-    /// Writes through a ticket during a long drain, SIGKILL before it ends (opt-in).
+    /// Writes through a ticket during a long drain, SIGKILL before it ends (hole 4).
     DrainKill,
-    /// A put that outlived its deadline lands after a forget returned (opt-in).
+    /// A put that outlived its deadline lands after a forget returned (hole 6).
     ForgetLatePut,
-    /// A close that begins while an open is under way on the same replica (opt-in).
+    /// A close that begins while an open is under way on the same replica (hole 1).
     CloseDuringOpen,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Handoff,
         FaultKind::Kill,
         FaultKind::Pause,
@@ -70,12 +70,12 @@ impl FaultKind {
         FaultKind::Restart,
         FaultKind::DrainKill,
         FaultKind::CloseDuringOpen,
+        FaultKind::ForgetLatePut,
     ];
 
-    /// Kinds injected only when named (`--faults forget-late-put`): a put that outlived its
-    /// deadline landing after the forget (hole 6 of docs/testing.md) until the forget waits for
-    /// late puts. `drain-kill` and `close-during-open` joined the defaults with their fixes.
-    pub const OPT_IN: [FaultKind; 1] = [FaultKind::ForgetLatePut];
+    /// Kinds injected only when named: none now (`drain-kill`, `close-during-open` and
+    /// `forget-late-put` joined the defaults with the fixes of holes 4, 1 and 6).
+    pub const OPT_IN: [FaultKind; 0] = [];
 
     /// The kind's name, as on the command line.
     pub fn name(self) -> &'static str {

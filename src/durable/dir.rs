@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! <root>/acme/t1/e00000003/snap-000001.db   the object `acme/t1/e00000003/snap-000001.db`
-//! <root>/#staging/<pid>-<n>-<nanos>.tmp      a put in flight, or what a crash left of one
+//! <root>/#staging/<pid>-<n>-<nanos>~<key>.tmp  a put in flight, or what a crash left of one
 //! ```
 //!
 //! A put writes its bytes to a fresh file in the staging directory, fsyncs it, hard-links it
@@ -10,7 +10,11 @@
 //! fails when the key exists, so an object is never overwritten, two racing puts have exactly one
 //! winner, and a reader sees the whole object or none, also after a crash. `#` is no key
 //! character, so the staging directory can never collide with a key and `list` never shows it.
-//! Staging files older than [`STALE_STAGING`] (a crash's leftovers) go when a store opens.
+//! Staging files older than [`STALE_STAGING`] (a crash's leftovers) go when a store opens. A
+//! staging name carries its key (`/` written `+`, cut at [`STAGED_KEY_BYTES`]), so
+//! `delete_prefix` also removes the staging files of keys under its prefix, in flight or left
+//! by a crash: a forgotten tenant's bytes do not outlive its erasure in the staging directory
+//! (docs/guarantees.md, promise 5). A put whose staging file went that way fails.
 //!
 //! Symlinks inside the root are never followed: a call whose key or prefix leads through one is
 //! refused with [`StoreError::Io`]; `list` skips them and `delete_prefix` removes the link only.
@@ -27,7 +31,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
-use super::{DurableStore, Put, StoreError, check_key, check_list_prefix, check_prefix};
+use super::{DurableStore, ListPage, Put, StoreError, check_key, check_list_prefix, check_prefix};
 
 /// The staging directory's name under the root. `#` is not a key character.
 pub const STAGING_DIR: &str = "#staging";
@@ -36,8 +40,16 @@ pub const STAGING_DIR: &str = "#staging";
 /// Younger ones may belong to a put in flight in another process sharing the root.
 pub const STALE_STAGING: Duration = Duration::from_secs(60 * 60);
 
+/// How much of the key a staging name carries, so that it stays below the file-name limit
+/// (255 bytes). A prefix longer than this finds no staging file by name.
+pub const STAGED_KEY_BYTES: usize = 200;
+
 /// How often a put makes its directories and links again after a concurrent delete pruned them.
 const LINK_ATTEMPTS: usize = 8;
+
+mod listing;
+
+use listing::{list_blocking, list_page_blocking};
 
 /// Numbers the staging files of this process.
 static STAGED_COUNT: AtomicU64 = AtomicU64::new(0);
@@ -90,10 +102,34 @@ impl DurableStore for DirStore {
         blocking("list", move || list_blocking(&root, &prefix)).await
     }
 
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        max_keys: usize,
+    ) -> Result<ListPage, StoreError> {
+        check_list_prefix(prefix)?;
+        let (root, prefix) = (self.root.clone(), prefix.to_owned());
+        let after = start_after.map(str::to_owned);
+        blocking("list_page", move || {
+            list_page_blocking(&root, &prefix, after.as_deref(), max_keys.max(1))
+        })
+        .await
+    }
+
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         check_key(key)?;
         let (root, key) = (self.root.clone(), key.to_owned());
         blocking("delete", move || delete_blocking(&root, &key)).await
+    }
+
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        keys.iter().try_for_each(|k| check_key(k))?;
+        let (root, keys) = (self.root.clone(), keys.to_vec());
+        blocking("delete_keys", move || {
+            delete_keys_blocking("delete_keys", &root, &keys)
+        })
+        .await
     }
 
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
@@ -120,7 +156,7 @@ where
         })?
 }
 
-fn io_at(op: &'static str, path: &Path, e: &io::Error) -> StoreError {
+pub(super) fn io_at(op: &'static str, path: &Path, e: &io::Error) -> StoreError {
     StoreError::Io {
         op,
         message: format!("{}: {e}", path.display()),
@@ -140,7 +176,7 @@ fn segments(key: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Where `key` (or a prefix's directory) lives under `root`.
-fn path_of(root: &Path, key: &str) -> PathBuf {
+pub(super) fn path_of(root: &Path, key: &str) -> PathBuf {
     let mut path = root.to_path_buf();
     path.extend(segments(key));
     path
@@ -148,7 +184,7 @@ fn path_of(root: &Path, key: &str) -> PathBuf {
 
 /// What a key or prefix names on disk.
 #[derive(Debug, PartialEq, Eq)]
-enum Found {
+pub(super) enum Found {
     /// Nothing: an object key of this name does not exist.
     Missing,
     /// A regular file: an object.
@@ -160,7 +196,7 @@ enum Found {
 }
 
 /// What lies at `key` under `root`, looking at every segment without following a symlink.
-fn inspect(op: &'static str, root: &Path, key: &str) -> Result<Found, StoreError> {
+pub(super) fn inspect(op: &'static str, root: &Path, key: &str) -> Result<Found, StoreError> {
     let mut path = root.to_path_buf();
     let mut found = Found::Dir;
     for segment in segments(key) {
@@ -184,13 +220,6 @@ fn inspect(op: &'static str, root: &Path, key: &str) -> Result<Found, StoreError
         };
     }
     Ok(found)
-}
-
-/// Fsyncs a directory, making the entries created or removed in it durable.
-fn sync_dir(op: &'static str, dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_at(op, dir, &e))
 }
 
 /// Fsyncs a directory that a concurrent delete may have pruned; false if it was gone.
@@ -257,9 +286,14 @@ struct Staged {
 }
 
 impl Staged {
-    /// Writes `bytes` to a fresh staging file and fsyncs it.
-    fn write(op: &'static str, staging: &Path, bytes: &[u8]) -> Result<Self, StoreError> {
-        let path = staging.join(staging_name());
+    /// Writes `bytes` for `key` to a fresh staging file and fsyncs it.
+    fn write(
+        op: &'static str,
+        staging: &Path,
+        key: &str,
+        bytes: &[u8],
+    ) -> Result<Self, StoreError> {
+        let path = staging.join(staging_name(key));
         let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -280,13 +314,49 @@ impl Drop for Staged {
     }
 }
 
-/// A staging file name unique across processes and calls.
-fn staging_name() -> String {
+/// A staging file name for a put of `key`, unique across processes and calls:
+/// `<pid>-<n>-<nanos>~<key, '/' as '+', cut at STAGED_KEY_BYTES>.tmp`.
+fn staging_name(key: &str) -> String {
     let n = STAGED_COUNT.fetch_add(1, Ordering::Relaxed);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    format!("{}-{n}-{nanos}.tmp", std::process::id())
+    format!("{}-{n}-{nanos}~{}.tmp", std::process::id(), staged_key(key))
+}
+
+/// A key (or prefix) as a staging name carries it: `/` as `+` (no key character), cut at
+/// [`STAGED_KEY_BYTES`] (keys are ASCII, so any cut is a character boundary).
+fn staged_key(key: &str) -> String {
+    let mut staged = key.replace('/', "+");
+    staged.truncate(STAGED_KEY_BYTES);
+    staged
+}
+
+/// Removes the staging files whose name carries a key under `prefix`; how many went. A prefix
+/// longer than a staging name carries finds none.
+fn remove_staged_under(op: &'static str, root: &Path, prefix: &str) -> Result<usize, StoreError> {
+    let wanted = prefix.replace('/', "+");
+    if wanted.len() > STAGED_KEY_BYTES {
+        return Ok(0);
+    }
+    let staging = root.join(STAGING_DIR);
+    let entries = match fs::read_dir(&staging) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io_at(op, &staging, &e)),
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let carried = name
+            .to_str()
+            .and_then(|n| n.split_once('~'))
+            .and_then(|(_, rest)| rest.strip_suffix(".tmp"));
+        if carried.is_some_and(|k| k.starts_with(&wanted)) && remove_entry(op, &entry.path())? {
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// Removes the staging files last modified more than `older_than` ago.
@@ -308,7 +378,7 @@ fn remove_stale_staging(staging: &Path, older_than: Duration) -> Result<(), Stor
 
 fn put_blocking(root: &Path, key: &str, bytes: &[u8]) -> Result<Put, StoreError> {
     const OP: &str = "put_if_absent";
-    let staged = Staged::write(OP, &root.join(STAGING_DIR), bytes)?;
+    let staged = Staged::write(OP, &root.join(STAGING_DIR), key, bytes)?;
     let target = path_of(root, key);
     for _ in 0..LINK_ATTEMPTS {
         if !ensure_parents(OP, root, key)? {
@@ -321,6 +391,13 @@ fn put_blocking(root: &Path, key: &str, bytes: &[u8]) -> Result<Put, StoreError>
                 return Ok(Put::Created);
             }
             Err(e) if e.kind() == ErrorKind::AlreadyExists => return existing(OP, &target),
+            Err(_) if !staged.path.exists() => {
+                return Err(refused_at(
+                    OP,
+                    &target,
+                    "a delete_prefix of its prefix removed the staged bytes; nothing was put",
+                ));
+            }
             // A concurrent delete pruned the directory just made: make it again.
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
             Err(e) => return Err(io_at(OP, &target, &e)),
@@ -368,77 +445,46 @@ fn get_blocking(root: &Path, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
     Ok(Some(bytes))
 }
 
-fn list_blocking(root: &Path, prefix: &str) -> Result<Vec<String>, StoreError> {
-    const OP: &str = "list";
-    let mut keys = Vec::new();
-    if inspect(OP, root, prefix)? == Found::Dir {
-        collect_keys(OP, &path_of(root, prefix), prefix, &mut keys)?;
-    }
-    keys.sort();
-    Ok(keys)
-}
-
-/// Adds to `keys` every object under `dir`, whose key prefix is `key_prefix` (`""` or ending
-/// with `/`). Names that are no key segment (the staging directory), symlinks and anything but
-/// regular files and directories are skipped.
-fn collect_keys(
-    op: &'static str,
-    dir: &Path,
-    key_prefix: &str,
-    keys: &mut Vec<String>,
-) -> Result<(), StoreError> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_at(op, dir, &e)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(|e| io_at(op, dir, &e))?;
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        let key = format!("{key_prefix}{name}");
-        if check_key(&name).is_err() || check_key(&key).is_err() {
-            continue;
-        }
-        if kind.is_dir() {
-            collect_keys(op, &entry.path(), &format!("{key}/"), keys)?;
-        } else if kind.is_file() {
-            keys.push(key);
-        }
-    }
-    Ok(())
-}
-
 fn delete_blocking(root: &Path, key: &str) -> Result<(), StoreError> {
-    const OP: &str = "delete";
-    if inspect(OP, root, key)? != Found::File {
-        return Ok(());
+    delete_keys_blocking("delete", root, std::slice::from_ref(&key.to_owned()))
+}
+
+/// Unlinks each key's file, then fsyncs each directory it touched once and prunes the empty ones.
+fn delete_keys_blocking(op: &'static str, root: &Path, keys: &[String]) -> Result<(), StoreError> {
+    let mut touched = std::collections::BTreeSet::new();
+    for key in keys {
+        if inspect(op, root, key)? != Found::File {
+            continue;
+        }
+        let path = path_of(root, key);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_at(op, &path, &e)),
+        }
+        touched.insert(path.parent().unwrap_or(root).to_path_buf());
     }
-    let path = path_of(root, key);
-    match fs::remove_file(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_at(OP, &path, &e)),
+    for parent in &touched {
+        // Gone only if a concurrent delete of a sibling pruned it already.
+        sync_dir_if_present(op, parent)?;
     }
-    let parent = path.parent().unwrap_or(root);
-    sync_dir(OP, parent)?;
-    prune_empty_dirs(root, parent);
+    for parent in touched.iter().rev() {
+        prune_empty_dirs(root, parent);
+    }
     Ok(())
 }
 
 fn delete_prefix_blocking(root: &Path, prefix: &str) -> Result<usize, StoreError> {
     const OP: &str = "delete_prefix";
+    // Staging files are no objects: they are removed, not counted.
+    remove_staged_under(OP, root, prefix)?;
     if inspect(OP, root, prefix)? != Found::Dir {
         return Ok(0);
     }
     let dir = path_of(root, prefix);
     let removed = remove_tree(OP, &dir)?;
     let parent = dir.parent().unwrap_or(root);
-    sync_dir(OP, parent)?;
+    sync_dir_if_present(OP, parent)?;
     prune_empty_dirs(root, parent);
     Ok(removed)
 }
@@ -510,6 +556,9 @@ mod tests {
     #[test]
     fn the_staging_directory_can_never_be_a_key() {
         assert!(check_key(STAGING_DIR).is_err());
-        assert_ne!(staging_name(), staging_name());
+        let key = "acme/t1/e00000001/snap-000001.db";
+        assert_ne!(staging_name(key), staging_name(key));
+        assert!(staging_name(key).ends_with("~acme+t1+e00000001+snap-000001.db.tmp"));
+        assert_eq!(staged_key(&"a".repeat(300)).len(), STAGED_KEY_BYTES);
     }
 }

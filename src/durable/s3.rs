@@ -4,10 +4,16 @@
 //! ```text
 //! put_if_absent   one PUT with If-None-Match: *        412 / 304 / 409 -> Put::AlreadyExists
 //! get             GET                                   404 -> None
-//! list            ListObjectsV2, paginated, sorted      keys below the store's own prefix
+//! list_page       ListObjectsV2 with start-after        raw keys; what is no store key is skipped
+//! list            list_page until the end, sorted       keys below the store's own prefix
 //! delete          DELETE                                a missing key is not an error
-//! delete_prefix   list, then DeleteObjects in batches of 1000 (whole segments only)
+//! delete_keys     DeleteObjects in batches of 1000      a missing key is not an error
+//! delete_prefix   list raw, then DeleteObjects in batches of 1000 (whole segments only);
+//!                 a key object_store cannot name (`a//b`) gets a raw DELETE of its own
 //! ```
+//!
+//! Listings go through [`raw`]: `object_store` refuses a whole page when one key on it does
+//! not parse, so one foreign object would block listing and erasure of its tenant.
 //!
 //! Every key and prefix is validated ([`check_key`], [`check_prefix`], [`check_list_prefix`])
 //! before any request is made. Every request has a deadline and bounded retries with exponential
@@ -23,144 +29,31 @@
 //! the manifest stays the one object whose presence (and the head in the lease store) publishes
 //! the image, so nothing about fencing changes. See `docs/operations.md`.
 
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::path::Path;
-use object_store::{
-    BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
-    RetryConfig,
-};
+use object_store::{ClientConfigKey, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use crate::clock::duration_ms;
-use crate::durable::{DurableStore, Put, StoreError, check_key, check_list_prefix, check_prefix};
+use crate::durable::{
+    DurableStore, ListPage, Put, StoreError, check_key, check_list_prefix, check_prefix,
+};
 use crate::error::Error;
+
+mod config;
+mod raw;
+
+pub use config::{S3Config, S3Limits};
+
+use raw::{MAX_PAGE_KEYS, RawBucket, raw_client};
 
 /// The largest object S3 accepts in one `PUT`: 5 GiB.
 pub const S3_MAX_PUT_BYTES: u64 = 5 * 1024 * 1024 * 1024;
-
-/// Where the store is and who it is, given explicitly (see [`S3Store::from_env`] for the usual
-/// AWS environment variables).
-#[derive(Clone, PartialEq, Eq)]
-pub struct S3Config {
-    /// The endpoint URL (`http://127.0.0.1:9000`, `https://s3.eu-west-1.amazonaws.com`), or
-    /// `None` for AWS itself (derived from the region).
-    pub endpoint: Option<String>,
-    /// The region (`us-east-1` for most S3-compatible servers).
-    pub region: String,
-    /// The bucket; it must exist.
-    pub bucket: String,
-    /// A key prefix inside the bucket: `""` or whole segments ending with `/` (`prod/`). Every
-    /// key of this store lies below it, and the store sees nothing outside it.
-    pub prefix: String,
-    /// The access key id, or `None` to let the AWS credential chain find one (instance
-    /// metadata, web identity, container credentials).
-    pub access_key_id: Option<String>,
-    /// The secret access key, with `access_key_id`.
-    pub secret_access_key: Option<String>,
-    /// Whether a plain `http://` endpoint is allowed (test servers only).
-    pub allow_http: bool,
-}
-
-impl fmt::Debug for S3Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("S3Config")
-            .field("endpoint", &self.endpoint)
-            .field("region", &self.region)
-            .field("bucket", &self.bucket)
-            .field("prefix", &self.prefix)
-            .field("access_key_id", &self.access_key_id)
-            .field(
-                "secret_access_key",
-                &self.secret_access_key.as_ref().map(|_| "…"),
-            )
-            .field("allow_http", &self.allow_http)
-            .finish()
-    }
-}
-
-/// Deadlines, retries and the size bound of an [`S3Store`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct S3Limits {
-    /// How long opening a connection may take.
-    pub connect_timeout: Duration,
-    /// The deadline of one HTTP request, body included.
-    pub request_timeout: Duration,
-    /// How many times a failed request (5xx, connection error, or a timeout of a request that is
-    /// safe to repeat) is retried.
-    pub max_retries: usize,
-    /// No retry starts later than this after the first attempt.
-    pub retry_timeout: Duration,
-    /// The first backoff between retries; it doubles (with jitter) up to `max_backoff`.
-    pub init_backoff: Duration,
-    /// The longest backoff between retries.
-    pub max_backoff: Duration,
-    /// The deadline of one whole call (a `list` of many pages, a `delete_prefix`).
-    pub op_timeout: Duration,
-    /// The largest object `put_if_absent` sends; at most [`S3_MAX_PUT_BYTES`].
-    pub max_object_bytes: u64,
-}
-
-impl Default for S3Limits {
-    fn default() -> Self {
-        Self {
-            connect_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(30),
-            max_retries: 3,
-            retry_timeout: Duration::from_secs(30),
-            init_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(2),
-            op_timeout: Duration::from_secs(120),
-            max_object_bytes: S3_MAX_PUT_BYTES,
-        }
-    }
-}
-
-impl S3Limits {
-    /// Refuses limits that cannot work.
-    fn check(&self) -> Result<(), Error> {
-        let bad = |name, reason: &str| {
-            Err(Error::InvalidOption {
-                name,
-                reason: reason.to_string(),
-            })
-        };
-        if duration_ms(self.connect_timeout) == 0 || duration_ms(self.request_timeout) == 0 {
-            return bad(
-                "request_timeout",
-                "connect and request timeouts must be at least 1 ms",
-            );
-        }
-        if duration_ms(self.op_timeout) == 0 {
-            return bad("op_timeout", "must be at least 1 ms");
-        }
-        if self.max_object_bytes == 0 || self.max_object_bytes > S3_MAX_PUT_BYTES {
-            return bad(
-                "max_object_bytes",
-                "must be between 1 byte and 5 GiB (one S3 PUT)",
-            );
-        }
-        Ok(())
-    }
-
-    /// The retry policy handed to `object_store`.
-    fn retry(&self) -> RetryConfig {
-        RetryConfig {
-            backoff: BackoffConfig {
-                init_backoff: self.init_backoff,
-                max_backoff: self.max_backoff,
-                base: 2.0,
-            },
-            max_retries: self.max_retries,
-            retry_timeout: self.retry_timeout,
-        }
-    }
-}
 
 /// The durable store over an S3-compatible bucket, optionally below a key prefix.
 #[derive(Debug, Clone)]
@@ -173,6 +66,8 @@ pub struct S3Store {
     prefix: String,
     /// Deadlines, retries and the size bound.
     limits: S3Limits,
+    /// Raw listings and deletes, for keys `object_store` cannot name.
+    raw: RawBucket,
 }
 
 impl S3Store {
@@ -233,6 +128,12 @@ impl S3Store {
             reason: e.to_string(),
         })?;
         limits.check()?;
+        let (client, bucket_url, region) = raw_client(
+            &builder,
+            bucket,
+            limits.request_timeout,
+            limits.connect_timeout,
+        )?;
         let timeout = |d: Duration| format!("{}ms", duration_ms(d));
         let inner = builder
             .with_bucket_name(bucket)
@@ -252,11 +153,21 @@ impl S3Store {
                 name: "s3",
                 reason: e.to_string(),
             })?;
+        let raw = RawBucket {
+            client,
+            bucket_url,
+            region,
+            credentials: inner.credentials().clone(),
+            request_timeout: limits.request_timeout,
+            retries: limits.max_retries,
+            backoff: limits.init_backoff,
+        };
         Ok(Self {
             inner,
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
             limits,
+            raw,
         })
     }
 
@@ -275,13 +186,6 @@ impl S3Store {
         parse_path(&format!("{}{key}", self.prefix))
     }
 
-    /// The list prefix of a store prefix (`""` or ending with `/`): `None` for the whole bucket.
-    /// `object_store` matches it by whole segments.
-    fn list_path(&self, prefix: &str) -> Result<Option<Path>, StoreError> {
-        let full = format!("{}{prefix}", self.prefix);
-        full.strip_suffix('/').map(parse_path).transpose()
-    }
-
     /// Runs `fut` within [`S3Limits::op_timeout`]; running out is [`StoreError::Timeout`].
     async fn bounded<T>(
         &self,
@@ -297,15 +201,59 @@ impl S3Store {
         }
     }
 
-    /// Every object path below `prefix` (a store prefix), unsorted.
-    async fn list_paths(&self, op: &'static str, prefix: &str) -> Result<Vec<Path>, StoreError> {
-        let list_path = self.list_path(prefix)?;
-        self.inner
-            .list(list_path.as_ref())
-            .map_ok(|meta| meta.location)
-            .try_collect()
-            .await
-            .map_err(|e| s3_error(op, &self.limits, e))
+    /// Deletes `paths` with `DeleteObjects` (1000 a request); how many went. A path gone
+    /// meanwhile counts as nothing and is no error.
+    async fn delete_paths(&self, op: &'static str, paths: Vec<Path>) -> Result<usize, StoreError> {
+        let locations = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
+        let results: Vec<_> = self.inner.delete_stream(locations).collect().await;
+        let mut deleted = 0;
+        for result in results {
+            match result {
+                Ok(_) => deleted += 1,
+                // Gone meanwhile: deleted all the same, by someone.
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(s3_error(op, &self.limits, e)),
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// One page of raw keys below the store prefix `prefix`, after the store key (or marker)
+    /// `start_after`: the keys with the store's own prefix taken off, and the next marker.
+    async fn raw_page(
+        &self,
+        op: &'static str,
+        prefix: &str,
+        start_after: Option<&str>,
+        max_keys: usize,
+    ) -> Result<(Vec<String>, Option<String>), StoreError> {
+        let full = format!("{}{prefix}", self.prefix);
+        let after = start_after.map(|a| format!("{}{a}", self.prefix));
+        let page = (self.raw)
+            .list_page(op, &full, after.as_deref(), max_keys)
+            .await?;
+        let keys: Vec<String> = page
+            .keys
+            .iter()
+            .filter_map(|k| k.strip_prefix(self.prefix.as_str()).map(str::to_owned))
+            .collect();
+        let next = page.truncated.then(|| keys.last().cloned()).flatten();
+        Ok((keys, next))
+    }
+
+    /// Every raw key (store prefix taken off) below `prefix`, page after page.
+    async fn raw_keys(&self, op: &'static str, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let (mut all, mut after) = (Vec::new(), None::<String>);
+        loop {
+            let (keys, next) = self
+                .raw_page(op, prefix, after.as_deref(), MAX_PAGE_KEYS)
+                .await?;
+            all.extend(keys);
+            match next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 }
 
@@ -363,18 +311,27 @@ impl DurableStore for S3Store {
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         check_list_prefix(prefix)?;
         self.bounded("list", async {
-            let mut keys: Vec<String> = self
-                .list_paths("list", prefix)
-                .await?
-                .iter()
-                .filter_map(|p| {
-                    p.as_ref()
-                        .strip_prefix(self.prefix.as_str())
-                        .map(str::to_string)
-                })
-                .collect();
+            let mut keys = self.raw_keys("list", prefix).await?;
+            keys.retain(|k| check_key(k).is_ok());
             keys.sort();
             Ok(keys)
+        })
+        .await
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        max_keys: usize,
+    ) -> Result<ListPage, StoreError> {
+        check_list_prefix(prefix)?;
+        self.bounded("list_page", async {
+            let (mut keys, next) = self
+                .raw_page("list_page", prefix, start_after, max_keys)
+                .await?;
+            keys.retain(|k| check_key(k).is_ok());
+            Ok(ListPage { keys, next })
         })
         .await
     }
@@ -391,20 +348,35 @@ impl DurableStore for S3Store {
         .await
     }
 
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        keys.iter().try_for_each(|k| check_key(k))?;
+        let paths = keys
+            .iter()
+            .map(|k| self.path(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.bounded("delete_keys", self.delete_paths("delete_keys", paths))
+            .await
+            .map(|_| ())
+    }
+
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         check_prefix(prefix)?;
         self.bounded("delete_prefix", async {
-            let paths = self.list_paths("delete_prefix", prefix).await?;
-            let locations = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
-            let results: Vec<_> = self.inner.delete_stream(locations).collect().await;
-            let mut deleted = 0;
-            for result in results {
-                match result {
-                    Ok(_) => deleted += 1,
-                    // Gone meanwhile: deleted all the same, by someone.
-                    Err(object_store::Error::NotFound { .. }) => {}
-                    Err(e) => return Err(s3_error("delete_prefix", &self.limits, e)),
+            let (mut paths, mut foreign) = (Vec::new(), Vec::new());
+            for key in self.raw_keys("delete_prefix", prefix).await? {
+                match Path::parse(format!("{}{key}", self.prefix)) {
+                    Ok(path) if path.as_ref() == format!("{}{key}", self.prefix) => {
+                        paths.push(path)
+                    }
+                    _ => foreign.push(key),
                 }
+            }
+            let mut deleted = self.delete_paths("delete_prefix", paths).await?;
+            // What object_store cannot name, one raw DELETE each (under the prefix only).
+            for key in foreign {
+                let raw = format!("{}{key}", self.prefix);
+                self.raw.delete("delete_prefix", &raw).await?;
+                deleted += 1;
             }
             Ok(deleted)
         })
@@ -559,14 +531,10 @@ mod tests {
     }
 
     #[test]
-    fn paths_carry_the_prefix_and_list_paths_take_whole_segments() {
+    fn paths_carry_the_prefix() {
         let store = S3Store::new(config("a/")).unwrap();
         assert_eq!(store.path("x/y").unwrap().as_ref(), "a/x/y");
-        assert_eq!(store.list_path("").unwrap().unwrap().as_ref(), "a");
-        assert_eq!(store.list_path("x/").unwrap().unwrap().as_ref(), "a/x");
-        let bare = S3Store::new(config("")).unwrap();
-        assert_eq!(bare.list_path("").unwrap(), None);
-        assert_eq!(bare.list_path("x/y/").unwrap().unwrap().as_ref(), "x/y");
+        assert_eq!(store.raw.bucket_url, "http://127.0.0.1:1/leasehold-test");
     }
 
     #[test]

@@ -178,7 +178,9 @@ async fn fetch_image(
     manifest: &Manifest,
 ) -> Result<Result<Vec<u8>, String>, ImageError> {
     let ikey = image_key(key, manifest.epoch, manifest.seq);
-    let Some(bytes) = store.get(&ikey).await? else {
+    // The manifest names the size, so the read gets as long as a put of it would
+    // (docs/guarantees.md, promise 6).
+    let Some(bytes) = store.get_sized(&ikey, manifest.size).await? else {
         return Ok(Err(format!("{ikey}: the image is missing")));
     };
     Ok(match verify(manifest, &bytes) {

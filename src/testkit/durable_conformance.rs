@@ -10,7 +10,7 @@
 use std::fmt::Display;
 
 use crate::DurableStore;
-use crate::durable::{Put, StoreError, check_key};
+use crate::durable::{ListPage, Put, StoreError, check_key};
 
 /// Objects of this size stand for an image in the round trip check.
 const MIB: usize = 1024 * 1024;
@@ -71,7 +71,9 @@ pub async fn durable_store_conformance(store: &dyn DurableStore, ns: &str) {
     conformance_get_missing_is_none(store, ns).await;
     conformance_list_is_sorted_by_whole_segments(store, ns).await;
     conformance_list_of_an_empty_prefix_is_empty(store, ns).await;
+    conformance_list_pages_follow_the_listing(store, ns).await;
     conformance_delete_removes_and_missing_is_ok(store, ns).await;
+    conformance_delete_keys_removes_each_and_checks_all_first(store, ns).await;
     conformance_delete_prefix_takes_whole_segments(store, ns).await;
     conformance_bad_keys_are_refused_everywhere(store, ns).await;
     conformance_concurrent_puts_have_one_winner(store, ns).await;
@@ -182,6 +184,78 @@ pub async fn conformance_list_is_sorted_by_whole_segments(store: &dyn DurableSto
     }
 }
 
+async fn page(
+    store: &dyn DurableStore,
+    rule: &str,
+    prefix: &str,
+    after: Option<&str>,
+    max_keys: usize,
+) -> ListPage {
+    ok(
+        rule,
+        format_args!("list_page {prefix:?} after {after:?}, {max_keys} keys"),
+        store.list_page(prefix, after, max_keys).await,
+    )
+}
+
+/// `list_page` walks the listing in order: pages of at most `max_keys` keys, each after its
+/// marker, chained by `next` until `None`, together exactly what `list` returns; a marker need
+/// not be a key.
+pub async fn conformance_list_pages_follow_the_listing(store: &dyn DurableStore, ns: &str) {
+    const RULE: &str = "list pages follow the listing";
+    let area = format!("{ns}/pages/");
+    let names = ["d/b/c", "d0", "d-x", "d/a", "e/f/g", "d.y", "d/b-z", "c"];
+    for name in names {
+        create(store, RULE, &format!("{area}{name}"), name.as_bytes()).await;
+    }
+    let at =
+        |names: &[&str]| -> Vec<String> { names.iter().map(|n| format!("{area}{n}")).collect() };
+    let whole = list(store, RULE, &area).await;
+    let (mut walked, mut after, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        let got = page(store, RULE, &area, after.as_deref(), 3).await;
+        if got.keys.len() > 3 || pages > names.len() {
+            broken(
+                RULE,
+                format_args!("page {pages} is too long or never ends: {got:?}"),
+            );
+        }
+        walked.extend(got.keys);
+        pages += 1;
+        match got.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    expect_eq(RULE, "the pages of 3, joined", walked, whole);
+    let cases: [(&str, usize, &[&str]); 4] = [
+        ("d/b", 2, &["d/b-z", "d/b/c"]),
+        ("d/~", 5, &["d0", "e/f/g"]),
+        ("z", 5, &[]),
+        ("c", 0, &["d-x"]),
+    ];
+    for (marker, max_keys, want) in cases {
+        let after = format!("{area}{marker}");
+        let got = page(store, RULE, &area, Some(&after), max_keys).await;
+        expect_eq(
+            RULE,
+            format_args!("the page after {after:?}"),
+            got.keys,
+            at(want),
+        );
+    }
+    let last = page(store, RULE, &area, Some(&format!("{area}d0")), 1).await;
+    expect_eq(
+        RULE,
+        "the last page",
+        last,
+        ListPage {
+            keys: at(&["e/f/g"]),
+            next: None,
+        },
+    );
+}
+
 /// A prefix with nothing under it lists empty, also when a longer name starts with it.
 pub async fn conformance_list_of_an_empty_prefix_is_empty(store: &dyn DurableStore, ns: &str) {
     const RULE: &str = "list of an empty prefix is empty";
@@ -224,6 +298,48 @@ pub async fn conformance_delete_removes_and_missing_is_ok(store: &dyn DurableSto
         get(store, RULE, &key).await,
         Some(b"again".to_vec()),
     );
+}
+
+/// `delete_keys` deletes each key given (missing ones are fine) and nothing else; one bad key
+/// refuses the call before anything is deleted.
+pub async fn conformance_delete_keys_removes_each_and_checks_all_first(
+    store: &dyn DurableStore,
+    ns: &str,
+) {
+    const RULE: &str = "delete_keys removes each key and checks all first";
+    let area = format!("{ns}/delete-keys/");
+    let keys: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|k| format!("{area}{k}"))
+        .collect();
+    for key in &keys {
+        create(store, RULE, key, b"x").await;
+    }
+    let bad = vec![keys[0].clone(), format!("{area}../x")];
+    if !matches!(
+        store.delete_keys(&bad).await,
+        Err(StoreError::InvalidKey { .. })
+    ) {
+        broken(
+            RULE,
+            "a list holding a bad key was not refused as InvalidKey",
+        );
+    }
+    expect_eq(
+        RULE,
+        "after a refused call",
+        list(store, RULE, &area).await,
+        keys.clone(),
+    );
+    let doomed = vec![keys[0].clone(), keys[2].clone(), format!("{area}missing")];
+    ok(RULE, "delete_keys", store.delete_keys(&doomed).await);
+    expect_eq(
+        RULE,
+        "what is left",
+        list(store, RULE, &area).await,
+        vec![keys[1].clone()],
+    );
+    ok(RULE, "delete_keys of nothing", store.delete_keys(&[]).await);
 }
 
 /// `delete_prefix` takes whole segments: `<ns>/acme` is refused, `<ns>/acme/` deletes exactly

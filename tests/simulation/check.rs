@@ -233,11 +233,12 @@ fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
     let mut required: Vec<String> = ts.objects.keys().flat_map(|&o| object_keys(t, o)).collect();
     required.extend(ts.lone.iter().map(|&o| object_keys(t, o)[0].clone()));
     required.sort();
-    let maybe: Vec<String> = ts
+    let mut maybe: Vec<String> = ts
         .leftovers
         .iter()
         .flat_map(|&o| object_keys(t, o))
         .collect();
+    maybe.extend(ts.stray.iter().map(|&o| object_keys(t, o)[0].clone()));
     let listed = &seen.listings[t];
     let above: Vec<&String> = listed.iter().filter(|k| !maybe.contains(k)).collect();
     let required: Vec<&String> = required.iter().collect();

@@ -155,6 +155,9 @@ pub struct TenantState {
     pub leftovers: BTreeSet<(u64, u64)>,
     /// Images above the floor whose bytes landed late with no manifest beside them.
     pub lone: BTreeSet<(u64, u64)>,
+    /// Images whose put hung past its deadline: the put runs on and may land at any time
+    /// (its bytes only, no manifest). Only an erasure takes them (docs/guarantees.md, late puts).
+    pub stray: BTreeSet<(u64, u64)>,
 }
 
 impl TenantState {

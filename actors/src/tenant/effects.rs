@@ -218,13 +218,21 @@ impl TenantActor {
         );
     }
 
-    /// Deletes every durable copy at or below `floor`, then the local directory. Renewals go
-    /// on meanwhile: the lease is still registered.
+    /// Waits for this replica's puts of the tenant that outlived their deadline, deletes every
+    /// durable copy at or below `floor`, then the local directory. Renewals go on meanwhile:
+    /// the lease is still registered. A put still running after `drain_timeout` makes the
+    /// forget report its erasure incomplete (what lands later goes at the next sweep); promise
+    /// 5 in docs/guarantees.md, hole 6 in docs/testing.md.
     fn erase(&mut self, floor: u64, ctx: &mut Context<Self>) {
         let rt = self.rt.clone();
         let key = self.key().clone();
         let work = async move {
+            let settled = rt
+                .durable
+                .settle_puts(&key.prefix(), rt.drain_timeout)
+                .await;
             sweep_dead_epochs(rt.durable.as_ref(), &key, floor).await?;
+            settled?;
             let root = rt.state_root.clone();
             let (org, tenant) = (key.org().clone(), key.tenant().clone());
             tokio::task::spawn_blocking(move || paths::remove_tenant_dir(&root, &org, &tenant))

@@ -70,9 +70,13 @@ impl State {
         }
         for put in std::mem::take(&mut self.held_puts) {
             let ts = &mut self.tenants[put.t];
-            // Delete means delete: bytes of a forgotten epoch that land late leave nothing.
+            // A put this process no longer runs (a request the server completes after the
+            // client gave up) cannot be waited for: below the floor it is a leftover that the
+            // next sweep takes (docs/guarantees.md, "Erasure of late puts").
             if put.image.0 > ts.floor {
                 ts.lone.insert(put.image);
+            } else {
+                ts.leftovers.insert(put.image);
             }
         }
     }
@@ -154,6 +158,11 @@ impl State {
         let lone: Vec<_> = ts.lone.iter().filter(|o| o.0 <= floor).copied().collect();
         for o in lone {
             ts.lone.remove(&o);
+            ts.leftovers.insert(o);
+        }
+        let stray: Vec<_> = ts.stray.iter().filter(|o| o.0 <= floor).copied().collect();
+        for o in stray {
+            ts.stray.remove(&o);
             ts.leftovers.insert(o);
         }
     }

@@ -134,6 +134,8 @@ impl State {
             return Err(Res::StoreTimeout);
         }
         if hung {
+            // The put runs on past its deadline and may land later.
+            self.tenants[t].stray.insert((epoch, seq));
             return Err(Res::StoreTimeout);
         }
         let image = Image {

@@ -214,7 +214,7 @@ impl World {
                     return;
                 }
                 let forgetting = tenant.forget();
-                actix::spawn(async move {
+                tokio::spawn(async move {
                     let _ = sent.send(settle(unit(forgetting)).await);
                 });
                 let until = Instant::now() + SETTLE;
