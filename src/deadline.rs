@@ -1,5 +1,5 @@
 //! [`Deadline`]: every call of the wrapped lease or durable store settles within a limit
-//! (CONTRACT promise 6, "every store call has a deadline").
+//! (promise 6 in docs/guarantees.md, "every store call has a deadline").
 //!
 //! `Deadline<S>` is a [`LeaseStore`] when `S` is one and a [`DurableStore`] when `S` is one, so it
 //! stacks on any backend or wrapper, including `Arc<dyn LeaseStore>` and `Arc<dyn DurableStore>`.

@@ -1,7 +1,7 @@
 //! The tenant's ledger: one SQLite file (WAL), its `events` table, and the bracket host code runs in.
 //!
 //! This module owns the runtime's only connection to a tenant's `ledger.db`. Host code never sees
-//! that connection: it gets a [`LedgerTx`] for the length of one call (CONTRACT promise 8), and
+//! that connection: it gets a [`LedgerTx`] for the length of one call (promise 8 in docs/guarantees.md), and
 //! an authorizer (`ledger/guard.rs`) refuses, while host code runs, every statement that would reach
 //! around the bracket — transaction control, savepoints, `ATTACH`/`DETACH`, writing pragmas,
 //! `VACUUM` — and the statements that would break the append-only `events` table.

@@ -1,5 +1,5 @@
 //! D — the drain is bounded, a stuck tenant holds nobody else, and a tenant that is abandoned,
-//! forgotten or loses its lease meanwhile settles its handoff (CONTRACT promise 6). R — one
+//! forgotten or loses its lease meanwhile settles its handoff (promise 6 in docs/guarantees.md). R — one
 //! renewal chain (promise 10).
 
 mod common;

@@ -1,7 +1,7 @@
 //! Edge cases found by a mutation check of the runtime (52 deliberate bugs, one at a time): each
 //! test here kills a mutant the promise-by-promise tests let live. The `mNN` in a name is the
-//! mutant's number in the check's table (see the closing note); the doc line says which
-//! behaviour it pins.
+//! mutant's number in the table of docs/testing.md ("Edge cases, mNN"); the doc line says
+//! which behaviour it pins.
 
 mod common;
 

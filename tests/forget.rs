@@ -1,4 +1,4 @@
-//! F — forget (CONTRACT promise 5): an upload under way cannot leave the tenant's image behind,
+//! F — forget (promise 5 in docs/guarantees.md): an upload under way cannot leave the tenant's image behind,
 //! forget wins against a handoff, and deletes only what is at or below the floor it raised.
 
 mod common;

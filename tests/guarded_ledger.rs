@@ -1,4 +1,4 @@
-//! V — host code reaches the ledger only inside the bracket (CONTRACT promise 8); T — `run`
+//! V — host code reaches the ledger only inside the bracket (promise 8 in docs/guarantees.md); T — `run`
 //! takes a synchronous closure.
 //!
 //! In Rust most of the predecessor's V and T checks are facts of the type system: the

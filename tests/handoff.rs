@@ -1,4 +1,4 @@
-//! H — graceful handoff (CONTRACT promises 1, 2, 4): writes after the final image are refused,
+//! H — graceful handoff (promises 1, 2, 4 in docs/guarantees.md): writes after the final image are refused,
 //! the lease outlives the drain and the upload, a flush whose lease lapsed is reported failed,
 //! a failed flush resumes service, an abandon stays abandoned.
 

@@ -1,6 +1,6 @@
 //! The ledger: schema, events and idempotency, the group-commit bracket (savepoint isolation,
 //! commit and rollback of a batch), the authorizer that keeps host code inside the bracket
-//! (CONTRACT promise 8), options, and reopening.
+//! (promise 8 in docs/guarantees.md), options, and reopening.
 
 use std::path::{Path, PathBuf};
 

@@ -1,4 +1,4 @@
-//! O — an observer that panics or blocks cannot hold a lease (CONTRACT promise 9).
+//! O — an observer that panics or blocks cannot hold a lease (promise 9 in docs/guarantees.md).
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Containment of destructive local calls (CONTRACT promise 7): the predecessor's P1 and P4,
+//! Containment of destructive local calls (promise 7 in docs/guarantees.md): the predecessor's P1 and P4,
 //! and the guards of `remove_ledger_files` and `ensure_tenant_dir`.
 
 use std::fs;

@@ -1,4 +1,4 @@
-//! Durable store on S3 (CONTRACT, "Storage layout"; promises 6 and 7): `S3Store` against a real
+//! Durable store on S3 (the storage layout of docs/architecture.md; promises 6 and 7 in docs/guarantees.md): `S3Store` against a real
 //! S3-compatible server (moto) passes the conformance suite with and without a bucket prefix,
 //! gives exactly one `Created` to sixteen racing puts of one key, keeps stores with neighbouring
 //! prefixes (`a/`, `a2/`) apart, reads the usual AWS environment, and settles with a typed error

@@ -1,4 +1,4 @@
-//! S — copies of a dead epoch are deleted when the tenant is next opened (CONTRACT promise 5),
+//! S — copies of a dead epoch are deleted when the tenant is next opened (promise 5 in docs/guarantees.md),
 //! beside the open and never in it; a failed sweep is retried at the next open; a sweep goes page
 //! by page and keeps its progress.
 

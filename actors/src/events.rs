@@ -1,6 +1,6 @@
 //! Events: what the runtime tells an [`Observer`] and `tracing` about every state change.
 //!
-//! Observers run on a thread of their own behind a bounded queue (CONTRACT promise 9): an
+//! Observers run on a thread of their own behind a bounded queue (promise 9 in docs/guarantees.md): an
 //! observer that panics is caught, one that blocks only fills its queue, after which events are
 //! dropped and counted — the runtime never waits for an observer.
 

@@ -36,7 +36,7 @@ fn closed(key: &LeaseKey) -> Error {
 /// A host's handle to one open tenant. Cheap to clone; every clone talks to the same actor.
 ///
 /// Host code reaches the ledger only inside [`TenantRef::run`] or [`Ticket::run`], through a
-/// [`LedgerTx`] that cannot leave the closure (CONTRACT promise 8). Neither the transaction nor
+/// [`LedgerTx`] that cannot leave the closure (promise 8 in docs/guarantees.md). Neither the transaction nor
 /// a statement can be kept:
 ///
 /// ```compile_fail

@@ -1,7 +1,7 @@
 //! Publishing an image to the durable store, and fetching the one to restore.
 //!
 //! Publishing is `put_if_absent` of the image, then of its manifest; the caller then moves the
-//! head by compare-and-set in the lease store (CONTRACT promise 4). Restoring reads exactly what
+//! head by compare-and-set in the lease store (promise 4 in docs/guarantees.md). Restoring reads exactly what
 //! the head names — never a listing — and falls back along the manifests' `base` references
 //! when an image is missing or fails its checks, never to the floor or below.
 

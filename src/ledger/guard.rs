@@ -1,4 +1,4 @@
-//! The authorizer that keeps host code inside its bracket (CONTRACT promise 8).
+//! The authorizer that keeps host code inside its bracket (promise 8 in docs/guarantees.md).
 //!
 //! SQLite asks the authorizer about every action of a statement while it is prepared. While host
 //! code runs (the [`HostGuard`] is up) it refuses what would reach around the bracket:
