@@ -33,7 +33,8 @@ async fn m08_a_write_committed_during_a_snapshot_upload_reaches_the_final_image(
     assert_eq!(keys_of(&b.open().await).await, ["k-1", "k-2"]);
 }
 
-/// M11: a Flush that reaches a tenant a forget took after its drain settled does nothing.
+/// M11: a forget right after the drain settled overtakes the flush whose final image is
+/// uploading: it waits for the upload, then erases it with the rest; the handoff is not flushed.
 #[actix_rt::test]
 async fn m11_a_forget_right_after_the_drain_settles_wins_and_no_image_outlives_it() {
     let fleet = Fleet::new().await;
@@ -44,23 +45,21 @@ async fn m11_a_forget_right_after_the_drain_settles_wins_and_no_image_outlives_i
     let ticket = t.admit().await.unwrap();
     let handing_off = actix_rt::spawn(t.handoff());
     until_status(&t, TenantStatus::Draining).await;
-    let (held, gate) = gated();
+    let (held, mut gate) = gated();
     fleet.durable.before_next_put_matching(is_image, held);
-    // The erase waits a little before it raises the floor, so a stray flush would get ahead.
-    fleet.leases.before_next(LeaseOp::MarkForgotten, || async {
-        tokio::time::sleep(Duration::from_millis(300)).await
-    });
-    drop(ticket); // Retire: the drain settles, the supervisor sends Flush ...
-    let forgotten = t.forget().await; // ... which arrives after this Forget
-    assert!(forgotten.is_ok(), "{forgotten:?}");
+    drop(ticket); // Retire: the drain settles and the final image's upload begins ...
+    gate.reached().await;
+    let forgetting = actix_rt::spawn(t.forget()); // ... and a forget overtakes the flush.
+    until_status(&t, TenantStatus::Forgetting).await;
     gate.open();
+    let forgotten = within(5_000, "the forget", forgetting).await.unwrap();
+    assert!(forgotten.is_ok(), "{forgotten:?}");
     let handoff = within(3_000, "the handoff", handing_off).await.unwrap();
     assert!(
         matches!(handoff, Err(ref e) if e.is_draining()),
         "{handoff:?}"
     );
-    // No wait: the handoff's answer is the Flush's, so a stray flush has put its image (through
-    // the opened gate) before the handoff settled.
+    // The forget waited for the upload it overtook: nothing of the tenant is left.
     assert_eq!(fleet.stored_of_tenant().await, Vec::<String>::new());
     assert!(!a.flushed(&key()).await);
     fleet.advance(TTL + Duration::from_millis(1));
