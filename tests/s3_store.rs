@@ -2,7 +2,8 @@
 //! S3-compatible server (moto) passes the conformance suite with and without a bucket prefix,
 //! gives exactly one `Created` to sixteen racing puts of one key, keeps stores with neighbouring
 //! prefixes (`a/`, `a2/`) apart, reads the usual AWS environment, and settles with a typed error
-//! when the endpoint is gone or an object is too big for one conditional PUT.
+//! when the endpoint is gone or an object is too big for one conditional PUT. Through a
+//! fault-injecting proxy (`late`): puts that land late, silent flows, dropped answers.
 //!
 //! The server comes from `LEASEHOLD_TEST_S3_ENDPOINT` and `LEASEHOLD_TEST_S3_BUCKET`, which
 //! `scripts/test.sh` sets after starting moto; without them the tests that need a server fail and
@@ -17,6 +18,9 @@ use leasehold::DurableStore;
 use leasehold::durable::s3::{S3Config, S3Limits, S3Store};
 use leasehold::durable::{Put, StoreError};
 use leasehold::testkit::durable_store_conformance;
+
+#[path = "s3_store/late.rs"]
+mod late;
 
 /// `(endpoint, bucket)` of the test server, or a failure that says how to get one.
 fn server() -> (String, String) {

@@ -47,7 +47,12 @@ pub struct FaultProxy {
     accepted: watch::Receiver<usize>,
     /// The accept loop; it owns the flows' tasks, so aborting it ends them all.
     task: JoinHandle<()>,
+    /// Faults for the next flow accepted, set before it forwards a byte.
+    next: NextFlow,
 }
+
+/// What [`FaultProxy::on_next_flow`] does to the next flow accepted.
+type NextFlow = Arc<Mutex<Option<Box<dyn FnOnce(&Flow) + Send>>>>;
 
 impl fmt::Debug for FaultProxy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -72,18 +77,28 @@ impl FaultProxy {
         let addr = listener.local_addr()?;
         let flows: Arc<Mutex<Vec<Flow>>> = Arc::default();
         let (bump, accepted) = watch::channel(0);
+        let next: NextFlow = Arc::default();
         let task = tokio::spawn(accept_loop(
             listener,
             upstream.to_owned(),
             flows.clone(),
             bump,
+            next.clone(),
         ));
         Ok(Self {
             addr,
             flows,
             accepted,
             task,
+            next,
         })
+    }
+
+    /// Runs `arm` on the next flow accepted before it forwards a byte (`|f| f.hold()`): the
+    /// faults of a request on a connection not open yet, for servers that close every
+    /// connection after one answer (moto does). Replaces an `arm` not used yet.
+    pub fn on_next_flow(&self, arm: impl FnOnce(&Flow) + Send + 'static) {
+        *lock(&self.next) = Some(Box::new(arm));
     }
 
     /// The loopback address clients connect to.
@@ -114,6 +129,7 @@ async fn accept_loop(
     upstream: String,
     flows: Arc<Mutex<Vec<Flow>>>,
     accepted: watch::Sender<usize>,
+    next: NextFlow,
 ) {
     let mut running = JoinSet::new();
     while let Ok((client, _)) = listener.accept().await {
@@ -125,6 +141,9 @@ async fn accept_loop(
             continue;
         };
         let flow = Flow::new();
+        if let Some(arm) = lock(&next).take() {
+            arm(&flow);
+        }
         lock(&flows).push(flow.clone());
         running.spawn(flow.clone().forward(client, server));
         accepted.send_modify(|count| *count += 1);
@@ -145,6 +164,10 @@ struct FlowState {
     drop_armed: bool,
     /// Server→client bytes are dropped until the client sends again.
     dropping: bool,
+    /// The client closed its side (or it failed).
+    client_done: bool,
+    /// A server's close after a dropped answer is passed on at once.
+    pass_close: bool,
     /// Each client→server chunk waits this long before it is forwarded.
     delay: Duration,
     /// Client→server bytes forwarded.
@@ -235,9 +258,17 @@ impl Flow {
     }
 
     /// The server's answer to the next request is dropped: every server→client byte after the
-    /// client's next chunk, until the client sends again.
+    /// client's next chunk, until the client sends again; a close by the server meanwhile is
+    /// not passed on either (the client hears nothing until it closes the connection).
     pub fn drop_next_answer(&self) {
         self.update(|s| s.drop_armed = true);
+    }
+
+    /// A close by the server after a dropped answer reaches the client at once: a connection
+    /// cut after the server applied the request, where [`Flow::drop_next_answer`] alone is an
+    /// answer lost in a silent network.
+    pub fn pass_close_after_dropped_answer(&self) {
+        self.update(|s| s.pass_close = true);
     }
 
     /// Each later client→server chunk waits `delay` before it is forwarded.
@@ -295,6 +326,7 @@ impl Flow {
                 return;
             }
         }
+        self.update(|s| s.client_done = true);
         // The client closed: deliver what is held first, then pass the close on.
         self.wait_until(|s| !s.holding && !s.stalled).await;
         if let Some(w) = self.to_server.lock().await.as_mut() {
@@ -345,6 +377,10 @@ impl Flow {
                 client_gone = client.write_all(&buf[..n]).await.is_err();
             }
         }
+        // A close that follows a dropped answer is dropped too: the client hears nothing until
+        // it gives up on the connection itself.
+        self.wait_until(|s| !s.dropping || s.client_done || s.pass_close)
+            .await;
         let _ = client.shutdown().await;
     }
 }
@@ -434,6 +470,21 @@ mod tests {
         assert_eq!(
             roundtrip(&mut c, b"five").await.as_deref(),
             Some(&b"five"[..])
+        );
+    }
+
+    #[tokio::test]
+    async fn the_next_flow_is_armed_before_its_first_byte() {
+        let proxy = FaultProxy::start(&echo().await.to_string()).await.unwrap();
+        proxy.on_next_flow(Flow::hold);
+        let mut c = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(roundtrip(&mut c, b"one").await, None, "held from the start");
+        let flow = proxy.last_flow().unwrap();
+        assert_eq!((flow.held_bytes(), flow.bytes_to_server()), (3, 0));
+        let mut other = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert!(
+            roundtrip(&mut other, b"two").await.is_some(),
+            "only the next flow"
         );
     }
 
