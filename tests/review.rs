@@ -37,7 +37,6 @@ async fn block_thread(t: &leasehold_actors::TenantRef, ms: u64) -> tokio::task::
 /// stretches an idle tenant's handoff (and `close()`) to 5 s whatever `store_deadline` is; a run
 /// that never returns hangs them for ever.
 #[actix_rt::test]
-#[ignore = "review: the flush half of a handoff is not bounded on the caller's side; a neighbour's blocking run stretches it (promise 6)"]
 async fn review_promise6_a_drained_handoff_is_bounded_though_a_neighbour_blocks_the_arbiter() {
     let fleet = Fleet::real_time(Duration::from_millis(8_000), Duration::from_millis(800)).await;
     let a = fleet.replica_with("replica-a", "replica-a", |c| {
@@ -113,7 +112,6 @@ async fn review_hole9_a_retried_open_is_not_locked_out_by_its_own_acquire_that_l
 /// successor restores nothing: an acknowledged write is lost although no fault was injected
 /// and nothing was abandoned.
 #[actix_rt::test]
-#[ignore = "review: a second close() reports the first's flushing tenant unflushed and ends the replica under that flush (promise 2, 6)"]
 async fn review_promise2_a_second_close_neither_misreports_nor_ends_the_replica_under_the_first() {
     let fleet = Fleet::with_store_clock().await;
     let a = fleet.replica("replica-a");
@@ -124,16 +122,15 @@ async fn review_promise2_a_second_close_neither_misreports_nor_ends_the_replica_
     fleet.durable.before_next_put_matching(is_image, held);
     let first = actix_rt::spawn(a.sup.close());
     gate.reached().await;
-    let second = within(5_000, "the second close", a.sup.close())
-        .await
-        .unwrap();
-    let misreported = second.clone();
+    let second = actix_rt::spawn(a.sup.close());
     // The host believes the replica closed: it lets go of it.
     drop(t);
     drop(a);
-    tokio::time::sleep(Duration::from_millis(200)).await; // the replica stops (if it does)
     gate.open();
     let first = within(5_000, "the first close", first).await.unwrap();
+    let misreported = within(5_000, "the second close", second).await.unwrap();
+    assert_eq!(first, misreported, "a second close hears the first's answer");
+    let misreported = misreported.unwrap();
 
     // Whatever the replica did, a successor must find the acknowledged write.
     fleet.advance(TTL + Duration::from_secs(1));
@@ -185,7 +182,7 @@ async fn review_promise6_an_unreachable_replica_dropped_without_close_lets_its_l
 /// renews or releases. Every replica, the successor included, is refused `Held` for a `ttl`.
 /// (An attempt that already started a tenure should never start another.)
 #[actix_rt::test]
-#[ignore = "review: a timed-out acquire landing after its own tenure was released starts a phantom tenure that locks every replica out for a ttl (hole 9)"]
+
 async fn review_hole9_an_acquire_landing_after_its_tenure_was_released_takes_nothing() {
     let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
@@ -284,7 +281,6 @@ async fn review_promise6_a_replica_restarted_on_its_root_right_after_close_and_d
 /// is raised (the tenant can never be restored) but its images stay in the durable store, the
 /// lease is not released, and the forget's caller hears `Fenced` — "nothing of it ran".
 #[actix_rt::test]
-#[ignore = "review: a forget that outlives close()'s wait is killed with the replica, half erased, its caller told Fenced (promise 5, 6)"]
 async fn review_promise5_a_forget_under_way_at_close_is_not_cut_off_half_erased() {
     let fleet = Fleet::new().await;
     let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -297,25 +293,32 @@ async fn review_promise5_a_forget_under_way_at_close_is_not_cut_off_half_erased(
     insert(&t, "k-1").await.unwrap();
     t.snapshot().await.unwrap();
 
-    // The floor is raised; the erase's sweep is slow (held at its listing).
-    let (held, mut gate) = gated();
-    fleet
-        .durable
-        .before_next(leasehold::testkit::StoreOp::List, held);
+    // The floor is raised; the erase's sweep is slow (its listing takes 800 ms): close stops
+    // waiting for the forget after `drain_timeout` (300 ms), and the host lets go meanwhile.
+    let (reached_tx, reached) = tokio::sync::oneshot::channel::<()>();
+    let reached_tx = std::sync::Mutex::new(Some(reached_tx));
+    fleet.durable.before_next(
+        leasehold::testkit::StoreOp::List,
+        hook(async move {
+            if let Some(tx) = reached_tx.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+            tokio::time::sleep(Duration::from_millis(800)).await;
+        }),
+    );
     let forget = actix_rt::spawn(t.forget());
-    gate.reached().await;
+    within(5_000, "the erase's listing", reached).await.unwrap();
     let unflushed = within(5_000, "close beside a forget", a.sup.close())
         .await
         .unwrap();
     drop(t);
     drop(a);
-    // Until the replica has let go of everything (stopped, or done with the forget).
+    let forgot = within(5_000, "the forget's answer", forget).await.unwrap();
+    // The replica lets go once the forget is over, not before.
     eventually(5_000, "the replica to let go", || async {
         released.load(std::sync::atomic::Ordering::SeqCst)
     })
     .await;
-    gate.open();
-    let forgot = within(5_000, "the forget's answer", forget).await.unwrap();
     let left = fleet.stored_of_tenant().await;
     let record = fleet.leases.inner().read(&key()).await.unwrap();
     assert!(

@@ -41,6 +41,8 @@ pub(crate) struct Runtime {
     pub(crate) local_sweep_every: Option<Duration>,
     /// How long a handoff waits for admitted work.
     pub(crate) drain_timeout: Duration,
+    /// The deadline of every store call (a put's grows with its payload).
+    pub(crate) store_deadline: Duration,
     /// How many tenants `close` hands off at a time.
     pub(crate) close_concurrency: usize,
     /// How many tenants may be open (or opening) at once (docs/guarantees.md, the descriptor
@@ -80,6 +82,7 @@ impl Runtime {
             local_sweep_every: config.local_sweep_every,
             drain_timeout: config.drain_timeout,
             close_concurrency: config.close_concurrency,
+            store_deadline: config.store_deadline,
             max_open: config.max_open,
             _lock: lock,
             ledger: config.ledger,

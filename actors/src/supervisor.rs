@@ -87,6 +87,8 @@ impl Supervisor {
             forgets: Vec::new(),
             closing: false,
             closed: false,
+            closed_with: None,
+            close_waiters: Vec::new(),
             handle_dropped: false,
         }
         .start();
@@ -157,7 +159,7 @@ impl Supervisor {
     }
 }
 
-fn stopped() -> Error {
+pub(crate) fn stopped() -> Error {
     Error::Closed("the supervisor has stopped".into())
 }
 
@@ -199,6 +201,10 @@ pub struct SupervisorActor {
     closing: bool,
     /// Set when `close` has finished.
     closed: bool,
+    /// What the close answered, for a close called again.
+    closed_with: Option<Result<Vec<LeaseKey>, Error>>,
+    /// Closes called while one is under way: they hear its answer.
+    close_waiters: Vec<oneshot::Sender<Result<Vec<LeaseKey>, Error>>>,
     /// Set when the last [`Supervisor`] handle was dropped.
     handle_dropped: bool,
 }
@@ -243,7 +249,8 @@ impl Actor for SupervisorActor {
 impl SupervisorActor {
     /// Stops the replica once `close` has finished and no handle is left.
     fn stop_if_done(&mut self, ctx: &mut Context<Self>) {
-        if self.closed && self.handle_dropped {
+        // A forget still erasing keeps the replica up: stopping would cut it off half done.
+        if self.closed && self.handle_dropped && self.forgets.is_empty() {
             ctx.stop();
         }
     }
@@ -396,6 +403,7 @@ impl Handler<TenantGone> for SupervisorActor {
         }
         // A forget of this tenure, if any, is over (the tenant actor has stopped by itself).
         self.forgets.retain(|(t, _, _)| *t != tenure);
+        self.stop_if_done(ctx);
         if msg.status != TenantStatus::Released {
             // An abandoned copy stays for the next open, unless a successor forgets the tenant;
             // one a failed forget could not delete is dead already.

@@ -187,8 +187,16 @@ impl TenantRef {
                     after_ms: *after_ms,
                 });
             }
-            drain?;
-            done_rx.await.map_err(|_| closed(&key))?
+            let flush_bound = drain?;
+            match tokio::time::timeout(flush_bound, done_rx).await {
+                Ok(done) => done.map_err(|_| closed(&key))?,
+                // The tenant's thread is held up (a neighbour's blocking run) or its store is
+                // slow: the caller hears it now; the tenant may still hand off (outcome unknown).
+                Err(_) => Err(Error::Store(leasehold::durable::StoreError::Timeout {
+                    op: "flush",
+                    after_ms: u64::try_from(flush_bound.as_millis()).unwrap_or(u64::MAX),
+                })),
+            }
         }
     }
 

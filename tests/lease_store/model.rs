@@ -171,6 +171,16 @@ impl LeaseStore for ModelStore {
                 epoch: live.epoch,
             });
         }
+        if let Some(spent) = old.as_ref()
+            && attempts.get(key.as_str()) == Some(&(owner.to_owned(), attempt))
+        {
+            // An attempt starts at most one tenure.
+            return Err(LeaseError::Held {
+                key: key.to_string(),
+                owner: spent.owner.clone(),
+                epoch: spent.epoch,
+            });
+        }
         let last = old.as_ref().map_or(0, |r| r.epoch);
         let floor = old.as_ref().map_or(0, |r| r.floor);
         let reuse = self.flaw == Flaw::ReuseEpochAfterForget && floor == last && last > 0;

@@ -11,6 +11,7 @@
 
 use actix::prelude::*;
 use futures::StreamExt;
+use tokio::sync::oneshot;
 use leasehold::{Error, LeaseKey};
 
 use super::{Close, Entry, SupervisorActor};
@@ -19,13 +20,40 @@ use crate::status::TenantStatus;
 use crate::tenant::TenantRef;
 
 impl Handler<Close> for SupervisorActor {
-    type Result = ResponseActFuture<Self, Result<Vec<LeaseKey>, Error>>;
+    type Result = ResponseFuture<Result<Vec<LeaseKey>, Error>>;
 
-    fn handle(&mut self, _msg: Close, _ctx: &mut Context<Self>) -> Self::Result {
-        self.closing = true;
-        let in_flight: Vec<_> = self.opening.values().cloned().collect();
-        let settled = futures::future::join_all(in_flight).into_actor(self);
-        Box::pin(settled.then(|opened, act, _| act.close_all(opened)))
+    /// Every close hears the answer of the one close that does the work: a close called again,
+    /// while it runs or after, ends nothing early (docs/guarantees.md, `close()`).
+    fn handle(&mut self, _msg: Close, ctx: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        match &self.closed_with {
+            Some(answer) => {
+                let _ = tx.send(answer.clone());
+            }
+            None => self.close_waiters.push(tx),
+        }
+        if !self.closing {
+            self.closing = true;
+            let in_flight: Vec<_> = self.opening.values().cloned().collect();
+            let settled = futures::future::join_all(in_flight).into_actor(self);
+            let work = settled.then(|opened, act, _| act.close_all(opened));
+            ctx.spawn(work.map(|_, _, _| ()));
+        }
+        Box::pin(async move { rx.await.unwrap_or_else(|_| Err(super::stopped())) })
+    }
+}
+
+/// The status `tenant` reaches once it has left (a final one, or `Forgetting` while a forget
+/// still erases), waiting at most `limit`; what it is then otherwise.
+async fn left(tenant: &TenantRef, limit: std::time::Duration) -> TenantStatus {
+    let until = tokio::time::Instant::now() + limit;
+    loop {
+        let now = tenant.status_now();
+        if now.is_final() || now == TenantStatus::Forgetting || tokio::time::Instant::now() >= until
+        {
+            return now;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
 
@@ -49,6 +77,7 @@ impl SupervisorActor {
         entries.sort_by_key(|e| e.order);
         let rt = self.rt.clone();
         let total = entries.len();
+        let leave_limit = rt.drain_timeout + 4 * rt.store_deadline;
         let handoffs = async move {
             let mut unflushed: Vec<(u64, LeaseKey)> = Vec::new();
             let mut done = 0;
@@ -60,14 +89,16 @@ impl SupervisorActor {
                 .buffer_unordered(rt.close_concurrency);
             while let Some((entry, outcome)) = results.next().await {
                 done += 1;
-                let erased = match &outcome {
-                    // A tenant that a forget took meanwhile is erased, not unflushed. Only an
-                    // overtaken handoff asks: a busy tenant's status could hold close up.
-                    Err(e) if e.is_draining() => matches!(
-                        entry.tenant.status().await,
-                        TenantStatus::Forgetting | TenantStatus::Forgotten
-                    ),
-                    _ => false,
+                let (erased, outcome) = match outcome {
+                    // Already leaving by another call (a host's own handoff, a forget): close
+                    // waits for it to end, bounded, and counts what it came to. Only a refused
+                    // handoff asks: a busy tenant's status could hold close up.
+                    Err(e) if e.is_draining() => match left(&entry.tenant, leave_limit).await {
+                        TenantStatus::Forgetting | TenantStatus::Forgotten => (true, Err(e)),
+                        TenantStatus::Released => (false, Ok(())),
+                        _ => (false, Err(e)),
+                    },
+                    other => (false, other),
                 };
                 if let Err(e) = outcome
                     && !erased
@@ -110,9 +141,14 @@ impl SupervisorActor {
                     if let Err(e) = swept {
                         tracing::warn!(error = %e, "the local sweep at close failed");
                     }
+                    let answer = Ok(unflushed);
+                    for waiter in act.close_waiters.drain(..) {
+                        let _ = waiter.send(answer.clone());
+                    }
+                    act.closed_with = Some(answer.clone());
                     act.closed = true;
                     act.stop_if_done(ctx);
-                    Ok(unflushed)
+                    answer
                 })
             })
         }))

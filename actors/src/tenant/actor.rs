@@ -56,8 +56,9 @@ pub(crate) struct TenantParts {
 /// The reply channels of the handoff under way.
 #[derive(Default)]
 pub(super) struct HandoffReplies {
-    /// Answered when the drain is over (or refused, overtaken, timed out).
-    pub(super) drained: Option<oneshot::Sender<Result<(), Error>>>,
+    /// Answered when the drain is over, with how long the flush may take (or refused,
+    /// overtaken, timed out).
+    pub(super) drained: Option<oneshot::Sender<Result<Duration, Error>>>,
     /// Answered when the flush is over.
     pub(super) done: Option<oneshot::Sender<Result<(), Error>>>,
 }

@@ -41,7 +41,7 @@ impl TenantActor {
             (Caller::None, _) => {}
             (Caller::Handoff(replies), Some(answer)) => {
                 if let Some(tx) = replies.drained {
-                    let _ = tx.send(answer);
+                    let _ = tx.send(answer.map(|()| std::time::Duration::ZERO));
                 }
             }
             (Caller::Abandon(tx) | Caller::Forget(tx), Some(answer)) => {
@@ -72,7 +72,7 @@ impl TenantActor {
             }
             Effect::Drained => {
                 if let Some(tx) = self.handoff.drained.take() {
-                    let _ = tx.send(Ok(()));
+                    let _ = tx.send(Ok(self.flush_bound()));
                 }
             }
             Effect::CloseLedger => self.close_ledger(ctx),
@@ -124,8 +124,9 @@ impl TenantActor {
     fn reply(&mut self, waiter: Waiter, answer: Result<(), Error>) {
         match waiter {
             Waiter::Handoff => {
-                let tx = self.handoff.drained.take().or(self.handoff.done.take());
-                if let Some(tx) = tx {
+                if let Some(tx) = self.handoff.drained.take() {
+                    let _ = tx.send(answer.map(|()| std::time::Duration::ZERO));
+                } else if let Some(tx) = self.handoff.done.take() {
                     let _ = tx.send(answer);
                 }
             }
@@ -140,6 +141,16 @@ impl TenantActor {
                 }
             }
         }
+    }
+
+    /// The longest the flush of a drained handoff may take, counted by its caller: the final
+    /// image's upload (its deadline grown with the ledger's size) and manifest, the head's
+    /// compare-and-set and the release, each under `store_deadline`, with as much again for
+    /// taking the image and removing the local copy (promise 6 in docs/guarantees.md).
+    fn flush_bound(&self) -> std::time::Duration {
+        let bytes = usize::try_from(self.publisher.ledger_bytes()).unwrap_or(usize::MAX);
+        let upload = leasehold::deadline::put_deadline(self.rt.store_deadline, bytes);
+        2 * upload + 3 * self.rt.store_deadline
     }
 
     /// Publishes an image (or, with `image == false`, only confirms the lease).

@@ -91,8 +91,9 @@ pub(crate) struct GetStatus;
 pub(crate) struct Handoff {
     /// Counted from the handoff call, on the caller's side (promise 6).
     pub(crate) deadline: tokio::time::Instant,
-    /// Answered when the drain is over, refused, overtaken or timed out.
-    pub(crate) drained: oneshot::Sender<Result<(), Error>>,
+    /// Answered when the drain is over — with the longest the flush may take — or refused,
+    /// overtaken or timed out.
+    pub(crate) drained: oneshot::Sender<Result<std::time::Duration, Error>>,
     /// Answered when the flush is over.
     pub(crate) done: oneshot::Sender<Result<(), Error>>,
 }

@@ -82,6 +82,14 @@ impl Publisher {
         }
     }
 
+    /// How many bytes the ledger holds now (file and WAL): what a final image will upload.
+    pub(crate) fn ledger_bytes(&self) -> u64 {
+        let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
+        let mut wal = self.db_path.clone().into_os_string();
+        wal.push("-wal");
+        size(&self.db_path) + size(std::path::Path::new(&wal))
+    }
+
     /// The head as this tenure knows it: restored or last published.
     pub(crate) async fn head(&self) -> Option<ImageRef> {
         self.chain.lock().await.head.clone()

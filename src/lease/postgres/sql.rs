@@ -32,6 +32,11 @@ const FORWARD: &str = "(l.head_epoch IS NULL OR (l.head_epoch, l.head_seq) < ($4
 const MINE: &str = "(NOT l.released AND l.expires_at > clock_timestamp() \
     AND l.owner = excluded.owner AND l.attempt = excluded.attempt)";
 
+/// The row's tenure was started by the caller's own attempt and is over: an attempt starts at
+/// most one tenure, so a late landing of it takes nothing (docs/guarantees.md, "Late landings").
+const SPENT: &str = "(l.owner = excluded.owner AND l.attempt IS NOT DISTINCT FROM excluded.attempt \
+    AND (l.released OR l.expires_at <= clock_timestamp()))";
+
 /// The lease of `$1` is live for owner `$2` at epoch `$3`, by the server's clock.
 const LIVE: &str = "l.key = $1 AND l.owner = $2 AND l.epoch = $3 \
     AND NOT l.released AND l.expires_at > clock_timestamp()";
@@ -89,7 +94,7 @@ impl Statements {
                     SET epoch = CASE WHEN {MINE} THEN l.epoch ELSE l.epoch + 1 END,
                         expires_at = CASE WHEN {MINE} THEN greatest(l.expires_at, {u}) ELSE {u} END,
                         owner = excluded.owner, released = false, attempt = excluded.attempt
-                    WHERE l.released OR l.expires_at <= clock_timestamp() OR {MINE}
+                    WHERE (l.released OR l.expires_at <= clock_timestamp() OR {MINE}) AND NOT {SPENT}
                  RETURNING {COLUMNS}",
                 u = until(3)
             ),
@@ -208,6 +213,7 @@ mod tests {
         let s = Statements::new("my_leases");
         assert!(s.publish_head.contains(FORWARD), "{}", s.publish_head);
         assert!(s.acquire.contains("l.attempt = excluded.attempt"));
+        assert!(s.acquire.contains("AND NOT (l.owner = excluded.owner"), "a spent attempt takes nothing");
         assert_eq!(attempt_param(u64::MAX), -1, "every attempt id fits an int8");
     }
 }

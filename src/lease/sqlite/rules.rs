@@ -162,6 +162,12 @@ pub(super) fn take(
         let (owner, epoch) = (live.owner.clone(), live.epoch);
         return Err(Refusal::Held { owner, epoch });
     }
+    if let Some(spent) = row.filter(|r| r.owner == t.owner && r.attempt == Some(attempt)) {
+        // This attempt already started a tenure, now over: a late landing takes nothing, so no
+        // tenure nobody runs locks every replica out (docs/guarantees.md, "Late landings").
+        let (owner, epoch) = (spent.owner.clone(), spent.epoch);
+        return Err(Refusal::Held { owner, epoch });
+    }
     Ok(LeaseRow {
         owner: t.owner.clone(),
         epoch: row.map_or(0, |r| r.epoch) + 1,
@@ -273,6 +279,17 @@ mod tests {
             seq,
             sha256: "ab".repeat(32),
         }
+    }
+
+    #[test]
+    fn an_attempt_whose_tenure_is_over_takes_nothing_when_it_lands_late() {
+        let mut row = live();
+        row.attempt = Some(7);
+        row.released = true;
+        let refused = take(Some(&row), &t(&row.owner.clone(), 1), 1_000, 7, &at(2_000));
+        assert!(refused.is_err(), "{refused:?}");
+        let other = take(Some(&row), &t(&row.owner.clone(), 1), 1_000, 8, &at(2_000));
+        assert!(other.is_ok(), "another attempt of the same owner takes it");
     }
 
     #[test]
@@ -430,11 +447,13 @@ mod tests {
             Err(held.clone())
         );
         assert_eq!(take(Some(&live()), &t("b", 0), 80, 9, &at(50)), Err(held));
-        let lapsed = take(Some(&live()), &t("a", 0), 80, 9, &at(100)).unwrap();
-        assert_eq!(
-            lapsed.epoch, 4,
-            "an ended lease is a new tenure, whatever the attempt"
+        let lapsed = take(Some(&live()), &t("a", 0), 80, 9, &at(100));
+        assert!(
+            matches!(lapsed, Err(Refusal::Held { epoch: 3, .. })),
+            "an attempt starts at most one tenure: {lapsed:?}"
         );
+        let next = take(Some(&live()), &t("a", 0), 80, 10, &at(100)).unwrap();
+        assert_eq!(next.epoch, 4, "an ended lease is a new tenure for a new attempt");
         let legacy = LeaseRow {
             attempt: None,
             ..live()

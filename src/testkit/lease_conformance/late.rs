@@ -65,7 +65,8 @@ pub async fn conformance_mark_forgotten_retried_returns_the_record(h: &LeaseHarn
 }
 
 /// A retried `acquire_attempt` (same owner, same attempt) whose first call landed gets its own
-/// lease back at the same epoch, renewed; any other attempt or owner is still refused, and a
+/// lease back at the same epoch, renewed; an attempt whose tenure is over takes nothing; any
+/// other attempt or owner is still refused, and a
 /// released or expired lease is taken at the next epoch as usual.
 pub async fn conformance_acquire_retry_recognises_its_own_attempt(h: &LeaseHarness) {
     let rule = Rule("a retried acquire recognises its own attempt");
@@ -106,15 +107,31 @@ pub async fn conformance_acquire_retry_recognises_its_own_attempt(h: &LeaseHarne
     );
     rule.eq("read", read(h, rule, &key).await, Some(retry));
     rule.ok("release", s.release(&key, A, 1).await);
-    let after = rule.ok(
+    // An attempt starts at most one tenure: landing after its tenure was released, it takes
+    // nothing (no tenure nobody runs); a new attempt takes the lease.
+    rule.held(
         "the same attempt after a release",
         s.acquire_attempt(&key, A, h.ttl, 7).await,
+        &key,
+        A,
+        1,
+    );
+    let after = rule.ok(
+        "a new attempt after a release",
+        s.acquire_attempt(&key, A, h.ttl, 8).await,
     );
     rule.eq("epoch after a release", after.epoch, 2);
     h.expire().await;
-    let lapsed = rule.ok(
+    rule.held(
         "the same attempt after expiry",
-        s.acquire_attempt(&key, A, h.ttl, 7).await,
+        s.acquire_attempt(&key, A, h.ttl, 8).await,
+        &key,
+        A,
+        2,
+    );
+    let lapsed = rule.ok(
+        "a new attempt after expiry",
+        s.acquire_attempt(&key, A, h.ttl, 9).await,
     );
     rule.eq("epoch after expiry", lapsed.epoch, 3);
 }

@@ -95,6 +95,8 @@ impl State {
                     if let Some(row) = self.tenants[t].row.as_mut() {
                         row.expires_at = now + TTL_MS;
                     }
+                } else if same_attempt {
+                    // Its tenure is over: an attempt starts at most one tenure.
                 } else if !self.row_live(t) {
                     let ts = &mut self.tenants[t];
                     let epoch = ts.row.as_ref().map_or(0, |row| row.epoch) + 1;
