@@ -76,7 +76,7 @@ async fn review_promise6_a_drained_handoff_is_bounded_though_a_neighbour_blocks_
 /// replica, asks under a fresh attempt and is refused `Held` by its own replica's lease, which
 /// nobody renews or releases: the tenant cannot be opened anywhere for a whole `ttl`.
 #[actix_rt::test]
-#[ignore = "review: a host's retried open() is locked out for a ttl by its own timed-out acquire that landed (hole 9)"]
+
 async fn review_hole9_a_retried_open_is_not_locked_out_by_its_own_acquire_that_landed_late() {
     let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");
@@ -129,7 +129,10 @@ async fn review_promise2_a_second_close_neither_misreports_nor_ends_the_replica_
     gate.open();
     let first = within(5_000, "the first close", first).await.unwrap();
     let misreported = within(5_000, "the second close", second).await.unwrap();
-    assert_eq!(first, misreported, "a second close hears the first's answer");
+    assert_eq!(
+        first, misreported,
+        "a second close hears the first's answer"
+    );
     let misreported = misreported.unwrap();
 
     // Whatever the replica did, a successor must find the acknowledged write.
@@ -226,7 +229,7 @@ impl Drop for DropFlag {
 /// replica's `EventSink`, whose queue keeps the observer's thread, and the observer, alive for
 /// as long as the handle lives: one thread per closed replica that a host still has a handle of.
 #[actix_rt::test]
-#[ignore = "review: a handle kept after close and drop keeps the replica's observer thread and observer alive (promise 6)"]
+
 async fn review_promise6_a_handle_kept_after_close_keeps_no_observer_thread() {
     let fleet = Fleet::new().await;
     let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -256,7 +259,7 @@ async fn review_promise6_a_handle_kept_after_close_keeps_no_observer_thread() {
 /// the drop (a configuration reload) is refused `StateRootLocked` by its own closed replica, and
 /// has nothing to wait on but polling.
 #[actix_rt::test]
-#[ignore = "review: a replica restarted on its root right after close() and the drop is refused StateRootLocked by the closed one (promise 6)"]
+
 async fn review_promise6_a_replica_restarted_on_its_root_right_after_close_and_drop_starts() {
     let fleet = Fleet::new().await;
     let a = fleet.replica("replica-a");

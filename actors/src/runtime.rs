@@ -54,7 +54,7 @@ pub(crate) struct Runtime {
     pub(crate) events: EventSink,
     /// The state root's lock: held while anything of this replica lives, so no second replica
     /// starts on the same root (docs/guarantees.md, assumption 5).
-    _lock: RootLock,
+    lock: std::sync::Mutex<Option<RootLock>>,
     /// Deliberate bugs, for harness tests.
     #[cfg(feature = "fault-switches")]
     pub(crate) breakage: crate::config::Breakage,
@@ -84,7 +84,7 @@ impl Runtime {
             close_concurrency: config.close_concurrency,
             store_deadline: config.store_deadline,
             max_open: config.max_open,
-            _lock: lock,
+            lock: std::sync::Mutex::new(Some(lock)),
             ledger: config.ledger,
             events: EventSink::new(config.observer),
             #[cfg(feature = "fault-switches")]
@@ -106,6 +106,14 @@ impl Runtime {
         return self.breakage.skip_final_image;
         #[cfg(not(feature = "fault-switches"))]
         false
+    }
+
+    /// Lets go of the state root: a close that left nothing open and nothing erasing calls it,
+    /// so a replica started on the same root right after `close()` finds it free.
+    pub(crate) fn release_root(&self) {
+        if let Ok(mut lock) = self.lock.lock() {
+            lock.take();
+        }
     }
 
     /// The holder's clock, now.

@@ -84,6 +84,7 @@ impl Supervisor {
             table: HashMap::new(),
             next_order: 0,
             opening: HashMap::new(),
+            attempts: HashMap::new(),
             forgets: Vec::new(),
             closing: false,
             closed: false,
@@ -192,6 +193,8 @@ pub struct SupervisorActor {
     table: HashMap<LeaseKey, Entry>,
     /// The next open's order number.
     next_order: u64,
+    /// The acquire attempt of each key whose last open's outcome is unknown (or is under way).
+    attempts: HashMap<LeaseKey, u64>,
     /// Opens under way, shared by concurrent callers of the same tenant.
     opening: HashMap<LeaseKey, SharedOpen>,
     /// Forgets under way: `close` waits for them. With the handle of the tenant, to stop its
@@ -341,17 +344,27 @@ impl Handler<Open> for SupervisorActor {
         }
         let arbiter = self.arbiters[self.next_arbiter % self.arbiters.len()].handle();
         self.next_arbiter += 1;
+        let attempt = *self
+            .attempts
+            .entry(key.clone())
+            .or_insert_with(leasehold::lease::fresh_attempt);
         let plan = open::OpenPlan {
             rt: self.rt.clone(),
             key: key.clone(),
             arbiter,
             lease_actor: self.lease_actor.clone(),
             supervisor: ctx.address(),
+            attempt,
         };
         let shared = open::open_tenant(plan).boxed().shared();
         self.opening.insert(key.clone(), shared.clone());
         Box::pin(shared.into_actor(self).map(move |opened, act, _| {
             act.opening.remove(&key);
+            // An acquire whose outcome stayed unknown may land later: the next open of this
+            // key asks again under the same attempt, which the store recognises.
+            if !matches!(&opened, Err(e) if e.is_outcome_unknown()) {
+                act.attempts.remove(&key);
+            }
             if act.closing {
                 // The close that began meanwhile hands this tenant off (hole 1, promise 6).
                 let tenant = opened?;

@@ -21,7 +21,6 @@ pub(crate) mod tenure;
 pub(crate) use actor::{TenantActor, TenantParts};
 use messages::*;
 
-use crate::events::{Event, EventSink};
 use crate::runtime::Runtime;
 use crate::status::TenantStatus;
 
@@ -68,11 +67,9 @@ pub struct TenantRef {
     epoch: u64,
     /// The tenant actor.
     addr: Addr<TenantActor>,
-    /// How long a handoff's caller waits for the drain.
+    /// How long a handoff's caller waits for the drain. (A handle holds nothing else of the
+    /// replica: an old handle keeps neither its stores, its observer, nor its root's lock.)
     drain_timeout: std::time::Duration,
-    /// Where a handoff's caller reports a drain timeout. (A handle holds nothing else of the
-    /// replica: an old handle keeps neither its stores nor its state root's lock.)
-    events: EventSink,
     /// The status the actor last recorded; the final one once it has stopped.
     ended: Arc<crate::status::StatusCell>,
 }
@@ -99,7 +96,6 @@ impl TenantRef {
             epoch,
             addr,
             drain_timeout: rt.drain_timeout,
-            events: rt.events.clone(),
             ended,
         }
     }
@@ -166,7 +162,6 @@ impl TenantRef {
             done,
         });
         let key = self.key.clone();
-        let events = self.events.clone();
         let addr = self.addr.clone();
         async move {
             let after_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
@@ -181,12 +176,6 @@ impl TenantRef {
                 }
                 Ok(answer) => answer.map_err(|_| closed(&key))?,
             };
-            if let Err(Error::DrainTimeout { key, after_ms }) = &drain {
-                events.emit(Event::DrainTimeout {
-                    key: key.clone(),
-                    after_ms: *after_ms,
-                });
-            }
             let flush_bound = drain?;
             match tokio::time::timeout(flush_bound, done_rx).await {
                 Ok(done) => done.map_err(|_| closed(&key))?,

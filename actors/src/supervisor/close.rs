@@ -11,8 +11,8 @@
 
 use actix::prelude::*;
 use futures::StreamExt;
-use tokio::sync::oneshot;
 use leasehold::{Error, LeaseKey};
+use tokio::sync::oneshot;
 
 use super::{Close, Entry, SupervisorActor};
 use crate::events::Event;
@@ -140,6 +140,10 @@ impl SupervisorActor {
                 act.sweep_all_local().map(move |swept, act, ctx| {
                     if let Err(e) = swept {
                         tracing::warn!(error = %e, "the local sweep at close failed");
+                    }
+                    if unflushed.is_empty() && act.forgets.is_empty() && act.opening.is_empty() {
+                        // Nothing of this replica is left on its root: the next may start on it.
+                        act.rt.release_root();
                     }
                     let answer = Ok(unflushed);
                     for waiter in act.close_waiters.drain(..) {

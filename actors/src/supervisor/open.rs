@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use leasehold::image;
-use leasehold::lease::{LeaseRecord, LeaseTerm, fresh_attempt};
+use leasehold::lease::{LeaseRecord, LeaseTerm};
 use leasehold::ledger::Ledger;
 use leasehold::sweep::sweep_dead_epochs;
 use leasehold::{Error, LeaseKey, paths};
@@ -30,6 +30,9 @@ pub(super) struct OpenPlan {
     pub(super) lease_actor: Addr<LeaseActor>,
     /// The supervisor itself.
     pub(super) supervisor: Addr<SupervisorActor>,
+    /// The acquire attempt id: an earlier open of this key whose acquire's outcome stayed
+    /// unknown passes its own on, so that its late landing is recognised, not a lock-out.
+    pub(super) attempt: u64,
 }
 
 /// Runs a blocking step on the blocking pool.
@@ -44,7 +47,7 @@ async fn blocking<T: Send + 'static>(
 /// Opens the tenant of `plan`. On any failure after the acquire, the lease is released.
 pub(super) async fn open_tenant(plan: OpenPlan) -> Result<TenantRef, Error> {
     let rt = plan.rt.clone();
-    let (record, sent_at) = acquire(&rt, &plan.key).await?;
+    let (record, sent_at) = acquire(&rt, &plan.key, plan.attempt).await?;
     let term = LeaseTerm {
         sent_at_ms: sent_at,
         ttl: rt.ttl,
@@ -76,8 +79,7 @@ const ACQUIRE_RETRIES: u32 = 2;
 /// recognised by its retry instead of locking this replica out for a `ttl` (hole 9 in
 /// docs/testing.md; "Late landings" in docs/guarantees.md). Returns the record and when the
 /// call that succeeded was sent, which the holder counts its lease from.
-async fn acquire(rt: &Runtime, key: &LeaseKey) -> Result<(LeaseRecord, u64), Error> {
-    let attempt = fresh_attempt();
+async fn acquire(rt: &Runtime, key: &LeaseKey, attempt: u64) -> Result<(LeaseRecord, u64), Error> {
     let mut tries = 0;
     loop {
         let sent_at = rt.now_ms();

@@ -428,6 +428,10 @@ impl Tenure {
     fn begin_handoff(&mut self, deadline: Instant, held: bool, now: Instant, fx: &mut Vec<Effect>) {
         if now >= deadline {
             // The caller has stopped waiting (a busy actor handled this late): serve on.
+            fx.push(Effect::Emit(Event::DrainTimeout {
+                key: self.key.clone(),
+                after_ms: self.drain_timeout_ms,
+            }));
             fx.push(Effect::Answer(Err(self.drain_timeout())));
             return;
         }
@@ -472,6 +476,10 @@ impl Tenure {
         if self.phase != (Phase::Draining { deadline }) {
             return;
         }
+        fx.push(Effect::Emit(Event::DrainTimeout {
+            key: self.key.clone(),
+            after_ms: self.drain_timeout_ms,
+        }));
         self.enter(Phase::Serving, fx);
         fx.push(Effect::Reply(Waiter::Handoff, Err(self.drain_timeout())));
     }

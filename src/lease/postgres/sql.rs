@@ -213,7 +213,10 @@ mod tests {
         let s = Statements::new("my_leases");
         assert!(s.publish_head.contains(FORWARD), "{}", s.publish_head);
         assert!(s.acquire.contains("l.attempt = excluded.attempt"));
-        assert!(s.acquire.contains("AND NOT (l.owner = excluded.owner"), "a spent attempt takes nothing");
+        assert!(
+            s.acquire.contains("AND NOT (l.owner = excluded.owner"),
+            "a spent attempt takes nothing"
+        );
         assert_eq!(attempt_param(u64::MAX), -1, "every attempt id fits an int8");
     }
 }

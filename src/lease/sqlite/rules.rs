@@ -453,7 +453,10 @@ mod tests {
             "an attempt starts at most one tenure: {lapsed:?}"
         );
         let next = take(Some(&live()), &t("a", 0), 80, 10, &at(100)).unwrap();
-        assert_eq!(next.epoch, 4, "an ended lease is a new tenure for a new attempt");
+        assert_eq!(
+            next.epoch, 4,
+            "an ended lease is a new tenure for a new attempt"
+        );
         let legacy = LeaseRow {
             attempt: None,
             ..live()
