@@ -10,23 +10,6 @@ use common::*;
 use leasehold::LeaseStore;
 use leasehold_actors::TenantStatus;
 
-/// A run that holds its tenant's thread for `ms`; resolves once the closure has begun.
-async fn block_thread(t: &leasehold_actors::TenantRef, ms: u64) -> tokio::task::JoinHandle<()> {
-    let (began, begun) = tokio::sync::oneshot::channel();
-    let run = t.run(move |_| {
-        let _ = began.send(());
-        std::thread::sleep(Duration::from_millis(ms));
-        Ok(())
-    });
-    let done = actix_rt::spawn(async move {
-        run.await.expect("the blocking run commits");
-    });
-    within(3_000, "the blocking run to begin", begun)
-        .await
-        .unwrap();
-    done
-}
-
 #[actix_rt::test]
 async fn hole5_promise6_a_blocking_run_cannot_stretch_a_handoff_past_its_drain_deadline() {
     let fleet = Fleet::real_time(Duration::from_millis(4_000), Duration::from_millis(400)).await;

@@ -12,23 +12,6 @@ use leasehold::LeaseStore;
 use leasehold::testkit::LeaseOp;
 use leasehold_actors::TenantStatus;
 
-/// A run that holds its tenant's thread for `ms`; resolves once the closure has begun.
-async fn block_thread(t: &leasehold_actors::TenantRef, ms: u64) -> tokio::task::JoinHandle<()> {
-    let (began, begun) = tokio::sync::oneshot::channel();
-    let run = t.run(move |_| {
-        let _ = began.send(());
-        std::thread::sleep(Duration::from_millis(ms));
-        Ok(())
-    });
-    let done = actix_rt::spawn(async move {
-        let _ = run.await;
-    });
-    within(3_000, "the blocking run to begin", begun)
-        .await
-        .unwrap();
-    done
-}
-
 /// Promise 6, "longest a handoff takes once drained: one flush (store calls, `store_deadline`
 /// each)", and "Blocking closures: their handoffs and `close()` still return within their
 /// bounds". Only the drain half is counted on the caller's side: once the tenant has answered

@@ -435,3 +435,21 @@ pub fn is_image(key: &str) -> bool {
 pub fn now(c: &ManualClock) -> u64 {
     c.now_ms()
 }
+
+/// A run that holds its tenant's thread for `ms` (a blocking closure); resolves once the closure
+/// has begun, with the run's own end to await.
+pub async fn block_thread(t: &TenantRef, ms: u64) -> tokio::task::JoinHandle<()> {
+    let (began, begun) = tokio::sync::oneshot::channel();
+    let run = t.run(move |_| {
+        let _ = began.send(());
+        std::thread::sleep(Duration::from_millis(ms));
+        Ok(())
+    });
+    let done = actix_rt::spawn(async move {
+        let _ = run.await;
+    });
+    within(3_000, "the blocking run to begin", begun)
+        .await
+        .unwrap();
+    done
+}
