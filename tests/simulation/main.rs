@@ -487,6 +487,24 @@ fn close_crash_restart_and_a_lapse_inside_a_run_keep_the_model() {
     ]);
 }
 
+/// A lease that lapses while a run's batch commits (after the check before COMMIT): the write
+/// is refused, the tenure ends, and the successor restores only what an image held (promise 1;
+/// docs/testing.md, "Mutation probe": a build that skips the check after COMMIT fails here).
+#[test]
+fn a_lease_lapsing_during_a_commit_fences_the_write_and_ends_the_tenure() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Snapshot { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        LapseDuringCommit { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        Open { r: 1, t: 0 },
+        Read { t: 0, at: Newest },
+    ]);
+}
+
 /// A forget that arrives while a snapshot's image is uploading waits for the upload and
 /// erases it; the snapshot hears that its tenant is leaving.
 #[test]

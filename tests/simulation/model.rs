@@ -355,6 +355,7 @@ impl State {
                 single(vec![Res::Ok], s)
             }
             Op::LapseInCommit { t, at } => s.on(t, at, |s, k| vec![s.lapse_in_commit(k)]),
+            Op::LapseDuringCommit { t, at } => s.on(t, at, |s, k| vec![s.lapse_during_commit(k)]),
             Op::ForgetDuringUpload { t, at } => match s.key_of(t, at) {
                 None => single(vec![Res::Skipped, Res::Skipped], s),
                 Some(k) => s.forget_during_upload(k),

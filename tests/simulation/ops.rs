@@ -85,6 +85,11 @@ pub enum Op {
     /// A run whose closure lets the lease lapse (every clock moves past the TTL) before its
     /// batch commits: the write must be refused.
     LapseInCommit { t: usize, at: At },
+    /// A run whose lease lapses while its batch commits: the replica's clock passes the TTL at
+    /// its first read after the check before COMMIT, so only the check after COMMIT can see it.
+    /// The write must be refused and the tenure must end. Not with periodic snapshots (their
+    /// ticks read the clock too).
+    LapseDuringCommit { t: usize, at: At },
     /// A run that blocks its actor's thread past `drain_timeout`, and a handoff sent right
     /// after it: the handoff must give up at its deadline, counted from the call.
     BlockingRun { t: usize, at: At },
@@ -122,6 +127,7 @@ impl Op {
             | Op::Ticket { .. }
             | Op::RaceHandoffWrite { .. }
             | Op::LapseInCommit { .. }
+            | Op::LapseDuringCommit { .. }
             | Op::BlockingRun { .. } => 1,
             Op::DrainedHandoff { .. } => 2,
             _ => 0,
@@ -220,6 +226,7 @@ fn any_op(periodic: bool) -> BoxedStrategy<Op> {
         30 => replica().prop_map(|r| Op::Close { r }),
         30 => replica().prop_map(|r| Op::Crash { r }),
         60 => on(|t, at| Op::LapseInCommit { t, at }),
+        30 => on(|t, at| Op::LapseDuringCommit { t, at }),
         40 => on(|t, at| Op::ForgetDuringUpload { t, at }),
         // About one case in a hundred and twenty: it blocks for `drain_timeout` of real time.
         1 => on(|t, at| Op::BlockingRun { t, at }),
