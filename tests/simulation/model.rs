@@ -360,6 +360,14 @@ impl State {
                 None => single(vec![Res::Skipped, Res::Skipped], s),
                 Some(k) => s.forget_during_upload(k),
             },
+            Op::ForgetBehindHungPut { t, at } => match s.key_of(t, at) {
+                None => single(vec![Res::Skipped, Res::Skipped], s),
+                Some(k) => {
+                    let snap = s.snapshot(k, true);
+                    let forgot = s.forget(k);
+                    single(vec![snap, forgot], s)
+                }
+            },
             Op::BlockingRun { t, at } => match s.key_of(t, at) {
                 None => single(vec![Res::Skipped, Res::Skipped], s),
                 Some(k) => s.blocking_run(k, id(0)),

@@ -2,8 +2,8 @@
 //! "fault classes"): late landings, close and crash of a replica with a restart on the same
 //! state root, an open in flight when close begins, a lease lapsing before a batch commits or
 //! while it commits (a replica clock that passes the TTL at a chosen read), a run blocking past
-//! `drain_timeout`, and the crash-bound check of periodic snapshots, judged
-//! from the stores alone.
+//! `drain_timeout`, a forget behind a put that hung past its deadline, and the crash-bound
+//! check of periodic snapshots, judged from the stores alone.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -79,6 +79,10 @@ impl World {
             Op::LapseDuringCommit { t, at } => match self.handle(t, at) {
                 Some(h) => vec![self.lapse_during_commit(t, &h, ids[0].clone()).await],
                 None => vec![Res::Skipped],
+            },
+            Op::ForgetBehindHungPut { t, at } => match self.handle(t, at) {
+                Some(h) => self.forget_behind_hung_put(&h).await,
+                None => vec![Res::Skipped, Res::Skipped],
             },
             Op::BlockingRun { t, at } => match self.handle(t, at) {
                 Some(h) => blocking_run(&h, ids[0].clone()).await,
@@ -204,6 +208,32 @@ impl World {
         drop(sup);
         self.restart(r).await;
         vec![opened, closed]
+    }
+
+    /// A snapshot while every put hangs, then a forget; the hung put is let go 100 ms after
+    /// the forget's `mark_forgotten` returned (well within `drain_timeout`, which bounds how
+    /// long a forget waits for its replica's puts). A forget that sweeps without waiting finds
+    /// nothing yet, and the put lands after it. Outcomes `[snapshot, forget]`.
+    async fn forget_behind_hung_put(&self, h: &TenantRef) -> Vec<Res> {
+        self.durable.hang_puts(true);
+        let snap = settle(snapshot(h)).await;
+        let active = Arc::new(AtomicBool::new(true));
+        let (armed, durable) = (active.clone(), self.durable.clone());
+        self.leases
+            .after_next(LeaseOp::MarkForgotten, move || async move {
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // A hook left over from an op whose forget never raised the floor lets go
+                    // of nothing.
+                    if armed.load(Ordering::SeqCst) {
+                        durable.hang_puts(false);
+                    }
+                });
+            });
+        let forgot = settle(unit(h.forget())).await;
+        active.store(false, Ordering::SeqCst);
+        self.durable.hang_puts(false);
+        vec![snap, forgot]
     }
 
     /// A snapshot whose image put, once reached, sends a forget and waits until the tenant
