@@ -487,6 +487,39 @@ fn close_crash_restart_and_a_lapse_inside_a_run_keep_the_model() {
     ]);
 }
 
+/// A lease that lapses while a run's batch commits (after the check before COMMIT): the write
+/// is refused, the tenure ends, and the successor restores only what an image held (promise 1;
+/// docs/testing.md, "Mutation probe": a build that skips the check after COMMIT fails here).
+#[test]
+fn a_lease_lapsing_during_a_commit_fences_the_write_and_ends_the_tenure() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Snapshot { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        LapseDuringCommit { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        Open { r: 1, t: 0 },
+        Read { t: 0, at: Newest },
+    ]);
+}
+
+/// A forget after a snapshot whose put hung past its deadline waits for that put (it is this
+/// replica's, still running) and leaves nothing of the forgotten tenure (promise 5;
+/// docs/testing.md, "Mutation probe": a build whose erase skips `settle_puts` fails here).
+#[test]
+fn a_forget_behind_a_hung_put_waits_for_it_and_leaves_nothing() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        ForgetBehindHungPut { t: 0, at: Newest },
+        Open { r: 1, t: 0 },
+        Read { t: 0, at: Newest },
+    ]);
+}
+
 /// A forget that arrives while a snapshot's image is uploading waits for the upload and
 /// erases it; the snapshot hears that its tenant is leaving.
 #[test]

@@ -355,9 +355,18 @@ impl State {
                 single(vec![Res::Ok], s)
             }
             Op::LapseInCommit { t, at } => s.on(t, at, |s, k| vec![s.lapse_in_commit(k)]),
+            Op::LapseDuringCommit { t, at } => s.on(t, at, |s, k| vec![s.lapse_during_commit(k)]),
             Op::ForgetDuringUpload { t, at } => match s.key_of(t, at) {
                 None => single(vec![Res::Skipped, Res::Skipped], s),
                 Some(k) => s.forget_during_upload(k),
+            },
+            Op::ForgetBehindHungPut { t, at } => match s.key_of(t, at) {
+                None => single(vec![Res::Skipped, Res::Skipped], s),
+                Some(k) => {
+                    let snap = s.snapshot(k, true);
+                    let forgot = s.forget(k);
+                    single(vec![snap, forgot], s)
+                }
             },
             Op::BlockingRun { t, at } => match s.key_of(t, at) {
                 None => single(vec![Res::Skipped, Res::Skipped], s),

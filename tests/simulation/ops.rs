@@ -85,12 +85,21 @@ pub enum Op {
     /// A run whose closure lets the lease lapse (every clock moves past the TTL) before its
     /// batch commits: the write must be refused.
     LapseInCommit { t: usize, at: At },
+    /// A run whose lease lapses while its batch commits: the replica's clock passes the TTL at
+    /// its first read after the check before COMMIT, so only the check after COMMIT can see it.
+    /// The write must be refused and the tenure must end. Not with periodic snapshots (their
+    /// ticks read the clock too).
+    LapseDuringCommit { t: usize, at: At },
     /// A run that blocks its actor's thread past `drain_timeout`, and a handoff sent right
     /// after it: the handoff must give up at its deadline, counted from the call.
     BlockingRun { t: usize, at: At },
     /// A snapshot, and a forget sent while its upload is in flight (held at the image's put
     /// until the tenant says it is forgetting); with nothing to upload, the forget follows it.
     ForgetDuringUpload { t: usize, at: At },
+    /// A snapshot while every put hangs (it answers `Timeout` at `store_deadline`; its put
+    /// runs on), then a forget; the hung put is let go 100 ms after the floor rose. The forget
+    /// waits for this replica's puts, so it leaves nothing at or below the floor.
+    ForgetBehindHungPut { t: usize, at: At },
     /// Periodic snapshots on for this case (`snapshot_every` set); only ever the first op.
     Periodic,
     /// Every fault cleared and every lease left to expire: how each case ends (never generated).
@@ -122,6 +131,7 @@ impl Op {
             | Op::Ticket { .. }
             | Op::RaceHandoffWrite { .. }
             | Op::LapseInCommit { .. }
+            | Op::LapseDuringCommit { .. }
             | Op::BlockingRun { .. } => 1,
             Op::DrainedHandoff { .. } => 2,
             _ => 0,
@@ -181,7 +191,7 @@ fn exposes_no_open_hole(op: &Op, periodic: bool) -> bool {
         Op::Late(Late::PublishHead) => fixed(2),
         Op::DrainedHandoff { .. } if periodic => fixed(4),
         Op::BlockingRun { .. } => fixed(5),
-        Op::Late(Late::Put) => fixed(6),
+        Op::Late(Late::Put) | Op::ForgetBehindHungPut { .. } => fixed(6),
         _ => true,
     }
 }
@@ -220,7 +230,10 @@ fn any_op(periodic: bool) -> BoxedStrategy<Op> {
         30 => replica().prop_map(|r| Op::Close { r }),
         30 => replica().prop_map(|r| Op::Crash { r }),
         60 => on(|t, at| Op::LapseInCommit { t, at }),
+        30 => on(|t, at| Op::LapseDuringCommit { t, at }),
         40 => on(|t, at| Op::ForgetDuringUpload { t, at }),
+        // Its snapshot waits out `store_deadline` whenever it has something to upload.
+        20 => on(|t, at| Op::ForgetBehindHungPut { t, at }),
         // About one case in a hundred and twenty: it blocks for `drain_timeout` of real time.
         1 => on(|t, at| Op::BlockingRun { t, at }),
     ]

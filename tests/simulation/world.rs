@@ -80,6 +80,8 @@ pub struct World {
     store_clock: ManualClock,
     /// Each replica's clock.
     clocks: Vec<ManualClock>,
+    /// Each replica's clock trap (`Op::LapseDuringCommit`).
+    traps: Vec<faults::Trap>,
     /// The shared lease store.
     leases: FaultyLeaseStore,
     /// The shared durable store.
@@ -137,6 +139,7 @@ impl World {
             dir,
             store_clock,
             clocks: Vec::new(),
+            traps: Vec::new(),
             leases,
             durable,
             sups: Vec::new(),
@@ -159,6 +162,7 @@ impl World {
     fn start_replica(&mut self, r: usize) {
         let root = self.dir.path().join("nodes").join(replica_name(r));
         let clock = ManualClock::new(REPLICA_BASE_MS + self.now());
+        self.traps.push(faults::Trap::default());
         self.sups.push(self.supervisor(r, &root, &clock));
         self.clocks.push(clock);
         self.roots.push(root);
@@ -182,7 +186,10 @@ impl World {
             self.leases.shared(),
             self.durable.shared(),
         );
-        cfg.clock = Arc::new(clock.clone());
+        cfg.clock = Arc::new(faults::TrapClock {
+            base: clock.clone(),
+            trap: self.traps[r].clone(),
+        });
         cfg.ttl = Duration::from_millis(TTL_MS);
         cfg.margin = Duration::from_millis(MARGIN_MS);
         cfg.renew_every = None;

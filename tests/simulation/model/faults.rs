@@ -362,6 +362,21 @@ impl State {
         }
     }
 
+    /// A run whose lease lapses while its batch commits (after the check before COMMIT): the
+    /// commit stands in the local file only, the caller hears `Fenced` and the tenure ends,
+    /// its writes in no image (promise 1).
+    pub(super) fn lapse_during_commit(&mut self, k: (usize, u64)) -> Res {
+        let admitted = self.admission(k);
+        self.now += TTL_MS + 1;
+        match admitted {
+            Ok(()) => {
+                self.lose(k);
+                Res::Fenced
+            }
+            Err(e) => e,
+        }
+    }
+
     /// A run blocking its actor past `drain_timeout`, then a handoff (outcomes `[run,
     /// handoff]`): the run commits, the handoff gives up at its deadline and the tenure serves;
     /// or (ledger work off the actor's thread) the handoff flushes what was committed without

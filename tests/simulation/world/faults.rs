@@ -1,17 +1,18 @@
 //! The world's side of the fault classes added for the runtime's hardening (docs/testing.md,
 //! "fault classes"): late landings, close and crash of a replica with a restart on the same
-//! state root, an open in flight when close begins, a lease lapsing before a batch commits, a
-//! run blocking past `drain_timeout`, and the crash-bound check of periodic snapshots, judged
-//! from the stores alone.
+//! state root, an open in flight when close begins, a lease lapsing before a batch commits or
+//! while it commits (a replica clock that passes the TTL at a chosen read), a run blocking past
+//! `drain_timeout`, a forget behind a put that hung past its deadline, and the crash-bound
+//! check of periodic snapshots, judged from the stores alone.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use leasehold::LeaseKey;
 use leasehold::ledger::{LedgerError, NewEvent};
 use leasehold::testkit::LeaseOp;
+use leasehold::{Clock, LeaseKey, ManualClock};
 use leasehold_actors::{TenantRef, TenantStatus};
 use tokio::sync::oneshot;
 
@@ -74,6 +75,14 @@ impl World {
             Op::LapseInCommit { t, at } => match self.handle(t, at) {
                 Some(h) => vec![self.lapse_in_commit(&h, ids[0].clone()).await],
                 None => vec![Res::Skipped],
+            },
+            Op::LapseDuringCommit { t, at } => match self.handle(t, at) {
+                Some(h) => vec![self.lapse_during_commit(t, &h, ids[0].clone()).await],
+                None => vec![Res::Skipped],
+            },
+            Op::ForgetBehindHungPut { t, at } => match self.handle(t, at) {
+                Some(h) => self.forget_behind_hung_put(&h).await,
+                None => vec![Res::Skipped, Res::Skipped],
             },
             Op::BlockingRun { t, at } => match self.handle(t, at) {
                 Some(h) => blocking_run(&h, ids[0].clone()).await,
@@ -201,6 +210,32 @@ impl World {
         vec![opened, closed]
     }
 
+    /// A snapshot while every put hangs, then a forget; the hung put is let go 100 ms after
+    /// the forget's `mark_forgotten` returned (well within `drain_timeout`, which bounds how
+    /// long a forget waits for its replica's puts). A forget that sweeps without waiting finds
+    /// nothing yet, and the put lands after it. Outcomes `[snapshot, forget]`.
+    async fn forget_behind_hung_put(&self, h: &TenantRef) -> Vec<Res> {
+        self.durable.hang_puts(true);
+        let snap = settle(snapshot(h)).await;
+        let active = Arc::new(AtomicBool::new(true));
+        let (armed, durable) = (active.clone(), self.durable.clone());
+        self.leases
+            .after_next(LeaseOp::MarkForgotten, move || async move {
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // A hook left over from an op whose forget never raised the floor lets go
+                    // of nothing.
+                    if armed.load(Ordering::SeqCst) {
+                        durable.hang_puts(false);
+                    }
+                });
+            });
+        let forgot = settle(unit(h.forget())).await;
+        active.store(false, Ordering::SeqCst);
+        self.durable.hang_puts(false);
+        vec![snap, forgot]
+    }
+
     /// A snapshot whose image put, once reached, sends a forget and waits until the tenant
     /// says it is forgetting before it goes on; outcomes `[snapshot, forget]`. A snapshot that
     /// uploads nothing is followed by the forget.
@@ -238,6 +273,37 @@ impl World {
             _ => Res::Other("the forget did not settle".into()),
         };
         vec![snap, forgot]
+    }
+
+    /// A run that inserts `id` and sets its replica's clock to pass the TTL at the second read
+    /// from then on: the first is the check before COMMIT, the second the check after it. The
+    /// other clocks follow once the run has answered. A run refused at admission never runs its
+    /// closure, so every clock moves after it.
+    async fn lapse_during_commit(&self, t: usize, h: &TenantRef, id: String) -> Res {
+        let r = self.owners[&(t, h.epoch())];
+        let trap = self.traps[r].clone();
+        let armed = trap.clone();
+        let ran = Arc::new(AtomicBool::new(false));
+        let ran_inside = ran.clone();
+        let run = h.run(move |l| {
+            ran_inside.store(true, Ordering::SeqCst);
+            l.insert_event(&NewEvent::new("sim", id))?
+                .ok_or_else(|| LedgerError::Host("a duplicate event id".into()))?;
+            *armed.lock().unwrap() = Some(1);
+            Ok(Res::Ok)
+        });
+        let outcome = settle(run).await;
+        // Still armed: the runtime read its clock fewer than twice after the run; the model
+        // then sees the outcome it did not expect.
+        let sprung = trap.lock().unwrap().take().is_none();
+        let by = Duration::from_millis(TTL_MS + 1);
+        self.store_clock.advance(by);
+        for (i, clock) in self.clocks.iter().enumerate() {
+            if i != r || !(ran.load(Ordering::SeqCst) && sprung) {
+                clock.advance(by);
+            }
+        }
+        outcome
     }
 
     /// A run that inserts `id`, then (inside its transaction) moves every clock past the TTL;
@@ -335,4 +401,33 @@ async fn blocking_run(h: &TenantRef, id: String) -> Vec<Res> {
     };
     let (w, h) = futures::join!(settle(run), handing_off);
     vec![w, h]
+}
+
+/// Arms a replica's [`TrapClock`]: the number of reads it still answers before it passes the
+/// TTL (`None`: never).
+pub(crate) type Trap = Arc<Mutex<Option<u32>>>;
+
+/// A replica's clock: its [`ManualClock`], which moves by `TTL + 1` ms at the read its
+/// [`Trap`] names (`Op::LapseDuringCommit`).
+#[derive(Debug)]
+pub(crate) struct TrapClock {
+    /// The replica's clock, shared with the world.
+    pub(crate) base: ManualClock,
+    /// When to jump.
+    pub(crate) trap: Trap,
+}
+
+impl Clock for TrapClock {
+    fn now_ms(&self) -> u64 {
+        let mut trap = self.trap.lock().unwrap();
+        match trap.as_mut() {
+            Some(0) => {
+                *trap = None;
+                self.base.advance(Duration::from_millis(TTL_MS + 1));
+            }
+            Some(left) => *left -= 1,
+            None => {}
+        }
+        self.base.now_ms()
+    }
 }
