@@ -360,9 +360,16 @@ impl Handler<Open> for SupervisorActor {
         self.opening.insert(key.clone(), shared.clone());
         Box::pin(shared.into_actor(self).map(move |opened, act, _| {
             act.opening.remove(&key);
-            // An acquire whose outcome stayed unknown may land later: the next open of this
-            // key asks again under the same attempt, which the store recognises.
-            if !matches!(&opened, Err(e) if e.is_outcome_unknown()) {
+            // An acquire that timed out may land later: the next open of this key asks again
+            // under the same attempt, which the store recognises. Any other end spends it.
+            let acquire_timed_out = matches!(
+                &opened,
+                Err(Error::Store(leasehold::durable::StoreError::Timeout {
+                    op: "acquire",
+                    ..
+                }))
+            );
+            if !acquire_timed_out {
                 act.attempts.remove(&key);
             }
             if act.closing {

@@ -234,6 +234,23 @@ fn regression_a_dead_local_copy_may_go_when_its_tenure_is_lost() {
     ]);
 }
 
+/// Shrunk by proptest: an open whose restore failed (the durable store down) spent its acquire
+/// attempt; the next open must take a fresh one, not be refused by its own released tenure.
+#[test]
+fn regression_an_open_whose_restore_failed_does_not_lock_out_the_next_open() {
+    use Op::*;
+    replay(&[
+        Open { r: 1, t: 0 },
+        Open { r: 0, t: 1 },
+        Ticket { t: 0, at: Newest },
+        Snapshot { t: 0, at: Newest },
+        DurableDown(true),
+        LapseInCommit { t: 0, at: Newest },
+        Open { r: 0, t: 0 },
+        Open { r: 0, t: 0 },
+    ]);
+}
+
 /// Shrunk by proptest: damaging the head twice leaves it damaged (the harness once flipped the
 /// same bits back).
 #[test]
