@@ -389,11 +389,9 @@ impl LeaseStore for FaultyLeaseStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<LeaseRecord, LeaseError> {
-        let (key, owner) = (key.clone(), owner.to_owned());
-        self.call_or_hold(LeaseOp::Acquire, move |s| async move {
-            s.acquire(&key, &owner, ttl).await
-        })
-        .await
+        // One fresh attempt, through the same faults as any other.
+        self.acquire_attempt(key, owner, ttl, crate::lease::fresh_attempt())
+            .await
     }
     async fn acquire_attempt(
         &self,
