@@ -144,6 +144,23 @@ pub fn remove_tenant_dir(
     Ok(true)
 }
 
+/// Deletes the tenant's directory if it holds nothing (an open that failed before it wrote
+/// anything there leaves no trace of the tenant). Returns whether it went.
+pub fn remove_empty_tenant_dir(
+    state_root: &Path,
+    org: &OrgId,
+    tenant: &TenantId,
+) -> Result<bool, PathError> {
+    let Some(dir) = checked_tenant_dir(state_root, org, tenant)? else {
+        return Ok(false);
+    };
+    match std::fs::remove_dir(&dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => Ok(false),
+        Err(e) => Err(io_error(&dir, &e)),
+    }
+}
+
 /// Deletes the tenant's ledger files (`ledger.db`, `-wal`, `-shm`), keeping the directory.
 pub fn remove_ledger_files(
     state_root: &Path,

@@ -198,3 +198,29 @@ async fn close_drops_the_copies_of_tenants_forgotten_elsewhere() {
     assert!(a.sup.close().await.unwrap().is_empty());
     assert!(!a.ledger_file().exists(), "close dropped it");
 }
+
+/// Promise 5: an open that fails before it wrote anything (its restore could not read the head)
+/// leaves no directory of the tenant behind — the drill once found such an empty directory of
+/// a tenant forgotten elsewhere.
+#[actix_rt::test]
+async fn p5_an_open_whose_restore_failed_leaves_no_directory() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("replica-a");
+    let b = fleet.replica("replica-b");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    t.handoff().await.unwrap();
+    fleet.durable.set_down(true);
+    let refused = b.sup.open(&org(), &tenant()).await;
+    assert!(refused.is_err(), "the head cannot be read: {refused:?}");
+    fleet.durable.set_down(false);
+    assert!(
+        !b.ledger_file().parent().unwrap().exists(),
+        "the failed open left the tenant's directory"
+    );
+    assert_eq!(
+        keys_of(&b.open().await).await,
+        ["k-1"],
+        "a later open restores"
+    );
+}

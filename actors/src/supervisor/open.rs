@@ -63,6 +63,18 @@ pub(super) async fn open_tenant(plan: OpenPlan) -> Result<TenantRef, Error> {
         }
         Err(error) => {
             cell.end();
+            // A directory this failed open made and wrote nothing into goes: no empty trace of
+            // a tenant that may be forgotten elsewhere (promise 5 in docs/guarantees.md).
+            let (root, org, tenant) = (
+                rt.state_root.clone(),
+                plan.key.org().clone(),
+                plan.key.tenant().clone(),
+            );
+            let _ = blocking(move || {
+                paths::remove_empty_tenant_dir(&root, &org, &tenant)?;
+                Ok(())
+            })
+            .await;
             let _ = rt
                 .leases
                 .release(&plan.key, rt.replica.as_str(), record.epoch)
