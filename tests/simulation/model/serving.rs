@@ -16,11 +16,14 @@ impl State {
         if self.take_late(Late::Acquire) {
             // The call times out for its caller and lands later; the open asks again at once
             // under the same attempt id (docs/guarantees.md, "Late landings").
+            let before = self.tenants[t].row.as_ref().map_or(0, |row| row.epoch);
             let out = self.open(r, t);
-            let own = match out {
-                Res::Epoch(epoch) => Some(epoch),
-                _ => None,
-            };
+            // The epoch its retry took under the same attempt, even if the open failed after.
+            let own = self.tenants[t]
+                .row
+                .as_ref()
+                .filter(|row| row.owner == r && row.epoch > before)
+                .map(|row| row.epoch);
             self.held.push(Held::Acquire { t, r, own });
             return out;
         }
@@ -36,6 +39,7 @@ impl State {
             expires_at: now + TTL_MS,
             released: false,
         });
+        let before = self.dirs[r][t];
         self.dirs[r][t] = Dir::Present;
         let restored = match (ts.head, self.durable_down) {
             (None, _) => Ok(None),
@@ -46,7 +50,9 @@ impl State {
         let restored = match restored {
             Ok(restored) => restored,
             Err(e) => {
-                // The open fails and hands the lease back.
+                // The open fails and hands the lease back; a directory it made and wrote
+                // nothing into goes with it.
+                self.dirs[r][t] = before;
                 self.release_call(t, r, epoch);
                 return e;
             }
