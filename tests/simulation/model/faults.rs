@@ -217,13 +217,9 @@ impl State {
         Res::Count(unflushed)
     }
 
-    /// A new supervisor on `r`'s state root: an empty table and renewal chain; its start-up
-    /// local sweep may drop dead copies in the background.
-    pub(super) fn restart(&mut self, r: usize) {
-        // What close could not flush stops with the replica, like a crash: no flush, no
-        // release; its handles answer `Fenced` (docs/guarantees.md, `close()`).
-        let stopped: Vec<(usize, u64)> = self
-            .tenures
+    /// The tenures on replica `r` that have not reached a final state.
+    fn unended_on(&self, r: usize) -> Vec<(usize, u64)> {
+        self.tenures
             .iter()
             .filter(|(_, tenure)| {
                 tenure.replica == r
@@ -233,7 +229,15 @@ impl State {
                     )
             })
             .map(|(k, _)| *k)
-            .collect();
+            .collect()
+    }
+
+    /// A new supervisor on `r`'s state root: an empty table and renewal chain; its start-up
+    /// local sweep may drop dead copies in the background.
+    pub(super) fn restart(&mut self, r: usize) {
+        // What close could not flush stops with the replica, like a crash: no flush, no
+        // release; its handles answer `Fenced` (docs/guarantees.md, `close()`).
+        let stopped = self.unended_on(r);
         for k in stopped {
             self.end(k);
             self.finish(k, Status::Abandoned);
@@ -248,18 +252,7 @@ impl State {
     /// Replica `r` crashes: its serving tenures are never addressed again (and never flush,
     /// renew or release); their leases run out in the store. Then it restarts.
     pub(super) fn crash(&mut self, r: usize) {
-        let gone: Vec<(usize, u64)> = self
-            .tenures
-            .iter()
-            .filter(|(_, tenure)| {
-                tenure.replica == r
-                    && !matches!(
-                        tenure.status,
-                        Status::Released | Status::Abandoned | Status::Forgotten
-                    )
-            })
-            .map(|(k, _)| *k)
-            .collect();
+        let gone = self.unended_on(r);
         for k in gone {
             self.tenures.remove(&k);
         }
