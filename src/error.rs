@@ -118,6 +118,20 @@ pub enum Error {
         /// What the server said.
         reason: String,
     },
+    /// A batch's segment of the change log was not shipped within its deadline, or the lease
+    /// store did not confirm its log tip: **the outcome is unknown**. The writes may be in the
+    /// durable log (a put or a tip move that landed late) or not; the tenure ended and the next
+    /// open restores whatever the log holds. Retry with the same idempotency keys, which makes
+    /// the retry safe either way (docs/guarantees.md, the change log).
+    #[error(
+        "unshipped: the segment of tenant {key} was not confirmed ({reason}); the outcome is unknown, retry with the same idempotency keys"
+    )]
+    Unshipped {
+        /// The tenant's lease key.
+        key: String,
+        /// What failed.
+        reason: String,
+    },
     /// The database the lease store's URL names does not exist (SQLSTATE 3D000); nothing was
     /// started.
     #[error("unknown database {database:?}: {reason}")]
@@ -149,6 +163,7 @@ impl Error {
             Error::StaleHead { .. } => "LEASEHOLD_STALE_HEAD",
             Error::AuthFailed { .. } => "LEASEHOLD_AUTH_FAILED",
             Error::UnknownDatabase { .. } => "LEASEHOLD_UNKNOWN_DATABASE",
+            Error::Unshipped { .. } => "LEASEHOLD_UNSHIPPED",
         }
     }
 
@@ -166,7 +181,11 @@ impl Error {
     /// later (a timeout always; see [`LeaseError::outcome_unknown`]). The caller must not report
     /// "nothing happened"; it reads back or retries (docs/guarantees.md, "Late landings").
     pub fn is_outcome_unknown(&self) -> bool {
-        matches!(self, Error::Store(e) if crate::lease::store_outcome_unknown(e))
+        match self {
+            Error::Store(e) => crate::lease::store_outcome_unknown(e),
+            Error::Unshipped { .. } => true,
+            _ => false,
+        }
     }
 }
 
@@ -265,6 +284,10 @@ mod tests {
             },
             Error::UnknownDatabase {
                 database: "d".into(),
+                reason: "r".into(),
+            },
+            Error::Unshipped {
+                key: "k".into(),
                 reason: "r".into(),
             },
         ];

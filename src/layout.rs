@@ -3,8 +3,11 @@
 //! ```text
 //! <org>/<tenant>/e00000003/snap-000001.db     image (a consistent copy of the ledger)
 //! <org>/<tenant>/e00000003/snap-000001.json   its manifest
+//! <org>/<tenant>/e00000003/log-000000000042.seg  segment 42 of the change log
 //! ```
-//! Sequence numbers count from 1 within an epoch.
+//! Image numbers count from 1 within an epoch. Log positions count from 1 across the tenant's
+//! whole life (until a forget): each tenure continues the log where the tip it acquired stands,
+//! in the directory of its own epoch.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +22,44 @@ pub struct ImageRef {
     pub seq: u64,
     /// SHA-256 of the image bytes, 64 lowercase hex characters.
     pub sha256: String,
+}
+
+/// A position in a tenant's change log: segment `seq`, shipped by the tenure of `epoch`.
+///
+/// `seq` grows by exactly one per segment over the tenant's life; `epoch` says whose directory
+/// holds it. Positions order by `seq` (two tenures never ship the same `seq` onto one tip, see
+/// docs/guarantees.md, the log tip).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LogPos {
+    /// The epoch of the tenure that shipped the segment.
+    pub epoch: u64,
+    /// The segment's number in the tenant's log, from 1.
+    pub seq: u64,
+}
+
+impl std::fmt::Display for LogPos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "e{:08}/log-{:012}", self.epoch, self.seq)
+    }
+}
+
+/// `<key>/e<epoch:08>/log-<seq:012>.seg`.
+pub fn segment_key(key: &LeaseKey, pos: LogPos) -> String {
+    format!("{}log-{:012}.seg", epoch_prefix(key, pos.epoch), pos.seq)
+}
+
+/// The log position a key of `key` names: `Some` for `<key>/e<epoch:08>/log-<seq:012>.seg`.
+pub fn segment_of(key: &LeaseKey, object_key: &str) -> Option<LogPos> {
+    let epoch = epoch_of(key, object_key)?;
+    let name = object_key.rsplit_once('/')?.1;
+    let digits = name.strip_prefix("log-")?.strip_suffix(".seg")?;
+    if digits.len() < 12 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(LogPos {
+        epoch,
+        seq: digits.parse().ok()?,
+    })
 }
 
 /// `<key>/e<epoch:08>/`: every object of one tenure.
@@ -65,6 +106,14 @@ mod tests {
             "acme/t1/e00000003/snap-000001.json"
         );
         assert_eq!(epoch_prefix(&key(), 12), "acme/t1/e00000012/");
+        let pos = LogPos { epoch: 3, seq: 42 };
+        assert_eq!(
+            segment_key(&key(), pos),
+            "acme/t1/e00000003/log-000000000042.seg"
+        );
+        assert_eq!(segment_of(&key(), &segment_key(&key(), pos)), Some(pos));
+        assert_eq!(segment_of(&key(), "acme/t1/e00000003/log-42.seg"), None);
+        assert_eq!(segment_of(&key(), "acme/t1/e00000003/snap-000001.db"), None);
     }
 
     #[test]

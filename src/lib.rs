@@ -17,6 +17,7 @@
 //!   reference ([`layout::ImageRef`]) that heads and manifests carry.
 //! - [`ledger`] — the tenant's SQLite file: schema, events, the bracket host code runs in.
 //! - [`image`] — consistent images, manifests, verification, publish and restore.
+//! - [`log`] — the durable change log: captured pages, segments, the rolling checksum.
 //! - [`paths`] — path containment for every destructive local call.
 //! - [`plan`] — pure decisions: what a sweep may delete.
 //! - [`sweep`] — deleting dead epochs of one tenant, or of a whole store (the operator command).
@@ -33,6 +34,7 @@ pub mod image;
 pub mod layout;
 pub mod lease;
 pub mod ledger;
+pub mod log;
 pub mod paths;
 pub mod plan;
 pub mod sweep;

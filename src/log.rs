@@ -1,0 +1,27 @@
+//! The durable change log: what a tenant's committed batches changed, page by page, shipped to
+//! the durable store as numbered segments and fenced by the log tip in the lease record.
+//!
+//! ```text
+//!  ledger.db-wal ──capture (after COMMIT)──► Changes (pages, database size, sums before/after)
+//!                                               │ cut into a Segment at the next log position
+//!                                               ▼
+//!  durable store   <key>/e<epoch>/log-<seq>.seg  (put_if_absent), then the tip moves by
+//!                                               compare-and-set in the lease store
+//!                                               │ restore: head image + segments up to the tip,
+//!                                               │ each checked against the state it applies to
+//!                                               ▼
+//!  ledger.db (byte for byte the writer's database after its last acknowledged batch)
+//! ```
+//!
+//! - [`sums`] — the rolling checksum of a database: one hash per page, combined by XOR, so a
+//!   change costs per changed page, never per database.
+//! - [`segment`] — the segment format (encoded by [`crate::codec`]).
+//! - [`capture`] — reading the pages a commit wrote from the WAL.
+
+pub mod capture;
+pub mod segment;
+pub mod sums;
+
+pub use capture::Changes;
+pub use segment::{Page, Segment, SegmentHeader};
+pub use sums::PageSums;
