@@ -25,9 +25,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::image::{ImageError, ImageFile};
+use crate::log::PageSums;
+use crate::log::capture::{Changes, WalCursor};
 
 mod event;
 mod guard;
@@ -132,6 +136,17 @@ pub struct Ledger {
     path: PathBuf,
     /// Says whether host code is running, and why the authorizer refused its last statement.
     guard: Arc<HostGuard>,
+    /// The capture of committed pages, for a ledger opened with [`Ledger::open_logged`].
+    capture: Option<Capture>,
+}
+
+/// What a logged ledger keeps to read its commits' pages back from the WAL.
+#[derive(Debug)]
+struct Capture {
+    /// Where reading stands.
+    cursor: WalCursor,
+    /// The frame count the WAL hook saw after the last commit not yet taken; -1 for none.
+    frames: Arc<AtomicI64>,
 }
 
 /// Host code's view of the ledger for the length of one call.
@@ -221,7 +236,65 @@ impl Ledger {
             conn,
             path: path.to_path_buf(),
             guard,
+            capture: None,
         })
+    }
+
+    /// Opens the ledger at `path` like [`Ledger::open`], and captures every commit's pages for
+    /// the change log ([`Ledger::take_changes`]): SQLite's automatic checkpoints are off, the
+    /// runtime checkpoints only pages it has read ([`Ledger::checkpoint`]).
+    ///
+    /// `restored` are the sums of the file as the restore left it. Whatever the open itself
+    /// changes (a new database's first pages, the `events` table) is carried into the first
+    /// changes taken, as whole pages, so a restorer that starts from the same restored state
+    /// arrives at the same bytes (docs/guarantees.md, the change log).
+    pub fn open_logged(
+        path: &Path,
+        opts: &LedgerOptions,
+        restored: &PageSums,
+    ) -> Result<Self, LedgerError> {
+        let mut ledger = Self::open(path, opts)?;
+        let frames = Arc::new(AtomicI64::new(-1));
+        let seen = Arc::clone(&frames);
+        ledger.conn.wal_hook(Some(
+            move |_: &mut rusqlite::hooks::Wal, n: std::ffi::c_int| {
+                seen.store(i64::from(n), Ordering::SeqCst);
+                Ok(())
+            },
+        ))?;
+        ledger.checkpoint()?;
+        let sums = PageSums::of_file(path).map_err(LedgerError::Io)?;
+        let mut cursor = WalCursor::new(path, sums.clone());
+        if sums != *restored {
+            cursor.carry(whole_file_changes(path, restored, &sums)?);
+        }
+        ledger.capture = Some(Capture { cursor, frames });
+        Ok(ledger)
+    }
+
+    /// The pages the commits since the last call changed, with the database's size and sums
+    /// before and after; `None` when they changed nothing. Only for a ledger opened with
+    /// [`Ledger::open_logged`]; call it after every commit, before anything checkpoints.
+    pub fn take_changes(&mut self) -> Result<Option<Changes>, LedgerError> {
+        let Some(capture) = self.capture.as_mut() else {
+            return Err(LedgerError::Sqlite(
+                "take_changes: the ledger was not opened with open_logged".to_string(),
+            ));
+        };
+        let frames = capture.frames.swap(-1, Ordering::SeqCst);
+        let frames = u32::try_from(frames).ok();
+        capture.cursor.take(frames).map_err(LedgerError::Io)
+    }
+
+    /// The sums of the database as of the last changes taken (logged ledgers only).
+    pub fn sums(&self) -> Option<&PageSums> {
+        self.capture.as_ref().map(|c| c.cursor.sums())
+    }
+
+    /// How many frames the WAL holds that were read already (0 for an unlogged ledger): a
+    /// caller checkpoints when it grows past its bound.
+    pub fn wal_frames(&self) -> u32 {
+        self.capture.as_ref().map_or(0, |c| c.cursor.frames_read())
     }
 
     /// The file this ledger was opened on.
@@ -342,11 +415,20 @@ impl Ledger {
     /// Moves every committed page from the WAL into the database file and truncates the WAL
     /// (`wal_checkpoint(TRUNCATE)`). Fails if a batch is open or another connection's read kept
     /// the checkpoint from finishing.
+    ///
+    /// A logged ledger first reads the pages of commits not taken yet and carries them into the
+    /// next [`Ledger::take_changes`], so a checkpoint never loses a page the log needs.
     pub fn checkpoint(&mut self) -> Result<(), LedgerError> {
         if self.in_batch() {
             return Err(LedgerError::Sqlite(
                 "checkpoint: a batch is open; commit or roll it back first".to_string(),
             ));
+        }
+        if let Some(capture) = self.capture.as_mut() {
+            let frames = u32::try_from(capture.frames.swap(-1, Ordering::SeqCst)).ok();
+            if let Some(changes) = capture.cursor.take(frames).map_err(LedgerError::Io)? {
+                capture.cursor.carry(changes);
+            }
         }
         let (busy, log, done): (i64, i64, i64) =
             self.conn
@@ -357,6 +439,9 @@ impl Ledger {
             return Err(LedgerError::Sqlite(format!(
                 "checkpoint did not finish: another connection holds the WAL ({done} of {log} frames copied)"
             )));
+        }
+        if let Some(capture) = self.capture.as_mut() {
+            capture.cursor.reset();
         }
         Ok(())
     }
@@ -418,6 +503,29 @@ impl Ledger {
         self.conn.prepare_cached(sql)?.execute([])?;
         Ok(())
     }
+}
+
+/// The changes that turn the database whose sums are `from` into the file at `path` (sums
+/// `to`): every page of the file. Only for what an open changed outside the log.
+fn whole_file_changes(path: &Path, from: &PageSums, to: &PageSums) -> Result<Changes, LedgerError> {
+    let bytes =
+        std::fs::read(path).map_err(|e| LedgerError::Io(format!("{}: {e}", path.display())))?;
+    let size = to.page_size() as usize;
+    let mut pages = std::collections::BTreeMap::new();
+    if size > 0 {
+        for (i, page) in bytes.chunks(size).enumerate() {
+            let pgno =
+                u32::try_from(i + 1).map_err(|_| LedgerError::Io("more than 2^32 pages".into()))?;
+            pages.insert(pgno, page.to_vec());
+        }
+    }
+    Ok(Changes {
+        page_size: to.page_size(),
+        db_pages: to.db_pages(),
+        pages,
+        sum_before: from.total(),
+        sum_after: to.total(),
+    })
 }
 
 /// The text of a panic payload.
