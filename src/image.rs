@@ -138,6 +138,44 @@ pub fn take_image_with(
     seal(dest)
 }
 
+/// A read transaction on a ledger, begun at a moment the caller chooses: the image written from
+/// it holds exactly the commits made before that moment, however long the copy takes and
+/// whatever is committed meanwhile. The change log uses it to know the log position an image
+/// holds (docs/guarantees.md, the change log).
+#[derive(Debug)]
+pub struct ReadSnapshot {
+    /// A read-only connection with its read transaction open.
+    conn: Connection,
+}
+
+impl ReadSnapshot {
+    /// Opens a read-only connection to the ledger at `db_path` and begins its read transaction
+    /// now (a first read fixes the snapshot). Cheap: no page is copied yet.
+    pub fn begin(db_path: &Path) -> Result<Self, ImageError> {
+        let conn = Connection::open_with_flags(
+            db_path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(crate::ledger::BUSY_TIMEOUT)?;
+        conn.execute_batch("BEGIN")?;
+        let _: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+        Ok(Self { conn })
+    }
+
+    /// Writes the snapshot's image to `dest` (replaced if present), fsynced, with its size and
+    /// SHA-256. Blocking, like [`take_image`].
+    pub fn write_image(self, dest: &Path) -> Result<ImageFile, ImageError> {
+        remove_if_present(dest)?;
+        if let Err(e) = backup_into(&self.conn, dest) {
+            let _ = remove_if_present(dest);
+            return Err(e);
+        }
+        let _ = self.conn.execute_batch("COMMIT");
+        self.conn.close().map_err(|(_, e)| ImageError::from(e))?;
+        seal(dest)
+    }
+}
+
 fn backup_into(src: &Connection, dest: &Path) -> Result<(), ImageError> {
     let mut dst = Connection::open(dest)?;
     // The image is fsynced once, by `seal`; a torn copy is never published.
@@ -228,6 +266,25 @@ mod tests {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
         assert!(is_sha256_hex(&h));
+    }
+
+    #[test]
+    fn a_read_snapshot_holds_the_commits_before_it_began_and_none_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ledger.db");
+        let writer = Connection::open(&db).unwrap();
+        writer
+            .execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+            .unwrap();
+        let snapshot = ReadSnapshot::begin(&db).unwrap();
+        writer.execute("INSERT INTO t VALUES (2)", []).unwrap();
+        let image = snapshot.write_image(&dir.path().join("img.db")).unwrap();
+        writer.execute("INSERT INTO t VALUES (3)", []).unwrap();
+        let copy = Connection::open(&image.path).unwrap();
+        let n: i64 = copy
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 1, "only the commit before the snapshot began");
     }
 
     #[test]
