@@ -7,6 +7,8 @@
 //! The actors and the operator command carry them out; tests check them without actors, stores
 //! or clocks.
 
+pub mod retention;
+
 use std::collections::BTreeSet;
 
 use crate::ids::LeaseKey;
