@@ -34,7 +34,7 @@ use crate::clock::duration_ms;
 use crate::durable::{DurableStore, ListPage, Put, PutsInFlight, StoreError};
 use crate::error::Error;
 use crate::ids::LeaseKey;
-use crate::layout::ImageRef;
+use crate::layout::{ImageRef, LogPos};
 use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome};
 
 /// The slowest upload rate a put is given time for: 8 MiB/s.
@@ -255,6 +255,17 @@ impl<S: LeaseStore> LeaseStore for Deadline<S> {
         )
         .await
     }
+    async fn move_tip(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        from: Option<LogPos>,
+        to: LogPos,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let call = self.inner.move_tip(key, owner, epoch, from, to);
+        self.settle("move_tip", call).await
+    }
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,
@@ -397,6 +408,17 @@ mod tests {
             self.wait().await;
             Err(held(key))
         }
+        async fn move_tip(
+            &self,
+            key: &LeaseKey,
+            _: &str,
+            _: u64,
+            _: Option<LogPos>,
+            _: LogPos,
+        ) -> Result<LeaseRecord, LeaseError> {
+            self.wait().await;
+            Err(held(key))
+        }
         async fn mark_forgotten(
             &self,
             key: &LeaseKey,
@@ -478,6 +500,9 @@ mod tests {
         assert_eq!(store.release(&k, "a", 1).await, Err(expired("release")));
         let published = store.publish_head(&k, "a", 1, &image()).await;
         assert_eq!(published, Err(expired("publish_head")));
+        let tip = LogPos { epoch: 1, seq: 1 };
+        let moved = store.move_tip(&k, "a", 1, None, tip).await;
+        assert_eq!(moved, Err(expired("move_tip")));
         let forgotten = store.mark_forgotten(&k, "a", 1).await;
         assert_eq!(forgotten, Err(expired("mark_forgotten")));
     }

@@ -204,6 +204,14 @@ impl From<LeaseError> for Error {
             LeaseError::Held { key, owner, epoch } => Error::LeaseHeld { key, owner, epoch },
             LeaseError::NotHeld { key, .. } => Error::Fenced { key },
             LeaseError::Stale { key, head, image } => Error::StaleHead { key, head, image },
+            // The segment's move was refused: the batch is not in the log (docs/guarantees.md,
+            // "The log tip").
+            LeaseError::TipMoved { ref key, .. } | LeaseError::TipOutOfOrder { ref key, .. } => {
+                Error::Unshipped {
+                    key: key.clone(),
+                    reason: e.to_string(),
+                }
+            }
             LeaseError::Store(s) => s.into(),
         }
     }
@@ -330,5 +338,31 @@ mod tests {
         };
         assert!(!refused.outcome_unknown());
         assert!(!Error::from(refused).is_outcome_unknown());
+    }
+
+    #[test]
+    fn a_refused_tip_move_is_unshipped_and_the_lease_refusal_itself_is_definite() {
+        let to = crate::layout::LogPos { epoch: 2, seq: 5 };
+        let moved = LeaseError::TipMoved {
+            key: "acme/t1".into(),
+            tip: Some(crate::layout::LogPos { epoch: 2, seq: 6 }),
+            from: Some(crate::layout::LogPos { epoch: 2, seq: 4 }),
+            to,
+        };
+        assert!(!moved.outcome_unknown(), "nothing changed in the store");
+        let unshipped = Error::from(moved);
+        assert_eq!(unshipped.code(), "LEASEHOLD_UNSHIPPED");
+        assert!(
+            matches!(&unshipped, Error::Unshipped { key, reason } if key == "acme/t1" && reason.contains("log tip")),
+            "{unshipped:?}"
+        );
+        let gap = LeaseError::TipOutOfOrder {
+            key: "acme/t1".into(),
+            epoch: 2,
+            from: None,
+            to,
+        };
+        assert!(!gap.outcome_unknown());
+        assert_eq!(Error::from(gap).code(), "LEASEHOLD_UNSHIPPED");
     }
 }

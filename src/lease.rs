@@ -1,7 +1,7 @@
 //! Leases: the [`LeaseStore`] trait, the [`LeaseRecord`] it keeps, and [`LeaseTerm`], the pure
 //! rule that says whether a holder may still act.
 //!
-//! A lease is `(key, owner, epoch, expires_at, floor, head)`. The store judges expiry by its own
+//! A lease is `(key, owner, epoch, expires_at, floor, head, tip)`. The store judges expiry by its own
 //! clock only. The holder judges it by its own monotonic clock, counting from the moment it
 //! *sent* the acquire or renew and stopping `margin` before the end (docs/guarantees.md, promise 1), so a
 //! holder always believes its lease ends before the store does.
@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use crate::clock::duration_ms;
 use crate::durable::StoreError;
 use crate::ids::LeaseKey;
-use crate::layout::ImageRef;
+use crate::layout::{ImageRef, LogPos};
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -41,6 +41,10 @@ pub struct LeaseRecord {
     pub floor: u64,
     /// The newest published image, moved only by [`LeaseStore::publish_head`].
     pub head: Option<ImageRef>,
+    /// The newest segment of the change log, moved only by [`LeaseStore::move_tip`]: a restore
+    /// never reads a segment above it (docs/guarantees.md, "The log tip"). Kept by an acquire,
+    /// cleared by a forget.
+    pub tip: Option<LogPos>,
 }
 
 /// What one key of a [`LeaseStore::renew_many`] call came to.
@@ -89,6 +93,35 @@ pub enum LeaseError {
         /// The image the caller offered.
         image: ImageRef,
     },
+    /// `move_tip` found the tip elsewhere than `from` (and not already at `to`): another move
+    /// came first, or the caller's view is old. The lease may still be held; nothing changed.
+    #[error("lease {key}: the log tip is at {tip:?}, not at {from:?}; not moving it to {to}")]
+    TipMoved {
+        /// The key.
+        key: String,
+        /// The current tip.
+        tip: Option<LogPos>,
+        /// The tip the caller expected.
+        from: Option<LogPos>,
+        /// The position the caller offered.
+        to: LogPos,
+    },
+    /// `move_tip` offered a `to` that is not the next position of the caller's tenure after
+    /// `from`: `to.epoch` must be the caller's epoch and `to.seq` one above `from`'s (1 when
+    /// `from` is `None`). Checked before the store is asked; nothing changed.
+    #[error(
+        "lease {key}: {to} does not follow {from:?} in epoch {epoch} (the tip moves by exactly one segment of the caller's epoch)"
+    )]
+    TipOutOfOrder {
+        /// The key.
+        key: String,
+        /// The caller's epoch.
+        epoch: u64,
+        /// The tip the caller expected.
+        from: Option<LogPos>,
+        /// The position the caller offered.
+        to: LogPos,
+    },
     /// The store could not be asked, or did not answer. For a write the outcome is **unknown**:
     /// it may have applied, or may still apply later (see [`LeaseError::outcome_unknown`]); for
     /// a lease, it must be treated as unknown, never as held.
@@ -101,16 +134,39 @@ impl LeaseError {
     /// apply later (a [`StoreError::Timeout`] always; an `Unavailable` or `Io` when a connection
     /// or a file was lost after the statement went out). The caller must not conclude that
     /// nothing happened: read the record, or retry the same call, which every operation is safe
-    /// to repeat (docs/guarantees.md, "Late landings"). A refusal (`Held`, `NotHeld`, `Stale`)
-    /// is definite: nothing changed.
+    /// to repeat (docs/guarantees.md, "Late landings"). A refusal (`Held`, `NotHeld`, `Stale`,
+    /// `TipMoved`, `TipOutOfOrder`) is definite: nothing changed.
     pub fn outcome_unknown(&self) -> bool {
         match self {
             LeaseError::Store(e) => store_outcome_unknown(e),
-            LeaseError::Held { .. } | LeaseError::NotHeld { .. } | LeaseError::Stale { .. } => {
-                false
-            }
+            LeaseError::Held { .. }
+            | LeaseError::NotHeld { .. }
+            | LeaseError::Stale { .. }
+            | LeaseError::TipMoved { .. }
+            | LeaseError::TipOutOfOrder { .. } => false,
         }
     }
+}
+
+/// Whether `to` is the next log position of the tenure of `epoch` after `from`: of that epoch,
+/// and one segment above `from` (segment 1 when there is no tip yet). Every store checks it
+/// before it is asked to [`LeaseStore::move_tip`]; `Err` is [`LeaseError::TipOutOfOrder`].
+pub fn check_tip_step(
+    key: &LeaseKey,
+    epoch: u64,
+    from: Option<LogPos>,
+    to: LogPos,
+) -> Result<(), LeaseError> {
+    let next_seq = from.map_or(Some(1), |f| f.seq.checked_add(1));
+    if to.epoch == epoch && Some(to.seq) == next_seq {
+        return Ok(());
+    }
+    Err(LeaseError::TipOutOfOrder {
+        key: key.to_string(),
+        epoch,
+        from,
+        to,
+    })
 }
 
 /// Whether a store error leaves a write's outcome unknown: everything but a refused key (checked
@@ -138,15 +194,15 @@ pub fn fresh_attempt() -> u64 {
 
 /// Where leases live. Every method is one round trip (one statement or one short transaction).
 ///
-/// `renew`, `release`, `publish_head` and `mark_forgotten` succeed only for the `(owner, epoch)`
+/// `renew`, `release`, `publish_head`, `move_tip` and `mark_forgotten` succeed only for the `(owner, epoch)`
 /// of a lease that is live by the store's clock; otherwise they return [`LeaseError::NotHeld`]
 /// and change nothing.
 ///
 /// **Every call may land late** (docs/guarantees.md, "Late landings"): a call reported as
 /// [`StoreError::Timeout`] may still take effect afterwards (a statement already sent to a
 /// server runs when the server reads it). So every write is safe to land late and to repeat:
-/// heads only move forward, a repeated `mark_forgotten`, `renew` or `publish_head` of the current
-/// head returns the record, and a retried [`LeaseStore::acquire_attempt`] recognises its own
+/// heads and tips only move forward, a repeated `mark_forgotten`, `renew`, `publish_head` of the
+/// current head or `move_tip` to the current tip returns the record, and a retried [`LeaseStore::acquire_attempt`] recognises its own
 /// earlier success. [`LeaseError::outcome_unknown`] says when a caller cannot know.
 ///
 /// A wrapper must forward both `acquire` and `acquire_attempt` (the provided `acquire` would
@@ -167,7 +223,7 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     }
 
     /// Takes the lease if it is free, released or expired by the store's clock: bumps the epoch,
-    /// sets the owner and `expires_at = now + ttl`, records `attempt`, keeps floor and head, and
+    /// sets the owner and `expires_at = now + ttl`, records `attempt`, keeps floor, head and tip, and
     /// returns the record. The caller reads the head it must restore from this same record.
     ///
     /// **A retry recognises its own success.** If the lease is live for `owner` *and* was taken
@@ -221,7 +277,36 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
         image: &ImageRef,
     ) -> Result<LeaseRecord, LeaseError>;
 
-    /// Raises the floor to `epoch` and clears the head, for the live `(owner, epoch)`; the lease
+    /// Moves the log tip from `from` to `to`: a compare-and-set (docs/guarantees.md, "The log
+    /// tip") that succeeds only while
+    ///
+    /// - `(owner, epoch)` holds a live lease by the store's clock, and `epoch` is above the floor
+    ///   (otherwise [`LeaseError::NotHeld`]);
+    /// - `to` is the next position of this tenure after `from`: `to.epoch == epoch` and
+    ///   `to.seq == from.map_or(1, |f| f.seq + 1)` (otherwise [`LeaseError::TipOutOfOrder`],
+    ///   checked before the store is asked);
+    /// - the current tip equals `from` (otherwise [`LeaseError::TipMoved`], naming the tip).
+    ///
+    /// It returns the record with the tip at `to`. The tip never moves back nor skips a segment,
+    /// and only the live tenure above the floor moves it, so a zombie's move is refused.
+    ///
+    /// **A retry recognises its own success**: if the tip already equals `to` (a move of this
+    /// tenure that landed late) and the lease is still live for `(owner, epoch)` above the floor,
+    /// the call succeeds and returns the record unchanged. Only this tenure can have put a
+    /// position of its own epoch there, since epochs are never reused.
+    ///
+    /// A new tenure continues the tip its acquire returned: `from` is that tip (of the older
+    /// epoch), `to` is `(its epoch, tip.seq + 1)`. Refusals are definite: nothing changed.
+    async fn move_tip(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        from: Option<LogPos>,
+        to: LogPos,
+    ) -> Result<LeaseRecord, LeaseError>;
+
+    /// Raises the floor to `epoch` and clears the head and the tip, for the live `(owner, epoch)`; the lease
     /// stays held so the caller can delete and then release. Repeating it for the same live
     /// tenure (a retry after a timeout that landed) returns the record again.
     async fn mark_forgotten(
@@ -285,6 +370,16 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         image: &ImageRef,
     ) -> Result<LeaseRecord, LeaseError> {
         (**self).publish_head(key, owner, epoch, image).await
+    }
+    async fn move_tip(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        from: Option<LogPos>,
+        to: LogPos,
+    ) -> Result<LeaseRecord, LeaseError> {
+        (**self).move_tip(key, owner, epoch, from, to).await
     }
     async fn mark_forgotten(
         &self,

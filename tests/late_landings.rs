@@ -40,6 +40,30 @@ fn lease_store(dir: &std::path::Path) -> FaultyLeaseStore {
 }
 
 #[tokio::test]
+async fn a_late_tip_move_times_out_changes_nothing_lands_when_let_through_and_its_retry_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = lease_store(dir.path());
+    let lease = store.acquire(&key(), "r1", TTL).await.unwrap();
+    let to = leasehold::layout::LogPos {
+        epoch: lease.epoch,
+        seq: 1,
+    };
+    store.land_late(LeaseOp::MoveTip);
+    let answer = store.move_tip(&key(), "r1", lease.epoch, None, to).await;
+    assert_eq!(answer.unwrap_err(), timed_out("move_tip"));
+    assert!(timed_out("move_tip").outcome_unknown());
+    let before = store.inner().read(&key()).await.unwrap().unwrap();
+    assert_eq!(before.tip, None, "a call kept back has not landed");
+    assert_eq!(store.land_held().await, vec![LeaseOp::MoveTip]);
+    let retry = store.move_tip(&key(), "r1", lease.epoch, None, to).await;
+    assert_eq!(
+        retry.unwrap().tip,
+        Some(to),
+        "the retry recognises the landed move"
+    );
+}
+
+#[tokio::test]
 async fn a_late_publish_head_times_out_changes_nothing_and_lands_when_let_through() {
     let dir = tempfile::tempdir().unwrap();
     let store = lease_store(dir.path());

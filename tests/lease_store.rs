@@ -12,7 +12,7 @@ use leasehold::clock::{Clock, ManualClock};
 use leasehold::deadline::Deadline;
 use leasehold::durable::StoreError;
 use leasehold::ids::{LeaseKey, OrgId, TenantId};
-use leasehold::layout::ImageRef;
+use leasehold::layout::{ImageRef, LogPos};
 use leasehold::lease::sqlite::{SqliteLeaseStore, current_boot_id};
 use leasehold::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, SharedLeaseStore};
 use leasehold::testkit::{self, FaultyLeaseStore, LeaseHarness, LeaseOp};
@@ -184,7 +184,61 @@ async fn hole9_a_schema_1_lease_file_gains_the_attempt_column_and_keeps_its_rows
         .unwrap()
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
+}
+
+#[tokio::test]
+async fn a_schema_2_lease_file_gains_the_log_tip_and_keeps_its_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let old = rusqlite::Connection::open(&path).unwrap();
+    old.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         CREATE TABLE leases (key TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL,
+            epoch INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, boot_id TEXT NOT NULL,
+            released INTEGER NOT NULL, floor INTEGER NOT NULL, head_epoch INTEGER,
+            head_seq INTEGER, head_sha256 TEXT, attempt INTEGER) STRICT;
+         INSERT INTO leases VALUES ('acme/t1', 'a', 4, 500, 'boot-1', 0, 2, 4, 1, 'ab', 7);
+         PRAGMA user_version = 2;",
+    )
+    .unwrap();
+    drop(old);
+    let clock = ManualClock::new(10);
+    let store = SqliteLeaseStore::open_with(&path, Arc::new(clock), "boot-1".into()).unwrap();
+    let k = key("acme", "t1");
+    let kept = store.read(&k).await.unwrap().unwrap();
+    let fields = (kept.owner.as_str(), kept.epoch, kept.floor, kept.released);
+    assert_eq!(fields, ("a", 4, 2, false), "the live lease is kept");
+    assert_eq!((kept.head.map(|h| h.seq), kept.tip), (Some(1), None));
+    let retry = store.acquire_attempt(&k, "a", TTL, 7).await.unwrap();
+    assert_eq!(retry.epoch, 4, "its attempt is kept too");
+    let to = LogPos { epoch: 4, seq: 1 };
+    let moved = store.move_tip(&k, "a", 4, None, to).await.unwrap();
+    assert_eq!(moved.tip, Some(to));
+    drop(store);
+    let reopened = SqliteLeaseStore::open(&path).unwrap();
+    assert_eq!(reopened.read(&k).await.unwrap().unwrap().tip, Some(to));
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 3);
+}
+
+#[tokio::test]
+async fn the_suite_fails_a_store_whose_tip_move_ignores_the_tip_seen() {
+    let clock = ManualClock::new(0);
+    let model = ModelStore::new(&clock, Flaw::TipIgnoresFrom);
+    let h = harness(Arc::new(model), &clock, "m");
+    let check = testkit::conformance_tip_moves_by_exactly_one_segment_from_the_tip_seen(&h);
+    let message = violation(check).await;
+    assert!(
+        message.contains("a move from a tip not reached"),
+        "{message}"
+    );
+    let check = testkit::conformance_a_new_tenure_continues_the_tip_and_the_old_one_cannot(&h);
+    let message = violation(check).await;
+    assert!(message.contains("B restarts the log"), "{message}");
 }
 
 #[tokio::test]
@@ -370,7 +424,7 @@ async fn an_outage_fails_every_call_without_reaching_the_store() {
     );
     faulty.set_down(false);
     assert_eq!(faulty.acquire(&k, "a", TTL).await.unwrap().epoch, 1);
-    assert_eq!(LeaseOp::ALL.len(), 7);
+    assert_eq!(LeaseOp::ALL.len(), 8);
 }
 
 #[tokio::test]

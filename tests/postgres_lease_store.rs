@@ -19,7 +19,7 @@ use futures::future::join_all;
 use leasehold::Error;
 use leasehold::durable::StoreError;
 use leasehold::ids::{LeaseKey, OrgId, TenantId};
-use leasehold::layout::ImageRef;
+use leasehold::layout::{ImageRef, LogPos};
 use leasehold::lease::postgres::{PgOptions, PostgresLeaseStore};
 use leasehold::lease::{LeaseError, LeaseStore, RenewOutcome};
 use leasehold::testkit::{FaultProxy, Flow, LeaseHarness, lease_store_conformance};
@@ -406,4 +406,59 @@ impl Proxy {
         self.task.abort();
         let _ = self.task.await;
     }
+}
+
+#[tokio::test]
+async fn a_table_made_before_the_log_tip_gains_its_columns_and_keeps_its_leases() {
+    const OLD: &str = "leasehold_test_before_tip";
+    let url = pg_url();
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect for setup");
+    let _driver = tokio::spawn(connection);
+    let org = fresh_org("pg-before-tip");
+    let key = key(&org, "t1");
+    admin
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {OLD};
+             CREATE TABLE {OLD} (key text PRIMARY KEY, owner text NOT NULL, epoch int8 NOT NULL,
+                expires_at timestamptz NOT NULL, released boolean NOT NULL DEFAULT false,
+                floor int8 NOT NULL DEFAULT 0, head_epoch int8, head_seq int8, head_sha256 text,
+                attempt int8);"
+        ))
+        .await
+        .expect("create a table of the shape before the log tip");
+    admin
+        .execute(
+            &format!(
+                "INSERT INTO {OLD} (key, owner, epoch, expires_at, released, floor, attempt)
+                 VALUES ($1, 'a', 3, clock_timestamp() + interval '30 seconds', false, 1, 9)"
+            ),
+            &[&key.as_str()],
+        )
+        .await
+        .unwrap();
+    let store = PostgresLeaseStore::connect(&url, OLD)
+        .await
+        .expect("a table made before the log tip is upgraded");
+    let kept = store.read(&key).await.unwrap().expect("the row is kept");
+    let fields = (
+        kept.owner.as_str(),
+        kept.epoch,
+        kept.floor,
+        kept.released,
+        kept.tip,
+    );
+    assert_eq!(fields, ("a", 3, 1, false, None), "the live lease is kept");
+    let retry = store
+        .acquire_attempt(&key, "a", Duration::from_secs(30), 9)
+        .await;
+    assert_eq!(retry.unwrap().epoch, 3, "its attempt is kept too");
+    let to = LogPos { epoch: 3, seq: 1 };
+    let moved = store.move_tip(&key, "a", 3, None, to).await.unwrap();
+    assert_eq!(moved.tip, Some(to));
+    let again = PostgresLeaseStore::connect(&url, OLD)
+        .await
+        .expect("connecting again finds the columns and changes nothing");
+    assert_eq!(again.read(&key).await.unwrap().unwrap().tip, Some(to));
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold::LeaseKey;
-use leasehold::layout::ImageRef;
+use leasehold::layout::{ImageRef, LogPos};
 use leasehold::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, SharedLeaseStore};
 
 use crate::protocol::now_ms;
@@ -116,6 +116,16 @@ impl LeaseStore for AcquireTimes {
         image: &ImageRef,
     ) -> Result<LeaseRecord, LeaseError> {
         self.inner.publish_head(key, owner, epoch, image).await
+    }
+    async fn move_tip(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        from: Option<LogPos>,
+        to: LogPos,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.inner.move_tip(key, owner, epoch, from, to).await
     }
     async fn mark_forgotten(
         &self,

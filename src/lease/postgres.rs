@@ -14,13 +14,16 @@
 //! release         UPDATE … SET released WHERE live(owner, epoch)
 //! publish_head    UPDATE … SET head = CASE forward THEN image ELSE head
 //!                 WHERE live(owner, epoch) AND epoch > floor AND image.epoch = epoch
-//! mark_forgotten  UPDATE … SET floor = epoch, head = NULL WHERE live(owner, epoch)
+//! move_tip        UPDATE … SET tip = CASE tip = from THEN to ELSE tip
+//!                 WHERE live(owner, epoch) AND epoch > floor             RETURNING …
+//! mark_forgotten  UPDATE … SET floor = epoch, head = NULL, tip = NULL WHERE live(owner, epoch)
 //! ```
 //!
 //! **Late landings** (docs/guarantees.md). `statement_timeout` starts when the server *reads* a
 //! statement, so a statement the client gave up on can still run later. Every statement is safe
 //! to run late or twice: the head only moves forward (a stale image leaves it and is reported
-//! [`LeaseError::Stale`]), a repeated forget or renew of the live tenure changes nothing more, and
+//! [`LeaseError::Stale`]), the tip moves only from the tip the caller saw (a late move finds it
+//! elsewhere: [`LeaseError::TipMoved`]), a repeated forget or renew of the live tenure changes nothing more, and
 //! an acquire records its attempt id so that a retry of the same attempt gets its lease back.
 //!
 //! **No dead connection is reused.** A call that times out or fails discards its connection
@@ -54,8 +57,8 @@ use crate::clock::duration_ms;
 use crate::durable::StoreError;
 use crate::error::Error;
 use crate::ids::LeaseKey;
-use crate::layout::ImageRef;
-use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome};
+use crate::layout::{ImageRef, LogPos};
+use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
 
 mod errors;
 mod pool;
@@ -143,13 +146,19 @@ pub fn create_table_sql(table: &str) -> Result<String, Error> {
     Ok(Statements::new(table).create)
 }
 
-/// The statement that brings a lease table made before acquire attempts were recorded up to
-/// date (`ALTER TABLE … ADD COLUMN IF NOT EXISTS attempt int8`; running it twice is harmless).
+/// The statement that brings a lease table made by an older build up to date: it adds the
+/// `attempt` column and the log tip's `tip_epoch` and `tip_seq`
+/// (`ALTER TABLE … ADD COLUMN IF NOT EXISTS …`; running it twice is harmless).
 /// [`PostgresLeaseStore::connect`] runs it itself when its role owns the table; a replica role
 /// with only `SELECT, INSERT, UPDATE` needs an operator to run it first.
-pub fn add_attempt_column_sql(table: &str) -> Result<String, Error> {
+pub fn upgrade_table_sql(table: &str) -> Result<String, Error> {
     check_table_name(table)?;
-    Ok(Statements::new(table).add_attempt)
+    Ok(Statements::new(table).add_columns)
+}
+
+/// [`upgrade_table_sql`], under the name it had when it added only the `attempt` column.
+pub fn add_attempt_column_sql(table: &str) -> Result<String, Error> {
+    upgrade_table_sql(table)
 }
 
 /// The lease store of a fleet of hosts: one row per lease key in a PostgreSQL table.
@@ -214,8 +223,8 @@ impl PostgresLeaseStore {
         &self.table
     }
 
-    /// Creates the table if it is absent and adds the `attempt` column to a table made before it
-    /// existed (under an advisory lock, so replicas starting together do not race on the
+    /// Creates the table if it is absent and adds the `attempt` and tip columns to a table made
+    /// before they existed (under an advisory lock, so replicas starting together do not race on the
     /// catalog), then checks its shape with a query that reads no row. A refused login is its own
     /// error; a table that cannot serve is [`Error::InvalidOption`] (`table`).
     async fn migrate(&self) -> Result<(), Error> {
@@ -250,22 +259,23 @@ impl PostgresLeaseStore {
         let tx = client.transaction().await.map_err(db)?;
         let lock = "SELECT pg_advisory_xact_lock(hashtext($1))";
         tx.execute(lock, &[&lock_name]).await.map_err(db)?;
-        let shape = "SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute \
-            WHERE attrelid = to_regclass($1) AND attname = 'attempt' AND NOT attisdropped)";
+        let shape = "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 3 FROM pg_attribute \
+            WHERE attrelid = to_regclass($1) AND NOT attisdropped \
+              AND attname IN ('attempt', 'tip_epoch', 'tip_seq'))";
         let row = tx.query_one(shape, &[&quoted]).await.map_err(db)?;
         let exists: bool = row.try_get(0).map_err(db)?;
-        let has_attempt: bool = row.try_get(1).map_err(db)?;
+        let up_to_date: bool = row.try_get(1).map_err(db)?;
         if !exists {
             tx.batch_execute(&self.sql.create).await.map_err(db)?;
-        } else if !has_attempt {
-            let added = tx.batch_execute(&self.sql.add_attempt).await;
+        } else if !up_to_date {
+            let added = tx.batch_execute(&self.sql.add_columns).await;
             added.map_err(|e| match pg_error("migrate", &e) {
                 StoreError::Backend { op, message } => StoreError::Backend {
                     op,
                     message: format!(
-                        "it lacks the attempt column and it cannot be added ({message}); have \
-                         its owner run: {}",
-                        self.sql.add_attempt
+                        "it lacks the attempt or log tip columns and they cannot be added \
+                         ({message}); have its owner run: {}",
+                        self.sql.add_columns
                     ),
                 },
                 other => other,
@@ -505,6 +515,37 @@ impl LeaseStore for PostgresLeaseStore {
             }
             .into()),
         }
+    }
+
+    async fn move_tip(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        from: Option<LogPos>,
+        to: LogPos,
+    ) -> Result<LeaseRecord, LeaseError> {
+        check_tip_step(key, epoch, from, to)?;
+        let op = "move_tip";
+        let (to_epoch, to_seq) = (to_i64(op, to.epoch)?, to_i64(op, to.seq)?);
+        let from_epoch = from.map(|f| to_i64(op, f.epoch)).transpose()?;
+        let from_seq = from.map(|f| to_i64(op, f.seq)).transpose()?;
+        let extra: [&(dyn ToSql + Sync); 4] = [&to_epoch, &to_seq, &from_epoch, &from_seq];
+        let sql = &self.sql.move_tip;
+        let after = self
+            .compare_and_set(op, sql, (key, owner, epoch), &extra)
+            .await?;
+        // The statement moves the tip only from `from`; it is at `to` exactly when it moved now
+        // or a move of this tenure had landed before (a retry).
+        if after.tip == Some(to) {
+            return Ok(after);
+        }
+        Err(LeaseError::TipMoved {
+            key: key.to_string(),
+            tip: after.tip,
+            from,
+            to,
+        })
     }
 
     async fn mark_forgotten(

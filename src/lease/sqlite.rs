@@ -26,11 +26,14 @@
 //!
 //! ```text
 //! leases(key PRIMARY KEY, owner, epoch, expires_at_ms, boot_id, released, floor,
-//!        head_epoch, head_seq, head_sha256, attempt)   -- PRAGMA user_version = 2
+//!        head_epoch, head_seq, head_sha256, attempt,
+//!        tip_epoch, tip_seq)                          -- PRAGMA user_version = 3
 //! ```
 //!
 //! Schema 1 lacked `attempt` (the id of the acquire that started the tenure, so that a retry of
-//! that acquire recognises its own success); opening a schema-1 file adds the column.
+//! that acquire recognises its own success), schema 2 the log tip (`tip_epoch`, `tip_seq`,
+//! docs/guarantees.md, "The log tip"); opening an older file adds the missing columns
+//! (`ALTER TABLE … ADD COLUMN`) and keeps its rows.
 
 use std::fmt;
 use std::path::Path;
@@ -44,12 +47,14 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 use crate::clock::{SharedClock, SystemClock, duration_ms};
 use crate::durable::StoreError;
 use crate::ids::LeaseKey;
-use crate::layout::ImageRef;
-use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome};
+use crate::layout::{ImageRef, LogPos};
+use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
 
 mod rules;
 
-use rules::{Decision, LeaseRow, StoreTime, Tenure, extend, forget, hand_back, move_head, take};
+use rules::{
+    Decision, LeaseRow, StoreTime, Tenure, advance_tip, extend, forget, hand_back, move_head, take,
+};
 
 /// Where Linux publishes the id of the current boot.
 pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
@@ -70,7 +75,7 @@ pub const MAX_ATTEMPTS: u32 = 3;
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// The schema version this build writes and reads (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leases (
     key           TEXT PRIMARY KEY NOT NULL,
@@ -83,23 +88,29 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leases (
     head_epoch    INTEGER,
     head_seq      INTEGER,
     head_sha256   TEXT,
-    attempt       INTEGER
+    attempt       INTEGER,
+    tip_epoch     INTEGER,
+    tip_seq       INTEGER
 ) STRICT";
 
 /// Brings a schema-1 file to schema 2.
 const MIGRATE_1_TO_2: &str = "ALTER TABLE leases ADD COLUMN attempt INTEGER";
 
+/// Brings a schema-2 file to schema 3: the log tip.
+const MIGRATE_2_TO_3: &str = "ALTER TABLE leases ADD COLUMN tip_epoch INTEGER; \
+    ALTER TABLE leases ADD COLUMN tip_seq INTEGER";
+
 const SELECT_ROW: &str = "SELECT owner, epoch, expires_at_ms, boot_id, released, floor, \
-    head_epoch, head_seq, head_sha256, attempt FROM leases WHERE key = ?1";
+    head_epoch, head_seq, head_sha256, attempt, tip_epoch, tip_seq FROM leases WHERE key = ?1";
 
 const UPSERT_ROW: &str = "INSERT INTO leases (key, owner, epoch, expires_at_ms, boot_id, \
-    released, floor, head_epoch, head_seq, head_sha256, attempt) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+    released, floor, head_epoch, head_seq, head_sha256, attempt, tip_epoch, tip_seq) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
     ON CONFLICT(key) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, \
     expires_at_ms = excluded.expires_at_ms, boot_id = excluded.boot_id, \
     released = excluded.released, floor = excluded.floor, head_epoch = excluded.head_epoch, \
     head_seq = excluded.head_seq, head_sha256 = excluded.head_sha256, \
-    attempt = excluded.attempt";
+    attempt = excluded.attempt, tip_epoch = excluded.tip_epoch, tip_seq = excluded.tip_seq";
 
 /// The id of the current boot, from [`BOOT_ID_PATH`]; [`UNKNOWN_BOOT_ID`] if it cannot be read.
 pub fn current_boot_id() -> String {
@@ -321,6 +332,20 @@ impl LeaseStore for SqliteLeaseStore {
         self.transition("publish_head", key, tenure, rule).await
     }
 
+    async fn move_tip(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        from: Option<LogPos>,
+        to: LogPos,
+    ) -> Result<LeaseRecord, LeaseError> {
+        check_tip_step(key, epoch, from, to)?;
+        let tenure = Tenure::new(owner, epoch);
+        let rule = move |row: Option<&_>, t: &_, at: &_| advance_tip(row, t, from, to, at);
+        self.transition("move_tip", key, tenure, rule).await
+    }
+
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,
@@ -371,10 +396,14 @@ fn create_schema(conn: &mut Connection) -> rusqlite::Result<Result<(), StoreErro
             ),
         }));
     }
+    if version <= 0 {
+        tx.execute_batch(SCHEMA)?;
+    }
     if version == 1 {
         tx.execute_batch(MIGRATE_1_TO_2)?;
-    } else {
-        tx.execute_batch(SCHEMA)?;
+    }
+    if (1..=2).contains(&version) {
+        tx.execute_batch(MIGRATE_2_TO_3)?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
@@ -447,6 +476,10 @@ fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseRow> {
         floor: get_u64(r, 5)?,
         head,
         attempt: r.get::<_, Option<i64>>(9)?.map(attempt_from_sql),
+        tip: match (opt_u64(r, 10)?, opt_u64(r, 11)?) {
+            (Some(epoch), Some(seq)) => Some(LogPos { epoch, seq }),
+            _ => None,
+        },
     })
 }
 
@@ -464,6 +497,8 @@ fn save(conn: &Connection, key: &str, row: &LeaseRow) -> rusqlite::Result<()> {
         head.map(|h| sql_int(h.seq)).transpose()?,
         head.map(|h| h.sha256.as_str()),
         row.attempt.map(attempt_to_sql),
+        row.tip.map(|p| sql_int(p.epoch)).transpose()?,
+        row.tip.map(|p| sql_int(p.seq)).transpose()?,
     ])?;
     Ok(())
 }
@@ -563,6 +598,25 @@ mod tests {
         });
         assert!(busy.is_err());
         assert_eq!(calls, MAX_ATTEMPTS);
+    }
+
+    #[test]
+    fn p4_a_commit_of_the_lease_file_is_synced_before_it_returns() {
+        // WAL with synchronous=NORMAL may lose the last commits on power loss; a tip move must
+        // be as durable as the directory store's fsynced put (docs/guarantees.md, "The log tip").
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_connection(&dir.path().join("leases.db")).unwrap();
+        let mode: String = conn
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .unwrap();
+        let sync: i64 = conn
+            .pragma_query_value(None, "synchronous", |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            (mode.as_str(), sync),
+            ("wal", 2),
+            "WAL with synchronous=FULL"
+        );
     }
 
     #[test]

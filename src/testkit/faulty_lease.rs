@@ -31,7 +31,7 @@ use tokio::sync::watch;
 
 use crate::durable::StoreError;
 use crate::ids::LeaseKey;
-use crate::layout::ImageRef;
+use crate::layout::{ImageRef, LogPos};
 use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, SharedLeaseStore};
 
 /// The operations of a [`LeaseStore`], to name where a hook runs.
@@ -49,19 +49,22 @@ pub enum LeaseOp {
     Release,
     /// [`LeaseStore::publish_head`].
     PublishHead,
+    /// [`LeaseStore::move_tip`].
+    MoveTip,
     /// [`LeaseStore::mark_forgotten`].
     MarkForgotten,
 }
 
 impl LeaseOp {
     /// Every operation.
-    pub const ALL: [LeaseOp; 7] = [
+    pub const ALL: [LeaseOp; 8] = [
         LeaseOp::Read,
         LeaseOp::Acquire,
         LeaseOp::Renew,
         LeaseOp::RenewMany,
         LeaseOp::Release,
         LeaseOp::PublishHead,
+        LeaseOp::MoveTip,
         LeaseOp::MarkForgotten,
     ];
 
@@ -74,6 +77,7 @@ impl LeaseOp {
             LeaseOp::RenewMany => "renew_many",
             LeaseOp::Release => "release",
             LeaseOp::PublishHead => "publish_head",
+            LeaseOp::MoveTip => "move_tip",
             LeaseOp::MarkForgotten => "mark_forgotten",
         }
     }
@@ -448,6 +452,20 @@ impl LeaseStore for FaultyLeaseStore {
         let (key, owner, image) = (key.clone(), owner.to_owned(), image.clone());
         self.call_or_hold(LeaseOp::PublishHead, move |s| async move {
             s.publish_head(&key, &owner, epoch, &image).await
+        })
+        .await
+    }
+    async fn move_tip(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        from: Option<LogPos>,
+        to: LogPos,
+    ) -> Result<LeaseRecord, LeaseError> {
+        let (key, owner) = (key.clone(), owner.to_owned());
+        self.call_or_hold(LeaseOp::MoveTip, move |s| async move {
+            s.move_tip(&key, &owner, epoch, from, to).await
         })
         .await
     }

@@ -1,6 +1,7 @@
 //! The lease-store conformance suite: what every [`LeaseStore`](crate::LeaseStore) backend must
-//! do (docs/guarantees.md, promises 1, 4 and 5, and "Late landings"), as named checks. The checks
-//! of late landings live in `lease_conformance/late.rs`.
+//! do (docs/guarantees.md, promises 1, 4 and 5, "Late landings" and "The log tip"), as named
+//! checks. The checks of late landings live in `lease_conformance/late.rs`, those of the log tip
+//! in `lease_conformance/tip.rs`.
 //!
 //! A backend's test builds a [`LeaseHarness`] and calls [`lease_store_conformance`], which runs
 //! every `conformance_*` check in turn and panics on the first violation with a message naming the
@@ -25,8 +26,10 @@ use crate::layout::ImageRef;
 use crate::lease::{LeaseError, LeaseRecord, RenewOutcome, SharedLeaseStore};
 
 mod late;
+mod tip;
 
 pub use late::*;
+pub use tip::*;
 
 /// The first owner the checks use.
 const A: &str = "conformance-owner-a";
@@ -92,6 +95,10 @@ pub async fn lease_store_conformance(h: &LeaseHarness) {
     conformance_head_only_moves_forward(h).await;
     conformance_mark_forgotten_retried_returns_the_record(h).await;
     conformance_acquire_retry_recognises_its_own_attempt(h).await;
+    conformance_tip_moves_by_exactly_one_segment_from_the_tip_seen(h).await;
+    conformance_tip_move_retried_returns_the_record(h).await;
+    conformance_tip_moves_only_for_the_live_tenure_above_the_floor(h).await;
+    conformance_a_new_tenure_continues_the_tip_and_the_old_one_cannot(h).await;
 }
 
 /// `read` of a key that was never acquired is `None`.

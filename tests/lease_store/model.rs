@@ -9,9 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use leasehold::clock::{Clock, ManualClock};
 use leasehold::ids::LeaseKey;
-use leasehold::layout::ImageRef;
+use leasehold::layout::{ImageRef, LogPos};
 use leasehold::lease::sqlite::SqliteLeaseStore;
-use leasehold::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome};
+use leasehold::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
 
 /// A broken store: `renew` renews whatever tenure of `owner` is live, ignoring the epoch asked.
 #[derive(Debug)]
@@ -61,6 +61,16 @@ impl LeaseStore for RenewIgnoresEpoch {
     ) -> Result<LeaseRecord, LeaseError> {
         self.0.publish_head(key, owner, epoch, image).await
     }
+    async fn move_tip(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        from: Option<LogPos>,
+        to: LogPos,
+    ) -> Result<LeaseRecord, LeaseError> {
+        self.0.move_tip(key, owner, epoch, from, to).await
+    }
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,
@@ -84,6 +94,8 @@ pub enum Flaw {
     HeadMovesBack,
     /// `acquire_attempt` ignores the attempt: a retry is refused as `Held`.
     AcquireForgetsAttempt,
+    /// `move_tip` writes the tip for the live tenure without comparing it with `from`.
+    TipIgnoresFrom,
 }
 
 /// A lease store in memory, correct unless given a [`Flaw`]; its clock is a [`ManualClock`].
@@ -191,7 +203,8 @@ impl LeaseStore for ModelStore {
             expires_at_ms: self.clock.now_ms() + ttl.as_millis() as u64,
             released: false,
             floor,
-            head: old.and_then(|r| r.head),
+            head: old.as_ref().and_then(|r| r.head.clone()),
+            tip: old.and_then(|r| r.tip),
         };
         rows.insert(key.to_string(), record.clone());
         attempts.insert(key.to_string(), (owner.to_owned(), attempt));
@@ -270,6 +283,37 @@ impl LeaseStore for ModelStore {
             None => moved,
         }
     }
+    async fn move_tip(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        epoch: u64,
+        from: Option<LogPos>,
+        to: LogPos,
+    ) -> Result<LeaseRecord, LeaseError> {
+        check_tip_step(key, epoch, from, to)?;
+        let mut elsewhere = None;
+        let moved = self.change(key, owner, epoch, |r| {
+            if epoch <= r.floor {
+                return false;
+            }
+            if r.tip == Some(to) || r.tip == from || self.flaw == Flaw::TipIgnoresFrom {
+                r.tip = Some(to);
+                return true;
+            }
+            elsewhere = Some(r.tip);
+            false
+        });
+        match elsewhere {
+            Some(tip) => Err(LeaseError::TipMoved {
+                key: key.to_string(),
+                tip,
+                from,
+                to,
+            }),
+            None => moved,
+        }
+    }
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,
@@ -279,6 +323,7 @@ impl LeaseStore for ModelStore {
         self.change(key, owner, epoch, |r| {
             r.floor = epoch;
             r.head = None;
+            r.tip = None;
             true
         })
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio_postgres::Row;
 
 use crate::durable::StoreError;
-use crate::layout::ImageRef;
+use crate::layout::{ImageRef, LogPos};
 use crate::lease::LeaseRecord;
 
 use super::errors::pg_error;
@@ -17,7 +17,7 @@ use super::errors::pg_error;
 /// The columns every statement returns, in the order [`record`] reads them.
 pub(super) const COLUMNS: &str = "l.key, l.owner, l.epoch, \
     floor(extract(epoch FROM l.expires_at) * 1000)::int8 AS expires_ms, \
-    l.released, l.floor, l.head_epoch, l.head_seq, l.head_sha256";
+    l.released, l.floor, l.head_epoch, l.head_seq, l.head_sha256, l.tip_epoch, l.tip_seq";
 
 /// `clock_timestamp() + ttl`, with the ttl in milliseconds as parameter `$n`.
 fn until(n: u8) -> String {
@@ -27,6 +27,11 @@ fn until(n: u8) -> String {
 /// The image `($4, $5)` is newer than the row's head (or there is none): the head only moves
 /// forward (docs/guarantees.md, promise 4).
 const FORWARD: &str = "(l.head_epoch IS NULL OR (l.head_epoch, l.head_seq) < ($4::int8, $5::int8))";
+
+/// The tip is at `from` = `($6, $7)` (both NULL for no tip): the compare of `move_tip`
+/// (docs/guarantees.md, "The log tip").
+const AT_FROM: &str = "(l.tip_epoch IS NOT DISTINCT FROM $6::int8 \
+    AND l.tip_seq IS NOT DISTINCT FROM $7::int8)";
 
 /// The row is live for the caller's own acquire attempt: same owner, same attempt.
 const MINE: &str = "(NOT l.released AND l.expires_at > clock_timestamp() \
@@ -46,8 +51,8 @@ const LIVE: &str = "l.key = $1 AND l.owner = $2 AND l.epoch = $3 \
 pub(super) struct Statements {
     /// `CREATE TABLE IF NOT EXISTS`.
     pub(super) create: String,
-    /// Adds the `attempt` column to a table created before it existed.
-    pub(super) add_attempt: String,
+    /// Adds the columns a table created by an older build lacks (`attempt`, the log tip).
+    pub(super) add_columns: String,
     /// The record of one key.
     pub(super) read: String,
     /// Insert or take over an expired or released lease.
@@ -60,6 +65,8 @@ pub(super) struct Statements {
     pub(super) release: String,
     /// Move the head of a live lease.
     pub(super) publish_head: String,
+    /// Move the log tip of a live lease from `from` to `to`.
+    pub(super) move_tip: String,
     /// Raise the floor of a live lease and clear its head.
     pub(super) mark_forgotten: String,
 }
@@ -81,11 +88,17 @@ impl Statements {
                     head_seq    int8,
                     head_sha256 text,
                     attempt     int8,
+                    tip_epoch   int8,
+                    tip_seq     int8,
                     CHECK ((head_epoch IS NULL) = (head_seq IS NULL)
-                       AND (head_seq IS NULL) = (head_sha256 IS NULL))
+                       AND (head_seq IS NULL) = (head_sha256 IS NULL)),
+                    CHECK ((tip_epoch IS NULL) = (tip_seq IS NULL))
                 )"
             ),
-            add_attempt: format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt int8"),
+            add_columns: format!(
+                "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt int8, \
+                 ADD COLUMN IF NOT EXISTS tip_epoch int8, ADD COLUMN IF NOT EXISTS tip_seq int8"
+            ),
             read: format!("SELECT {COLUMNS} FROM {t} AS l WHERE l.key = $1"),
             acquire: format!(
                 "INSERT INTO {t} AS l (key, owner, epoch, expires_at, released, floor, attempt)
@@ -120,9 +133,17 @@ impl Statements {
                  WHERE {LIVE} AND l.epoch > l.floor AND l.epoch = $4
                  RETURNING {COLUMNS}"
             ),
+            move_tip: format!(
+                "UPDATE {t} AS l
+                    SET tip_epoch = CASE WHEN {AT_FROM} THEN $4 ELSE l.tip_epoch END,
+                        tip_seq = CASE WHEN {AT_FROM} THEN $5 ELSE l.tip_seq END
+                 WHERE {LIVE} AND l.epoch > l.floor
+                 RETURNING {COLUMNS}"
+            ),
             mark_forgotten: format!(
                 "UPDATE {t} AS l
-                    SET floor = l.epoch, head_epoch = NULL, head_seq = NULL, head_sha256 = NULL
+                    SET floor = l.epoch, head_epoch = NULL, head_seq = NULL, head_sha256 = NULL,
+                        tip_epoch = NULL, tip_seq = NULL
                  WHERE {LIVE} RETURNING {COLUMNS}"
             ),
         }
@@ -185,7 +206,23 @@ pub(super) fn record(op: &'static str, row: &Row) -> Result<LeaseRecord, StoreEr
         released: get(op, row, 4)?,
         floor: to_u64(op, get(op, row, 5)?)?,
         head,
+        tip: tip(op, get(op, row, 9)?, get(op, row, 10)?)?,
     })
+}
+
+/// The tip columns as a position; `None` unless both are set.
+fn tip(
+    op: &'static str,
+    epoch: Option<i64>,
+    seq: Option<i64>,
+) -> Result<Option<LogPos>, StoreError> {
+    match (epoch, seq) {
+        (Some(epoch), Some(seq)) => Ok(Some(LogPos {
+            epoch: to_u64(op, epoch)?,
+            seq: to_u64(op, seq)?,
+        })),
+        _ => Ok(None),
+    }
 }
 
 #[cfg(test)]
@@ -201,6 +238,8 @@ mod tests {
             &s.renew_many,
             &s.release,
             &s.publish_head,
+            &s.move_tip,
+            &s.mark_forgotten,
         ] {
             assert!(sql.contains("\"my_leases\""), "{sql}");
             assert!(sql.contains("clock_timestamp()"), "{sql}");
@@ -218,5 +257,14 @@ mod tests {
             "a spent attempt takes nothing"
         );
         assert_eq!(attempt_param(u64::MAX), -1, "every attempt id fits an int8");
+    }
+
+    #[test]
+    fn the_tip_statement_compares_with_from_above_the_floor_and_a_forget_clears_the_tip() {
+        let s = Statements::new("my_leases");
+        assert!(s.move_tip.contains(AT_FROM), "{}", s.move_tip);
+        assert!(s.move_tip.contains("l.epoch > l.floor"), "{}", s.move_tip);
+        assert!(s.mark_forgotten.contains("tip_seq = NULL"));
+        assert!(s.create.contains("tip_seq") && s.add_columns.contains("tip_seq"));
     }
 }

@@ -1,5 +1,5 @@
 //! The lease rules of the SQLite store: pure functions that decide, from a key's row and the
-//! store's time, whether an acquire, renew, release, publish or forget goes through and what the
+//! store's time, whether an acquire, renew, release, publish, tip move or forget goes through and what the
 //! row becomes. No I/O and no clock: [`SqliteLeaseStore`](super::SqliteLeaseStore) reads its
 //! clock inside the write transaction, loads the row, applies a rule and saves what it returns.
 //!
@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use crate::layout::ImageRef;
+use crate::layout::{ImageRef, LogPos};
 use crate::lease::{LeaseError, LeaseRecord};
 
 /// The largest time SQLite can store (an `INTEGER` is an `i64`); expiries saturate here.
@@ -41,6 +41,8 @@ pub(super) struct LeaseRow {
     pub(super) floor: u64,
     /// The newest published image.
     pub(super) head: Option<ImageRef>,
+    /// The newest segment of the change log.
+    pub(super) tip: Option<LogPos>,
     /// The attempt id of the acquire that started this tenure (`None` in rows written before
     /// attempts were recorded): a retry of that attempt gets the tenure back.
     pub(super) attempt: Option<u64>,
@@ -62,6 +64,7 @@ impl LeaseRow {
             released: self.released,
             floor: self.floor,
             head: self.head.clone(),
+            tip: self.tip,
         }
     }
 }
@@ -104,6 +107,15 @@ pub(super) enum Refusal {
         /// The image offered.
         image: ImageRef,
     },
+    /// A tip move expected `from`, but the tip is at `tip` (and not already at `to`).
+    TipMoved {
+        /// The current tip.
+        tip: Option<LogPos>,
+        /// The tip the caller expected.
+        from: Option<LogPos>,
+        /// The position offered.
+        to: LogPos,
+    },
 }
 
 impl Refusal {
@@ -118,6 +130,7 @@ impl Refusal {
                 epoch: caller.epoch,
             },
             Refusal::Stale { head, image } => LeaseError::Stale { key, head, image },
+            Refusal::TipMoved { tip, from, to } => LeaseError::TipMoved { key, tip, from, to },
         }
     }
 }
@@ -176,6 +189,7 @@ pub(super) fn take(
         released: false,
         floor: row.map_or(0, |r| r.floor),
         head: row.and_then(|r| r.head.clone()),
+        tip: row.and_then(|r| r.tip),
         attempt: Some(attempt),
     })
 }
@@ -229,13 +243,43 @@ pub(super) fn moves_forward(head: &ImageRef, image: &ImageRef) -> bool {
     (image.epoch, image.seq) > (head.epoch, head.seq)
 }
 
-/// Forget: the floor rises to the caller's live epoch and the head goes; the lease stays held.
+/// Tip move: the tip goes from `from` to `to` for a live tenure above the floor, if it is at
+/// `from` (docs/guarantees.md, "The log tip"). A tip already at `to` is a retry of a move that
+/// landed: the row is returned unchanged. The caller has checked that `to` follows `from`
+/// ([`crate::lease::check_tip_step`]).
+pub(super) fn advance_tip(
+    row: Option<&LeaseRow>,
+    t: &Tenure,
+    from: Option<LogPos>,
+    to: LogPos,
+    at: &StoreTime,
+) -> Decision {
+    let row = held(row, t, at)?;
+    if t.epoch <= row.floor {
+        return Err(Refusal::NotHeld);
+    }
+    if row.tip == Some(to) {
+        return Ok(row.clone());
+    }
+    if row.tip != from {
+        let tip = row.tip;
+        return Err(Refusal::TipMoved { tip, from, to });
+    }
+    Ok(LeaseRow {
+        tip: Some(to),
+        ..row.clone()
+    })
+}
+
+/// Forget: the floor rises to the caller's live epoch and the head and the tip go; the lease
+/// stays held.
 pub(super) fn forget(row: Option<&LeaseRow>, t: &Tenure, at: &StoreTime) -> Decision {
     let row = held(row, t, at)?;
     let floor = row.floor.max(t.epoch);
     Ok(LeaseRow {
         floor,
         head: None,
+        tip: None,
         ..row.clone()
     })
 }
@@ -269,8 +313,13 @@ mod tests {
             released,
             floor,
             head: None,
+            tip: None,
             attempt: Some(9),
         }
+    }
+
+    fn pos(epoch: u64, seq: u64) -> LogPos {
+        LogPos { epoch, seq }
     }
 
     fn image(epoch: u64, seq: u64) -> ImageRef {
@@ -470,5 +519,33 @@ mod tests {
         let (me, now) = (t("a", 3), at(50));
         let once = forget(Some(&live()), &me, &now).unwrap();
         assert_eq!(forget(Some(&once), &me, &now), Ok(once));
+    }
+
+    #[test]
+    fn the_tip_moves_from_the_tip_seen_a_landed_move_is_a_retry_and_a_forget_clears_it() {
+        let (me, now) = (t("a", 3), at(50));
+        let first = advance_tip(Some(&live()), &me, None, pos(3, 1), &now).unwrap();
+        assert_eq!(first.tip, Some(pos(3, 1)));
+        let retry = advance_tip(Some(&first), &me, None, pos(3, 1), &now);
+        assert_eq!(retry, Ok(first.clone()), "a landed move again");
+        let moved = Refusal::TipMoved {
+            tip: Some(pos(3, 1)),
+            from: Some(pos(3, 2)),
+            to: pos(3, 3),
+        };
+        let stale = advance_tip(Some(&first), &me, Some(pos(3, 2)), pos(3, 3), &now);
+        assert_eq!(stale, Err(moved));
+        for wrong in [t("b", 3), t("a", 2)] {
+            let refused = advance_tip(Some(&first), &wrong, Some(pos(3, 1)), pos(3, 2), &now);
+            assert_eq!(refused, Err(Refusal::NotHeld));
+        }
+        let ended = advance_tip(Some(&first), &me, Some(pos(3, 1)), pos(3, 2), &at(100));
+        assert_eq!(ended, Err(Refusal::NotHeld));
+        let forgotten = forget(Some(&first), &me, &now).unwrap();
+        assert_eq!((forgotten.floor, forgotten.tip), (3, None));
+        let buried = advance_tip(Some(&forgotten), &me, None, pos(3, 1), &now);
+        assert_eq!(buried, Err(Refusal::NotHeld));
+        let taken = take(Some(&first), &t("b", 0), 10, 1, &at(100)).unwrap();
+        assert_eq!((taken.epoch, taken.tip), (4, Some(pos(3, 1))));
     }
 }
