@@ -17,11 +17,14 @@
 //!   change costs per changed page, never per database.
 //! - [`segment`] — the segment format (encoded by [`crate::codec`]).
 //! - [`capture`] — reading the pages a commit wrote from the WAL.
+//! - [`error`] — [`LogError`].
 
 pub mod capture;
+pub mod error;
 pub mod segment;
 pub mod sums;
 
 pub use capture::Changes;
+pub use error::LogError;
 pub use segment::{Page, Segment, SegmentHeader};
 pub use sums::PageSums;

@@ -53,7 +53,7 @@ impl PageSums {
             return Ok(sums);
         }
         let size = header_page_size(bytes).ok_or("no valid page size in the database header")?;
-        if bytes.len() % size as usize != 0 {
+        if !bytes.len().is_multiple_of(size as usize) {
             return Err(format!(
                 "{} bytes is not a whole number of {size}-byte pages",
                 bytes.len()
