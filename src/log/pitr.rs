@@ -69,8 +69,8 @@ pub struct PitrReport {
 }
 
 /// Restores the state of `key` as of `target` into a new file at `dest`, from the log whose
-/// tip is `tip` above `floor` (as the tenant's lease record names them; the lease-store
-/// wrapper reads them with [`crate::LeaseStore::read`]).
+/// tip is `tip` above `floor`, as the tenant's lease record names them: read the record with
+/// [`crate::LeaseStore::read`] and pass its `tip` and `floor` (no record: no log to restore).
 ///
 /// Refused, with nothing written: a `dest` that exists, has a `-wal` or `-journal` beside it,
 /// or whose directory does not exist ([`LogError::Destination`]); a target newer than the tip,
