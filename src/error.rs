@@ -1,7 +1,7 @@
 //! The crate error: one variant per thing a caller can act on, each with a stable code string.
 //!
 //! Every module has its own `thiserror` enum ([`IdError`], [`StoreError`], [`LeaseError`],
-//! [`LedgerError`], [`ImageError`], [`PathError`]); they map into [`Error`] here. Errors compare
+//! [`LedgerError`], [`ImageError`], [`LogError`], [`PathError`]); they map into [`Error`] here. Errors compare
 //! with `==` so tests can assert on them.
 
 use crate::durable::StoreError;
@@ -10,6 +10,7 @@ use crate::image::ImageError;
 use crate::layout::ImageRef;
 use crate::lease::LeaseError;
 use crate::ledger::LedgerError;
+use crate::log::LogError;
 use crate::paths::PathError;
 
 /// Shorthand for results with the crate [`Error`].
@@ -229,6 +230,24 @@ impl From<ImageError> for Error {
             ImageError::Store(s) => s.into(),
             ImageError::Ledger(l) => Error::Ledger(l),
             other => Error::Corrupt(other.to_string()),
+        }
+    }
+}
+
+impl From<LogError> for Error {
+    fn from(e: LogError) -> Self {
+        match e {
+            LogError::Store(s) => s.into(),
+            LogError::Lease(l) => l.into(),
+            LogError::Image(i) => i.into(),
+            LogError::OutsideRetention { .. } => Error::InvalidOption {
+                name: "target",
+                reason: e.to_string(),
+            },
+            LogError::Destination { .. } => Error::InvalidPath(e.to_string()),
+            LogError::Corrupt { .. } | LogError::OutOfChain { .. } | LogError::Io(_) => {
+                Error::Corrupt(e.to_string())
+            }
         }
     }
 }

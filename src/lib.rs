@@ -12,6 +12,8 @@
 //!   that says whether a holder may still act; [`lease::sqlite`] is the embedded backend.
 //! - [`durable`] — the [`DurableStore`] trait (an object store with `put_if_absent` as its only
 //!   write), key and prefix validation; [`durable::dir`] is the embedded backend.
+//! - [`codec`] — the binary codec of the change log's segments (bincode 2, the bytes of bincode
+//!   1), the only user of `bincode`, pinned by a golden-bytes test.
 //! - [`deadline`] — a wrapper that gives every lease-store and durable-store call a deadline.
 //! - [`layout`] — how images and manifests are named in the durable store, and the image
 //!   reference ([`layout::ImageRef`]) that heads and manifests carry.
@@ -26,6 +28,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod clock;
+pub mod codec;
 pub mod deadline;
 pub mod durable;
 pub mod error;

@@ -17,11 +17,23 @@
 //!   change costs per changed page, never per database.
 //! - [`segment`] — the segment format (encoded by [`crate::codec`]).
 //! - [`capture`] — reading the pages a commit wrote from the WAL.
+//! - [`apply`] — writing a segment's pages into a database file, checking its sums.
+//! - [`restore`] — head image plus the segments from its position up to the tip.
+//! - [`pitr`] — point-in-time restore to a plain SQLite file.
+//! - [`error`] — [`LogError`].
 
+pub mod apply;
 pub mod capture;
+pub mod error;
+pub mod pitr;
+pub mod restore;
 pub mod segment;
 pub mod sums;
 
+pub use apply::{apply, finish};
 pub use capture::Changes;
+pub use error::LogError;
+pub use pitr::{PitrReport, Target, restore_to_from};
+pub use restore::{Restored, fetch_log, restore_log};
 pub use segment::{Page, Segment, SegmentHeader};
 pub use sums::PageSums;

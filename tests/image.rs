@@ -13,7 +13,7 @@ use leasehold::image::{
     self, FORMAT_VERSION, ImageError, ImageMethod, Manifest, install_image, parse_manifest,
     take_image, take_image_with, upload_image,
 };
-use leasehold::layout::{ImageRef, image_key, manifest_key};
+use leasehold::layout::{ImageRef, LogPos, image_key, manifest_key};
 use leasehold::ledger::NewEvent;
 use serde_json::json;
 
@@ -154,9 +154,18 @@ async fn an_uploaded_image_and_its_manifest_round_trip() {
         seq: 4,
         sha256: "c".repeat(64),
     };
-    let manifest = upload_image(&store, &key(), 3, 1, &image, Some(base.clone()), 1_700)
-        .await
-        .unwrap();
+    let manifest = upload_image(
+        &store,
+        &key(),
+        3,
+        1,
+        &image,
+        Some(base.clone()),
+        Some(LogPos { epoch: 3, seq: 9 }),
+        1_700,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         manifest,
         Manifest {
@@ -168,6 +177,7 @@ async fn an_uploaded_image_and_its_manifest_round_trip() {
             sha256: image.sha256.clone(),
             base: Some(base),
             created_at_ms: 1_700,
+            log: Some(LogPos { epoch: 3, seq: 9 }),
         }
     );
     let stored = store.object("acme/t1/e00000003/snap-000001.json").unwrap();
@@ -192,10 +202,10 @@ async fn the_same_epoch_and_seq_is_never_uploaded_twice() {
     let store = MemStore::default();
     let first = image_of(dir.path(), "a", &["k-1"]);
     let second = image_of(dir.path(), "b", &["k-1", "k-2"]);
-    upload_image(&store, &key(), 3, 1, &first, None, 1)
+    upload_image(&store, &key(), 3, 1, &first, None, None, 1)
         .await
         .unwrap();
-    let again = upload_image(&store, &key(), 3, 1, &second, None, 2).await;
+    let again = upload_image(&store, &key(), 3, 1, &second, None, None, 2).await;
     assert_eq!(
         again,
         Err(ImageError::AlreadyExists {
@@ -208,7 +218,7 @@ async fn the_same_epoch_and_seq_is_never_uploaded_twice() {
     );
     // A manifest alone in the way (an image upload that was lost) is refused the same way.
     store.remove(&image_key(&key(), 3, 1));
-    let again = upload_image(&store, &key(), 3, 1, &second, None, 2).await;
+    let again = upload_image(&store, &key(), 3, 1, &second, None, None, 2).await;
     assert_eq!(
         again,
         Err(ImageError::AlreadyExists {
@@ -225,7 +235,7 @@ async fn upload_refuses_a_file_that_changed_since_it_was_taken() {
     let mut bytes = std::fs::read(&image.path).unwrap();
     bytes[200] ^= 0xff;
     std::fs::write(&image.path, &bytes).unwrap();
-    corrupt_reason(upload_image(&store, &key(), 3, 1, &image, None, 1).await);
+    corrupt_reason(upload_image(&store, &key(), 3, 1, &image, None, None, 1).await);
     assert_eq!(
         store.list("").await.unwrap(),
         Vec::<String>::new(),
@@ -248,6 +258,7 @@ fn every_corrupt_manifest_is_refused() {
             sha256: "b".repeat(64),
         }),
         created_at_ms: 5,
+        log: None,
     };
     let with = |edit: &dyn Fn(&mut serde_json::Value)| {
         let mut v = serde_json::to_value(&good).unwrap();

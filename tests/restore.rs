@@ -26,9 +26,18 @@ async fn publish_chain(
     let mut refs: Vec<ImageRef> = Vec::new();
     for (epoch, seq, keys) in steps {
         let image = image_of(dir, &format!("e{epoch}s{seq}"), keys);
-        let m = upload_image(store, &key(), *epoch, *seq, &image, refs.last().cloned(), 1)
-            .await
-            .unwrap();
+        let m = upload_image(
+            store,
+            &key(),
+            *epoch,
+            *seq,
+            &image,
+            refs.last().cloned(),
+            None,
+            1,
+        )
+        .await
+        .unwrap();
         refs.push(m.image_ref());
     }
     refs
@@ -235,7 +244,7 @@ async fn an_image_round_trips_through_the_directory_store() {
     let dir = tempfile::tempdir().unwrap();
     let store = leasehold::durable::dir::DirStore::open(&dir.path().join("store")).unwrap();
     let image = image_of(dir.path(), "a", &["k-1", "k-2"]);
-    let m = upload_image(&store, &key(), 1, 1, &image, None, 1)
+    let m = upload_image(&store, &key(), 1, 1, &image, None, None, 1)
         .await
         .unwrap();
     let restored = fetch_restorable(&store, &key(), Some(&m.image_ref()), 0)

@@ -67,7 +67,7 @@ fn parent_dir(path: &Path) -> Result<&Path, ImageError> {
 }
 
 /// `path` with `suffix` appended to its last component (`ledger.db` → `ledger.db-wal`).
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut s = OsString::from(path.as_os_str());
     s.push(suffix);
     PathBuf::from(s)
@@ -90,7 +90,7 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), ImageError> {
     file.sync_all().map_err(|e| io_error("fsync", path, &e))
 }
 
-fn sync_dir(dir: &Path) -> Result<(), ImageError> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), ImageError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io_error("fsync directory", dir, &e))

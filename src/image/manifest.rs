@@ -5,8 +5,11 @@
 //! ```json
 //! { "format": 1, "key": "acme/t1", "epoch": 3, "seq": 2, "size": 8192,
 //!   "sha256": "<64 lowercase hex>", "base": { "epoch": 3, "seq": 1, "sha256": "…" },
-//!   "created_at_ms": 1700000000000 }
+//!   "created_at_ms": 1700000000000, "log": { "epoch": 3, "seq": 41 } }
 //! ```
+//!
+//! `log` (absent or `null` for an image taken without a change log) is the log position the
+//! image holds.
 //!
 //! `base` names the image this one was built on (`null` for the first), so the images form a
 //! chain that only goes back in `(epoch, seq)`; [`parse_manifest`] refuses one that does not.
@@ -15,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{FORMAT_VERSION, ImageError, SQLITE_HEADER, sha256_hex};
 use crate::ids::LeaseKey;
-use crate::layout::{ImageRef, image_key, manifest_key};
+use crate::layout::{ImageRef, LogPos, image_key, manifest_key};
 
 /// The manifest of one image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +39,12 @@ pub struct Manifest {
     pub base: Option<ImageRef>,
     /// Wall-clock milliseconds since the Unix epoch when it was published.
     pub created_at_ms: u64,
+    /// The change-log position the image holds: every segment up to and including it is in
+    /// the image, and a restore applies the segments after it. `None` for an image taken
+    /// without a log (and in every manifest written before the log existed: the field is then
+    /// absent, and the format stays 1).
+    #[serde(default)]
+    pub log: Option<LogPos>,
 }
 
 impl Manifest {
@@ -190,6 +199,7 @@ mod tests {
                 sha256: "a".repeat(64),
             }),
             created_at_ms: 17,
+            log: Some(LogPos { epoch: 3, seq: 41 }),
         }
     }
 
@@ -198,6 +208,21 @@ mod tests {
         let m = manifest();
         let parsed = parse_manifest(&m.to_json().unwrap(), &key(), 3, 2).unwrap();
         assert_eq!(parsed, m);
+    }
+
+    #[test]
+    fn a_manifest_written_before_the_log_parses_with_no_position() {
+        let old = format!(
+            r#"{{"format":1,"key":"acme/t1","epoch":3,"seq":2,"size":5,"sha256":"{}","base":null,"created_at_ms":17}}"#,
+            sha256_hex(b"bytes")
+        );
+        let parsed = parse_manifest(old.as_bytes(), &key(), 3, 2).unwrap();
+        assert_eq!(parsed.log, None);
+        assert_eq!(parsed.base, None);
+        let mut m = manifest();
+        m.log = None;
+        let json = String::from_utf8(m.to_json().unwrap()).unwrap();
+        assert!(json.contains("\"log\": null"), "{json}");
     }
 
     #[test]

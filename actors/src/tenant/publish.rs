@@ -119,6 +119,7 @@ impl Publisher {
             seq,
             &file,
             chain.head.clone(),
+            None,
             self.rt.now_ms(),
         )
         .await;

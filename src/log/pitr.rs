@@ -1,0 +1,380 @@
+//! Point-in-time restore: the tenant's state as of a log position or a time within the
+//! retention window, written to a new plain SQLite file (docs/guarantees.md, the change log).
+//!
+//! ```text
+//!  tip ─prev─► … ─prev─► target ─prev─► … ─prev─► p   (p: the newest image's position on the
+//!   headers only, to find the target │   kept       │   chain at or before the target)
+//!                                     ▼             ▼
+//!                     dest.pitr-restoring = image p + segments after p up to the target
+//!                     ──hard link──► dest (never over an existing file)
+//! ```
+//!
+//! The walk goes back from the tip by `prev`, never by a listing of segments, and never to an
+//! epoch at or below the floor; a segment missing on the way is the end of the retention
+//! window. Images are found by listing the tenant's manifests and keeping those whose `log`
+//! position is on that chain at or before the target. Segments above the target are read for
+//! their headers and dropped; those between the image and the target are held until applied
+//! (bounded by compaction, like [`super::restore`]).
+//!
+//! Bad input touches nothing: the destination is checked before any store call, the file is
+//! built beside it under a temporary name and linked into place only when complete. The file
+//! is the database alone: no `-wal` beside it.
+
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::{LogError, Segment, apply};
+use crate::durable::DurableStore;
+use crate::ids::LeaseKey;
+use crate::image::install::{sync_dir, with_suffix};
+use crate::image::{Manifest, parse_manifest, seal, verify};
+use crate::layout::{ImageRef, LogPos, epoch_of, image_key};
+
+/// What to restore to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The state right after the segment at this position.
+    Position(LogPos),
+    /// The state after the last segment cut at or before this wall-clock time (milliseconds
+    /// since the Unix epoch).
+    Time {
+        /// Milliseconds since the Unix epoch.
+        unix_ms: u64,
+    },
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Position(p) => write!(f, "position {p}"),
+            Target::Time { unix_ms } => write!(f, "time {unix_ms} ms"),
+        }
+    }
+}
+
+/// What a point-in-time restore wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PitrReport {
+    /// The log position the file holds.
+    pub position: LogPos,
+    /// The image it started from; `None` when it started from an empty database.
+    pub image: Option<ImageRef>,
+    /// How many segments were applied on top of the image.
+    pub segments: usize,
+    /// The file's size in bytes.
+    pub size: u64,
+    /// SHA-256 of the file, 64 lowercase hex characters.
+    pub sha256: String,
+}
+
+/// Restores the state of `key` as of `target` into a new file at `dest`, from the log whose
+/// tip is `tip` above `floor`, as the tenant's lease record names them: read the record with
+/// [`crate::LeaseStore::read`] and pass its `tip` and `floor` (no record: no log to restore).
+///
+/// Refused, with nothing written: a `dest` that exists, has a `-wal` or `-journal` beside it,
+/// or whose directory does not exist ([`LogError::Destination`]); a target newer than the tip,
+/// off the chain, older than the oldest retained segment or with no image at or before it
+/// ([`LogError::OutsideRetention`]). A segment that fails its checks is [`LogError::Corrupt`] or
+/// [`LogError::OutOfChain`], and the partial file is removed.
+pub async fn restore_to_from(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    tip: Option<LogPos>,
+    floor: u64,
+    target: Target,
+    dest: &Path,
+) -> Result<PitrReport, LogError> {
+    let tmp = check_dest(dest)?;
+    let outside = |reason: String| LogError::OutsideRetention {
+        target: target.to_string(),
+        reason,
+    };
+    let Some(tip) = tip else {
+        return Err(outside(format!("{key} has no log")));
+    };
+    if let Target::Position(p) = target
+        && p.seq > tip.seq
+    {
+        return Err(outside(format!("it is newer than the tip {tip}")));
+    }
+    let images = list_images(store, key, floor).await?;
+    let plan = walk(store, key, tip, floor, target, &images).await?;
+    let built = tokio::task::spawn_blocking({
+        let (dest, tmp) = (dest.to_path_buf(), tmp.clone());
+        move || build(&plan, &tmp, &dest).map(|file| (plan, file))
+    })
+    .await
+    .map_err(|e| LogError::Io(format!("the restore's blocking task failed: {e}")))?;
+    if built.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    let (plan, file) = built?;
+    Ok(PitrReport {
+        position: plan.position,
+        image: plan.image.as_ref().map(|(m, _)| m.image_ref()),
+        segments: plan.segments.len(),
+        size: file.size,
+        sha256: file.sha256,
+    })
+}
+
+/// The temporary file beside `dest`, once `dest` is known to be free.
+fn check_dest(dest: &Path) -> Result<PathBuf, LogError> {
+    let refuse = |reason: String| LogError::Destination {
+        path: dest.display().to_string(),
+        reason,
+    };
+    let dir = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(refuse(format!("{} is not a directory", dir.display())));
+    }
+    let tmp = with_suffix(dest, ".pitr-restoring");
+    for path in [
+        dest.to_path_buf(),
+        with_suffix(dest, "-wal"),
+        with_suffix(dest, "-journal"),
+        tmp.clone(),
+    ] {
+        if path.symlink_metadata().is_ok() {
+            return Err(refuse(format!(
+                "{} exists; a restore never overwrites a file",
+                path.display()
+            )));
+        }
+    }
+    Ok(tmp)
+}
+
+/// What the walk decided: the image to start from and the segments to apply, oldest first.
+#[derive(Debug)]
+struct Plan {
+    position: LogPos,
+    image: Option<(Manifest, Vec<u8>)>,
+    segments: Vec<Segment>,
+}
+
+/// The tenant's manifests above the floor, parsed; unreadable ones are left out (a restore
+/// then starts from an older image, or is refused).
+async fn list_images(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    floor: u64,
+) -> Result<Vec<Manifest>, LogError> {
+    let prefix = key.prefix();
+    let mut manifests = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.list_page(&prefix, after.as_deref(), 1000).await?;
+        for object in &page.keys {
+            let Some((epoch, seq)) = manifest_of(key, object) else {
+                continue;
+            };
+            if epoch <= floor {
+                continue;
+            }
+            if let Some(bytes) = store.get(object).await?
+                && let Ok(m) = parse_manifest(&bytes, key, epoch, seq)
+            {
+                manifests.push(m);
+            }
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    // Newest first: the first that fits is the one to use.
+    manifests.sort_by_key(|m| std::cmp::Reverse((m.epoch, m.seq)));
+    Ok(manifests)
+}
+
+/// `(epoch, seq)` of `<key>/e<epoch:08>/snap-<seq:06>.json`.
+fn manifest_of(key: &LeaseKey, object: &str) -> Option<(u64, u64)> {
+    let epoch = epoch_of(key, object)?;
+    let name = object.rsplit_once('/')?.1;
+    let digits = name.strip_prefix("snap-")?.strip_suffix(".json")?;
+    if digits.len() < 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((epoch, digits.parse().ok()?))
+}
+
+/// The newest image among `images` whose `log` is `at` that fetches and verifies.
+async fn image_at(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    images: &[Manifest],
+    at: Option<LogPos>,
+) -> Result<Option<(Manifest, Vec<u8>)>, LogError> {
+    for m in images.iter().filter(|m| m.log == at) {
+        let ikey = image_key(key, m.epoch, m.seq);
+        if let Some(bytes) = store.get_sized(&ikey, m.size).await?
+            && verify(m, &bytes).is_ok()
+        {
+            return Ok(Some((m.clone(), bytes)));
+        }
+    }
+    Ok(None)
+}
+
+/// Walks back from `tip` to the target, then on to the newest image at or before it.
+async fn walk(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    tip: LogPos,
+    floor: u64,
+    target: Target,
+    images: &[Manifest],
+) -> Result<Plan, LogError> {
+    let outside = |reason: String| LogError::OutsideRetention {
+        target: target.to_string(),
+        reason,
+    };
+    let mut found: Option<LogPos> = None;
+    let mut kept = Vec::new();
+    let mut pos = tip;
+    let image = loop {
+        if found.is_none()
+            && let Target::Position(p) = target
+        {
+            if pos == p {
+                found = Some(pos);
+            } else if pos.seq <= p.seq {
+                return Err(outside(format!(
+                    "the chain from the tip {tip} holds {pos} there, not {p}"
+                )));
+            }
+        }
+        if found.is_some()
+            && let Some(image) = image_at(store, key, images, Some(pos)).await?
+        {
+            break Some(image);
+        }
+        if pos.epoch <= floor {
+            return Err(outside(format!(
+                "the chain reaches the floor {floor} at {pos} before an image at or before the target"
+            )));
+        }
+        let Some(seg) = super::restore::fetch_segment(store, key, pos).await? else {
+            return Err(outside(format!(
+                "{pos} is no longer retained, and no image at or before the target lies above it"
+            )));
+        };
+        if found.is_none()
+            && let Target::Time { unix_ms } = target
+            && seg.header.created_at_ms <= unix_ms
+        {
+            found = Some(pos);
+            if let Some(image) = image_at(store, key, images, Some(pos)).await? {
+                break Some(image);
+            }
+        }
+        let prev = seg.header.prev;
+        if found.is_some() {
+            kept.push(seg);
+        }
+        match prev {
+            Some(q) => pos = q,
+            None if found.is_none() => {
+                return Err(outside(format!(
+                    "it lies before the first segment of the log from the tip {tip}"
+                )));
+            }
+            // The start of the log: an image taken without a log, or an empty database.
+            None => break image_at(store, key, images, None).await?,
+        }
+    };
+    let position = found.ok_or_else(|| outside("the target was not found".to_string()))?;
+    kept.reverse();
+    Ok(Plan {
+        position,
+        image,
+        segments: kept,
+    })
+}
+
+/// Writes the plan's image into `tmp`, applies its segments, fsyncs, and links it to `dest`.
+fn build(plan: &Plan, tmp: &Path, dest: &Path) -> Result<crate::image::ImageFile, LogError> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp)
+        .map_err(|e| LogError::io("create", tmp, &e))?;
+    if let Some((_, bytes)) = &plan.image {
+        file.write_all(bytes)
+            .map_err(|e| LogError::io("write", tmp, &e))?;
+    }
+    drop(file);
+    let mut sums = super::restore::sums_of(tmp)?;
+    for seg in &plan.segments {
+        apply(tmp, &mut sums, seg)?;
+    }
+    let sealed = seal(tmp)?;
+    std::fs::hard_link(tmp, dest).map_err(|e| LogError::Destination {
+        path: dest.display().to_string(),
+        reason: format!("linking the restored file into place: {e}"),
+    })?;
+    std::fs::remove_file(tmp).map_err(|e| LogError::io("remove", tmp, &e))?;
+    if let Some(dir) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(dir)?;
+    }
+    Ok(crate::image::ImageFile {
+        path: dest.to_path_buf(),
+        ..sealed
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{OrgId, TenantId};
+
+    #[test]
+    fn only_manifests_of_the_layout_are_images() {
+        let key = LeaseKey::new(&OrgId::new("acme").unwrap(), &TenantId::new("t1").unwrap());
+        assert_eq!(
+            manifest_of(&key, "acme/t1/e00000003/snap-000002.json"),
+            Some((3, 2))
+        );
+        assert_eq!(manifest_of(&key, "acme/t1/e00000003/snap-000002.db"), None);
+        assert_eq!(
+            manifest_of(&key, "acme/t1/e00000003/log-000000000002.seg"),
+            None
+        );
+        assert_eq!(
+            manifest_of(&key, "acme/t2/e00000003/snap-000002.json"),
+            None
+        );
+        assert_eq!(manifest_of(&key, "acme/t1/e00000003/snap-2.json"), None);
+    }
+
+    #[test]
+    fn a_destination_that_exists_or_has_a_wal_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("out.db");
+        assert_eq!(
+            check_dest(&dest).unwrap(),
+            dir.path().join("out.db.pitr-restoring")
+        );
+        std::fs::write(dir.path().join("out.db-wal"), b"x").unwrap();
+        assert!(matches!(
+            check_dest(&dest),
+            Err(LogError::Destination { .. })
+        ));
+        std::fs::remove_file(dir.path().join("out.db-wal")).unwrap();
+        std::fs::write(&dest, b"x").unwrap();
+        assert!(matches!(
+            check_dest(&dest),
+            Err(LogError::Destination { .. })
+        ));
+        let nowhere = dir.path().join("missing").join("out.db");
+        assert!(matches!(
+            check_dest(&nowhere),
+            Err(LogError::Destination { .. })
+        ));
+    }
+}

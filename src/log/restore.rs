@@ -1,0 +1,265 @@
+//! Restoring a tenant from the durable store: the head image, then the segments from the
+//! image's log position up to the tip the lease record names (docs/guarantees.md, the change
+//! log).
+//!
+//! ```text
+//!  tip ─prev─► seg n-1 ─prev─► … ─prev─► seg k+1 ─prev─► image's position k
+//!   (walked back by key, never by a listing; then applied forward, k+1 … tip)
+//! ```
+//!
+//! Every store read happens first ([`fetch_log`]); only when the whole chain is in hand is the
+//! local file touched ([`Fetched::install`]). So a store failure or a broken chain leaves the
+//! local file as it was, and a segment that fails to apply leaves no file at all — never a
+//! state the log does not vouch for.
+//!
+//! - Never a segment above the tip: the walk starts at the tip, so a zombie's late segment at
+//!   `tip + 1` is never read (it is swept).
+//! - Never a segment of an epoch at or below the floor: such a step is refused.
+//! - The walk must meet the image's position exactly; passing below it is refused.
+//!
+//! **Memory:** the fetched segments are held until they are applied. Compaction bounds how many
+//! lie between the head image and the tip (docs/guarantees.md, the storage bound).
+
+use std::path::Path;
+
+use super::{LogError, PageSums, Segment, apply, finish};
+use crate::durable::DurableStore;
+use crate::ids::LeaseKey;
+use crate::image::{Manifest, fetch_restorable, install_empty, install_image};
+use crate::layout::{ImageRef, LogPos, segment_key};
+
+/// What a restore installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    /// The image it started from (the head or, after a fallback, one of its bases); `None` when
+    /// the tenant has no image and the log was applied to an empty database.
+    pub image: Option<ImageRef>,
+    /// The log position the installed file holds: the tip, or the image's own when there was
+    /// no tip; `None` when there is no log at all.
+    pub position: Option<LogPos>,
+    /// The installed file's sums, for the writer that continues the log.
+    pub sums: PageSums,
+    /// How many segments were applied.
+    pub segments: usize,
+}
+
+/// Everything a restore needs, fetched and checked, not yet installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    /// The image's manifest and bytes, verified; `None` when the tenant has no head.
+    pub image: Option<(Manifest, Vec<u8>)>,
+    /// The segments from the one after the image's position up to the tip, oldest first.
+    pub segments: Vec<Segment>,
+    /// The tip the walk started from.
+    pub tip: Option<LogPos>,
+}
+
+/// Where a walk back from `tip` starts, towards the image's position `base`: `Ok(None)` when
+/// there is nothing to fetch, the refusal as text otherwise.
+pub fn walk_start(
+    tip: Option<LogPos>,
+    base: Option<LogPos>,
+    floor: u64,
+) -> Result<Option<LogPos>, String> {
+    match (tip, base) {
+        (None, None) => Ok(None),
+        (None, Some(b)) => Err(format!("there is no tip, but the image holds {b}")),
+        (Some(t), Some(b)) if t == b => Ok(None),
+        (Some(t), Some(b)) if t.seq <= b.seq => Err(format!(
+            "the tip {t} does not lie above the image's position {b}"
+        )),
+        (Some(t), _) => step_to(t, floor),
+    }
+}
+
+/// The walk's next step after a segment whose `prev` is `prev`: `Ok(None)` when it has met the
+/// image's position `base` (or the start of the log, when `base` is `None`).
+pub fn walk_step(
+    prev: Option<LogPos>,
+    base: Option<LogPos>,
+    floor: u64,
+) -> Result<Option<LogPos>, String> {
+    match (prev, base) {
+        (None, None) => Ok(None),
+        (None, Some(b)) => Err(format!(
+            "the log starts before it reaches the image's position {b}"
+        )),
+        (Some(p), Some(b)) if p == b => Ok(None),
+        (Some(p), Some(b)) if p.seq <= b.seq => Err(format!(
+            "it passes the image's position {b} at {p} without meeting it"
+        )),
+        (Some(p), _) => step_to(p, floor),
+    }
+}
+
+fn step_to(pos: LogPos, floor: u64) -> Result<Option<LogPos>, String> {
+    if pos.epoch <= floor {
+        return Err(format!(
+            "{pos} is at or below the floor {floor} and may not be read"
+        ));
+    }
+    Ok(Some(pos))
+}
+
+/// The segment at `pos`, decoded and checked; `None` when it is missing.
+pub(crate) async fn fetch_segment(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    pos: LogPos,
+) -> Result<Option<Segment>, LogError> {
+    match store.get(&segment_key(key, pos)).await? {
+        Some(bytes) => Segment::decode(&bytes, key, pos).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Fetches what a restore needs for a tenant whose lease record names `head`, `tip` and
+/// `floor`: the image ([`fetch_restorable`], falling back along `base`; a fallback image holds
+/// an older position, and the walk then goes further back) and the segments from its position
+/// up to `tip`, walked back by `prev`. A missing segment is [`LogError::Corrupt`] naming its
+/// key; a chain that does not lead to the image's position, a step to the floor or below, or a
+/// tip below the image's position is [`LogError::OutOfChain`]. Reads only; touches nothing.
+pub async fn fetch_log(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    head: Option<&ImageRef>,
+    tip: Option<LogPos>,
+    floor: u64,
+) -> Result<Fetched, LogError> {
+    let image = fetch_restorable(store, key, head, floor).await?;
+    let base = image.as_ref().and_then(|(m, _)| m.log);
+    let chain = || match tip {
+        Some(t) => format!("the log of {key} from tip {t}"),
+        None => format!("the log of {key} (no tip)"),
+    };
+    let out_of_chain = |reason| LogError::OutOfChain {
+        what: chain(),
+        reason,
+    };
+    let mut segments = Vec::new();
+    let mut next = walk_start(tip, base, floor).map_err(out_of_chain)?;
+    while let Some(pos) = next {
+        let Some(seg) = fetch_segment(store, key, pos).await? else {
+            return Err(LogError::Corrupt {
+                what: segment_key(key, pos),
+                reason: format!("the segment is missing from {}", chain()),
+            });
+        };
+        next = walk_step(seg.header.prev, base, floor).map_err(out_of_chain)?;
+        segments.push(seg);
+    }
+    segments.reverse();
+    Ok(Fetched {
+        image,
+        segments,
+        tip,
+    })
+}
+
+impl Fetched {
+    /// Installs the image at `dest` (or clears it when there is none, see
+    /// [`install_image`] and [`install_empty`]), applies the segments in order, checking each
+    /// one's sums against the file, and fsyncs. A segment that does not apply leaves no file at
+    /// `dest` and is the error.
+    ///
+    /// Blocking (writes and fsyncs): run it with `spawn_blocking`.
+    pub fn install(self, dest: &Path) -> Result<Restored, LogError> {
+        let image_pos = self.image.as_ref().and_then(|(m, _)| m.log);
+        let image = self.image.as_ref().map(|(m, _)| m.image_ref());
+        match &self.image {
+            Some((_, bytes)) => install_image(bytes, dest)?,
+            None => install_empty(dest)?,
+        }
+        let applied = sums_of(dest).and_then(|mut sums| {
+            for seg in &self.segments {
+                apply(dest, &mut sums, seg)?;
+            }
+            if !self.segments.is_empty() {
+                finish(dest)?;
+            }
+            Ok(sums)
+        });
+        let sums = match applied {
+            Ok(sums) => sums,
+            Err(e) => {
+                let _ = install_empty(dest);
+                return Err(e);
+            }
+        };
+        Ok(Restored {
+            image,
+            position: self.tip.or(image_pos),
+            sums,
+            segments: self.segments.len(),
+        })
+    }
+}
+
+/// [`PageSums::of_file`] of `path`, or the empty sums when there is no file.
+pub(crate) fn sums_of(path: &Path) -> Result<PageSums, LogError> {
+    if !path.exists() {
+        return Ok(PageSums::empty());
+    }
+    PageSums::of_file(path).map_err(|reason| LogError::Corrupt {
+        what: path.display().to_string(),
+        reason,
+    })
+}
+
+/// Restores a tenant at `dest`: [`fetch_log`], then [`Fetched::install`] on a blocking thread.
+/// On any error before the install, `dest` is as it was.
+pub async fn restore_log(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    head: Option<&ImageRef>,
+    tip: Option<LogPos>,
+    floor: u64,
+    dest: &Path,
+) -> Result<Restored, LogError> {
+    let fetched = fetch_log(store, key, head, tip, floor).await?;
+    let dest = dest.to_path_buf();
+    tokio::task::spawn_blocking(move || fetched.install(&dest))
+        .await
+        .map_err(|e| LogError::Io(format!("the restore's blocking task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(epoch: u64, seq: u64) -> Option<LogPos> {
+        Some(LogPos { epoch, seq })
+    }
+
+    #[test]
+    fn the_walk_starts_at_the_tip_unless_the_image_holds_it() {
+        assert_eq!(walk_start(None, None, 0), Ok(None));
+        assert_eq!(walk_start(p(2, 5), p(2, 5), 0), Ok(None));
+        assert_eq!(walk_start(p(2, 5), p(1, 3), 0), Ok(p(2, 5)));
+        assert_eq!(walk_start(p(2, 5), None, 0), Ok(p(2, 5)));
+    }
+
+    #[test]
+    fn a_tip_below_or_beside_the_image_or_at_the_floor_is_refused() {
+        assert!(walk_start(None, p(1, 3), 0).is_err());
+        assert!(walk_start(p(2, 2), p(1, 3), 0).is_err());
+        assert!(walk_start(p(2, 3), p(1, 3), 0).is_err());
+        assert!(walk_start(p(2, 5), None, 2).is_err());
+    }
+
+    #[test]
+    fn the_walk_ends_exactly_at_the_images_position() {
+        assert_eq!(walk_step(p(1, 3), p(1, 3), 0), Ok(None));
+        assert_eq!(walk_step(None, None, 0), Ok(None));
+        assert_eq!(walk_step(p(1, 4), p(1, 3), 0), Ok(p(1, 4)));
+        assert_eq!(walk_step(p(1, 4), None, 0), Ok(p(1, 4)));
+    }
+
+    #[test]
+    fn a_walk_that_passes_the_image_or_reaches_the_floor_is_refused() {
+        assert!(walk_step(p(2, 3), p(1, 3), 0).is_err());
+        assert!(walk_step(p(1, 2), p(1, 3), 0).is_err());
+        assert!(walk_step(None, p(1, 3), 0).is_err());
+        assert!(walk_step(p(1, 4), None, 1).is_err());
+    }
+}

@@ -1,0 +1,207 @@
+//! The segment format pinned: the golden bytes, and every check of [`Segment::decode`].
+
+use sha2::{Digest, Sha256};
+
+use super::*;
+use crate::ids::{OrgId, TenantId};
+use crate::log::sums::PageSums;
+
+fn key() -> LeaseKey {
+    LeaseKey::new(&OrgId::new("acme").unwrap(), &TenantId::new("t1").unwrap())
+}
+
+const POS: LogPos = LogPos { epoch: 2, seq: 5 };
+const PREV: LogPos = LogPos { epoch: 1, seq: 4 };
+
+/// The fixed segment of the golden file: page size 512, pages 1 and 3 of 3, every field a
+/// value no other field has, so a reordering moves bytes.
+fn golden_segment() -> Segment {
+    let mut first: Vec<u8> = (0..512u32).map(|i| (i * 7 % 251) as u8).collect();
+    first[..16].copy_from_slice(b"SQLite format 3\0");
+    first[16..18].copy_from_slice(&512u16.to_be_bytes());
+    let third: Vec<u8> = (0..512u32).map(|i| ((i * 13 + 5) % 256) as u8).collect();
+    Segment {
+        header: SegmentHeader {
+            format: SEGMENT_FORMAT,
+            key: "acme/t1".into(),
+            pos: POS,
+            prev: Some(PREV),
+            page_size: 512,
+            db_pages: 3,
+            sum_before: 0x0102_0304_0506_0708,
+            sum_after: 0x1112_1314_1516_1718,
+            created_at_ms: 1_700_000_000_123,
+        },
+        pages: vec![
+            Page {
+                pgno: 1,
+                data: first,
+            },
+            Page {
+                pgno: 3,
+                data: third,
+            },
+        ],
+    }
+}
+
+const GOLDEN_PATH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/segment_fixtures/golden-v1.seg"
+);
+
+/// The segment format, byte for byte: the fixed [`golden_segment`] encodes to exactly the bytes
+/// of `tests/segment_fixtures/golden-v1.seg` and decodes back from them. It fails when a field
+/// of the header or a page is added, removed or reordered, when a type changes width, or when
+/// the codec or its configuration changes (`src/codec.rs`) — each would make segments already
+/// in durable stores unreadable.
+///
+/// To change the format **deliberately**: bump [`SEGMENT_FORMAT`] (and keep reading the old
+/// one), then regenerate with
+/// `LEASEHOLD_REGENERATE_GOLDEN=1 cargo test -p leasehold --lib golden_segment_bytes_are_pinned`
+/// and commit the new file under a new name (`golden-v2.seg`), keeping the old one pinned.
+#[test]
+fn golden_segment_bytes_are_pinned() {
+    let encoded = golden_segment().encode().unwrap();
+    if std::env::var_os("LEASEHOLD_REGENERATE_GOLDEN").is_some() {
+        std::fs::write(GOLDEN_PATH, &encoded).unwrap();
+    }
+    let golden = std::fs::read(GOLDEN_PATH).unwrap();
+    assert_eq!(
+        encoded, golden,
+        "the segment encoding changed; see this test's doc comment"
+    );
+    // Independent of the codec crate: bincode 1's fixed-width little-endian layout.
+    assert_eq!(&golden[..4], &SEGMENT_FORMAT.to_le_bytes());
+    assert_eq!(&golden[4..12], &7u64.to_le_bytes());
+    assert_eq!(&golden[12..19], b"acme/t1");
+    assert_eq!(&golden[19..27], &POS.epoch.to_le_bytes());
+    assert_eq!(&golden[27..35], &POS.seq.to_le_bytes());
+    assert_eq!(golden[35], 1, "Some(prev)");
+    let body = &golden[..golden.len() - CHECKSUM_LEN];
+    assert_eq!(
+        &golden[golden.len() - CHECKSUM_LEN..],
+        Sha256::digest(body).as_slice()
+    );
+    assert_eq!(
+        Segment::decode(&golden, &key(), POS).unwrap(),
+        golden_segment()
+    );
+}
+
+/// The bytes of `seg` as a writer that skipped the shape checks would ship them.
+fn sealed(seg: &Segment) -> Vec<u8> {
+    let mut bytes = crate::codec::encode(seg).unwrap();
+    let sum = Sha256::digest(&bytes);
+    bytes.extend_from_slice(&sum);
+    bytes
+}
+
+fn refused(bytes: &[u8], pos: LogPos) -> String {
+    match Segment::decode(bytes, &key(), pos) {
+        Err(LogError::Corrupt { what, reason }) => {
+            assert_eq!(what, segment_key(&key(), pos));
+            reason
+        }
+        other => panic!("expected Corrupt, got {:?}", other.map(|s| s.header)),
+    }
+}
+
+#[test]
+fn a_flipped_byte_anywhere_is_refused_by_the_sha256() {
+    let bytes = golden_segment().encode().unwrap();
+    for at in [0, 40, bytes.len() / 2, bytes.len() - 1] {
+        let mut bad = bytes.clone();
+        bad[at] ^= 0x01;
+        assert!(refused(&bad, POS).contains("SHA-256"), "byte {at}");
+    }
+    assert!(refused(&bytes[..10], POS).contains("shorter"));
+}
+
+#[test]
+fn a_segment_fetched_under_another_key_or_position_is_refused() {
+    let bytes = golden_segment().encode().unwrap();
+    let other = LeaseKey::new(&OrgId::new("acme").unwrap(), &TenantId::new("t2").unwrap());
+    assert!(matches!(
+        Segment::decode(&bytes, &other, POS),
+        Err(LogError::Corrupt { .. })
+    ));
+    assert!(refused(&bytes, LogPos { epoch: 3, seq: 5 }).contains("fetched as"));
+    assert!(refused(&bytes, LogPos { epoch: 2, seq: 6 }).contains("fetched as"));
+}
+
+#[test]
+fn trailing_bytes_under_a_valid_sha256_are_refused() {
+    let mut body = crate::codec::encode(&golden_segment()).unwrap();
+    body.push(0);
+    let sum = Sha256::digest(&body);
+    body.extend_from_slice(&sum);
+    assert!(refused(&body, POS).contains("trailing"));
+}
+
+#[test]
+fn every_shape_check_refuses_on_decode_and_on_encode() {
+    type Break = fn(&mut Segment);
+    let breaks: [(&str, Break); 10] = [
+        ("format", |s| s.header.format = 2),
+        ("page size", |s| s.header.page_size = 1000),
+        ("at least one page", |s| s.header.db_pages = 0),
+        ("ascend", |s| s.pages.swap(0, 1)),
+        ("ascend", |s| s.pages[1].pgno = 4),
+        ("bytes, not", |s| s.pages[1].data.push(0)),
+        ("database header", |s| s.pages[0].data[16] = 0x10),
+        ("right before", |s| {
+            s.header.prev = Some(LogPos { epoch: 1, seq: 3 })
+        }),
+        ("later epoch", |s| {
+            s.header.prev = Some(LogPos { epoch: 3, seq: 4 })
+        }),
+        ("no previous", |s| s.header.prev = None),
+    ];
+    for (expected, break_it) in breaks {
+        let mut seg = golden_segment();
+        break_it(&mut seg);
+        let reason = refused(&sealed(&seg), POS);
+        assert!(reason.contains(expected), "{expected}: {reason}");
+        if expected != "format" {
+            assert!(seg.encode().is_err(), "{expected}: encode");
+        }
+    }
+}
+
+#[test]
+fn the_first_segment_has_no_prev_and_a_page_size_is_any_power_of_two_from_512() {
+    let mut seg = golden_segment();
+    seg.header.pos = LogPos { epoch: 2, seq: 1 };
+    seg.header.prev = None;
+    let pos = seg.header.pos;
+    assert_eq!(
+        Segment::decode(&seg.encode().unwrap(), &key(), pos),
+        Ok(seg)
+    );
+    assert!(is_page_size(512) && is_page_size(65_536));
+    assert!(!is_page_size(256) && !is_page_size(131_072) && !is_page_size(4095));
+}
+
+#[test]
+fn from_changes_keeps_the_pages_in_ascending_order() {
+    let mut pages = std::collections::BTreeMap::new();
+    let db = golden_segment();
+    pages.insert(3, db.pages[1].data.clone());
+    pages.insert(1, db.pages[0].data.clone());
+    let changes = Changes {
+        page_size: 512,
+        db_pages: 3,
+        pages,
+        sum_before: PageSums::empty().total(),
+        sum_after: 9,
+    };
+    let seg = Segment::from_changes(&key(), POS, Some(PREV), changes, 4);
+    assert_eq!(
+        seg.pages.iter().map(|p| p.pgno).collect::<Vec<_>>(),
+        vec![1, 3]
+    );
+    assert_eq!(seg.header.key, "acme/t1");
+    assert_eq!((seg.header.sum_after, seg.header.created_at_ms), (9, 4));
+    assert!(seg.encode().is_ok());
+}

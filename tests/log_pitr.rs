@@ -1,0 +1,222 @@
+//! Point-in-time restore (docs/guarantees.md, the change log; docs/testing.md, "The change
+//! log"): the state as of a log position or a time within the retention window, written to a
+//! new plain SQLite file from the newest image at or before it plus the segments up to it.
+//! Bad input — an existing destination, a target outside the window — touches nothing.
+
+mod log_support;
+
+use std::path::Path;
+
+use leasehold::durable::DurableStore;
+use leasehold::image::sha256_hex;
+use leasehold::layout::{ImageRef, LogPos, segment_key};
+use leasehold::log::{LogError, Target, restore_to_from};
+use log_support::{Db, Log, Watched, integrity, key, publish, rows};
+
+/// v1, v2, v3: one segment each (cut at 1,000, 2,000 and 3,000 ms), an image of v2 between
+/// segments 2 and 3.
+struct History {
+    store: Watched,
+    states: Vec<Vec<u8>>,
+    pos: Vec<LogPos>,
+    image: ImageRef,
+    tip: LogPos,
+}
+
+async fn history(dir: &Path) -> History {
+    let store = Watched::default();
+    let db = Db::create(dir, "writer.db");
+    let mut log = Log::new();
+    let (mut states, mut pos) = (Vec::new(), Vec::new());
+    let mut image = None;
+    for (i, sql) in [
+        "CREATE TABLE kv(k TEXT PRIMARY KEY, v TEXT); INSERT INTO kv VALUES ('version', 'v1');",
+        "UPDATE kv SET v = 'v2'; INSERT INTO kv VALUES ('extra', hex(randomblob(600)));",
+        "UPDATE kv SET v = 'v3' WHERE k = 'version'; DELETE FROM kv WHERE k = 'extra';",
+    ]
+    .iter()
+    .enumerate()
+    {
+        db.run(sql);
+        let bytes = db.bytes();
+        pos.push(log.ship(&store, 4, &bytes, 1_000 * (i as u64 + 1)).await);
+        if i == 1 {
+            image = Some(publish(&store, dir, (4, 1), &bytes, None, Some(pos[1])).await);
+        }
+        states.push(bytes);
+    }
+    History {
+        store,
+        states,
+        pos,
+        image: image.unwrap(),
+        tip: log.tip.unwrap(),
+    }
+}
+
+fn version(path: &Path) -> Vec<String> {
+    rows(path, "SELECT v FROM kv WHERE k = 'version'")
+}
+
+#[tokio::test]
+async fn cl7_every_position_and_time_restores_its_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = history(dir.path()).await;
+    let cases = [
+        (Target::Position(h.pos[0]), 0, None, 1),
+        (Target::Position(h.pos[1]), 1, Some(h.image.clone()), 0),
+        (Target::Position(h.pos[2]), 2, Some(h.image.clone()), 1),
+        (Target::Time { unix_ms: 1_500 }, 0, None, 1),
+        (Target::Time { unix_ms: 2_000 }, 1, Some(h.image.clone()), 0),
+        (Target::Time { unix_ms: 2_999 }, 1, Some(h.image.clone()), 0),
+        (
+            Target::Time { unix_ms: 99_000 },
+            2,
+            Some(h.image.clone()),
+            1,
+        ),
+    ];
+    for (i, (target, state, image, segments)) in cases.into_iter().enumerate() {
+        let dest = dir.path().join(format!("pitr-{i}.db"));
+        let report = restore_to_from(&h.store, &key(), Some(h.tip), 0, target, &dest)
+            .await
+            .unwrap();
+        let bytes = std::fs::read(&dest).unwrap();
+        assert_eq!(sha256_hex(&bytes), sha256_hex(&h.states[state]), "{target}");
+        assert_eq!(report.sha256, sha256_hex(&bytes));
+        assert_eq!(report.position, h.pos[state], "{target}");
+        assert_eq!(
+            (report.image, report.segments),
+            (image, segments),
+            "{target}"
+        );
+        assert_eq!(integrity(&dest), "ok");
+        assert_eq!(version(&dest), [format!("Text(\"v{}\")", state + 1)]);
+        for leftover in ["-wal", "-journal", ".pitr-restoring"] {
+            let mut p = dest.clone().into_os_string();
+            p.push(leftover);
+            assert!(!Path::new(&p).exists(), "{target}: {leftover}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn cl7_a_target_outside_the_retention_window_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = history(dir.path()).await;
+    let dest = dir.path().join("pitr.db");
+    let beyond = LogPos { epoch: 4, seq: 4 };
+    let off_chain = LogPos { epoch: 3, seq: 2 };
+    for target in [
+        Target::Time { unix_ms: 999 },
+        Target::Position(beyond),
+        Target::Position(off_chain),
+    ] {
+        let err = restore_to_from(&h.store, &key(), Some(h.tip), 0, target, &dest)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, LogError::OutsideRetention { .. }),
+            "{target}: {err:?}"
+        );
+        assert_eq!(
+            leasehold::Error::from(err).code(),
+            "LEASEHOLD_INVALID_OPTION"
+        );
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            2,
+            "{target}"
+        );
+    }
+    // Segment 1 expired: v1 is out of the window; v3 is still reached through the image.
+    h.store
+        .delete(&segment_key(&key(), h.pos[0]))
+        .await
+        .unwrap();
+    let err = restore_to_from(
+        &h.store,
+        &key(),
+        Some(h.tip),
+        0,
+        Target::Position(h.pos[0]),
+        &dest,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, LogError::OutsideRetention { .. }), "{err:?}");
+    assert!(!dest.exists());
+    restore_to_from(
+        &h.store,
+        &key(),
+        Some(h.tip),
+        0,
+        Target::Position(h.pos[2]),
+        &dest,
+    )
+    .await
+    .unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), h.states[2]);
+    // No log at all.
+    let err = restore_to_from(
+        &h.store,
+        &key(),
+        None,
+        0,
+        Target::Time { unix_ms: 5 },
+        &dir.path().join("x.db"),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, LogError::OutsideRetention { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn cl7_an_existing_destination_is_never_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = history(dir.path()).await;
+    let dest = dir.path().join("precious.db");
+    std::fs::write(&dest, b"keep me").unwrap();
+    let err = restore_to_from(
+        &h.store,
+        &key(),
+        Some(h.tip),
+        0,
+        Target::Position(h.tip),
+        &dest,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, LogError::Destination { .. }), "{err:?}");
+    assert_eq!(leasehold::Error::from(err).code(), "LEASEHOLD_INVALID_PATH");
+    assert_eq!(std::fs::read(&dest).unwrap(), b"keep me");
+    assert!(
+        h.store.reads.lock().unwrap().is_empty(),
+        "refused before any store call"
+    );
+}
+
+#[tokio::test]
+async fn cl7_the_floor_bounds_what_a_point_in_time_restore_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = history(dir.path()).await;
+    let err = restore_to_from(
+        &h.store,
+        &key(),
+        Some(h.tip),
+        4,
+        Target::Position(h.tip),
+        &dir.path().join("pitr.db"),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, LogError::OutsideRetention { .. }), "{err:?}");
+    assert!(
+        !h.store
+            .reads
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|k| k.ends_with(".seg"))
+    );
+}
