@@ -176,6 +176,50 @@ impl ReadSnapshot {
     }
 }
 
+impl ReadSnapshot {
+    /// [`ReadSnapshot::write_image`], made a byte-for-byte copy of the ledger as of the
+    /// snapshot: SQLite's backup copies every page as it is but rewrites fields of page 1's
+    /// header, so page 1 is set to `page_one` (the ledger's own page 1 at the snapshot), and the
+    /// result must have the sums `sum` (the ledger's at the snapshot), else
+    /// [`ImageError::Corrupt`] and no file is left. A change log applies its later segments to
+    /// exactly these bytes (docs/guarantees.md, the change log).
+    pub fn write_exact_image(
+        self,
+        dest: &Path,
+        page_one: &[u8],
+        sum: u64,
+    ) -> Result<ImageFile, ImageError> {
+        use std::io::{Seek, SeekFrom, Write};
+        let written = self.write_image(dest)?;
+        let exact = (|| {
+            if !page_one.is_empty() {
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dest)
+                    .map_err(|e| io_error("open", dest, &e))?;
+                file.seek(SeekFrom::Start(0))
+                    .and_then(|_| file.write_all(page_one))
+                    .map_err(|e| io_error("write page 1 of", dest, &e))?;
+            }
+            let sums = crate::log::PageSums::of_file(dest).map_err(ImageError::Io)?;
+            if sums.total() != sum {
+                return Err(ImageError::Corrupt {
+                    what: dest.display().to_string(),
+                    reason: format!(
+                        "the image's sum is {:016x}, the ledger's at the snapshot {sum:016x}",
+                        sums.total()
+                    ),
+                });
+            }
+            seal(dest)
+        })();
+        if exact.is_err() {
+            let _ = remove_if_present(&written.path);
+        }
+        exact
+    }
+}
+
 fn backup_into(src: &Connection, dest: &Path) -> Result<(), ImageError> {
     let mut dst = Connection::open(dest)?;
     // The image is fsynced once, by `seal`; a torn copy is never published.

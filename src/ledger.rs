@@ -264,7 +264,7 @@ impl Ledger {
         ))?;
         ledger.checkpoint()?;
         let sums = PageSums::of_file(path).map_err(LedgerError::Io)?;
-        let mut cursor = WalCursor::new(path, sums.clone());
+        let mut cursor = WalCursor::new(path, sums.clone(), read_page_one(path, sums.page_size())?);
         if sums != *restored {
             cursor.carry(whole_file_changes(path, restored, &sums)?);
         }
@@ -284,6 +284,12 @@ impl Ledger {
         let frames = capture.frames.swap(-1, Ordering::SeqCst);
         let frames = u32::try_from(frames).ok();
         capture.cursor.take(frames).map_err(LedgerError::Io)
+    }
+
+    /// Page 1 of the database as of the last changes taken (logged ledgers only): what an
+    /// image's first page must be to hold exactly the same bytes as the ledger.
+    pub fn page_one(&self) -> Option<&[u8]> {
+        self.capture.as_ref().map(|c| c.cursor.page_one())
     }
 
     /// The sums of the database as of the last changes taken (logged ledgers only).
@@ -503,6 +509,18 @@ impl Ledger {
         self.conn.prepare_cached(sql)?.execute([])?;
         Ok(())
     }
+}
+
+/// The first `page_size` bytes of the file at `path` (nothing for an empty database).
+fn read_page_one(path: &Path, page_size: u32) -> Result<Vec<u8>, LedgerError> {
+    use std::io::Read;
+    let mut page = vec![0u8; page_size as usize];
+    if page_size > 0 {
+        std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut page))
+            .map_err(|e| LedgerError::Io(format!("{}: reading page 1: {e}", path.display())))?;
+    }
+    Ok(page)
 }
 
 /// The changes that turn the database whose sums are `from` into the file at `path` (sums

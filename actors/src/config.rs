@@ -16,6 +16,63 @@ use crate::events::Observer;
 /// The longest duration any option accepts (one day): anything longer is a unit mistake.
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// How an acknowledged write is kept beyond this replica (docs/guarantees.md, the change log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The default, RPO 0: a batch is acknowledged only once its segment of the change log is
+    /// in the durable store **and** the lease store moved the tenant's log tip past it. One
+    /// segment is in flight per tenant; runs that arrive meanwhile form the next one.
+    Shipped,
+    /// Acknowledged at the local commit; the changes are shipped every `every` (RPO about
+    /// `every`, plus one store deadline).
+    Async {
+        /// How often the changes of the tenant are shipped.
+        every: Duration,
+    },
+    /// No change log: acknowledged at the local commit, safe beyond the replica only once the
+    /// next image is published (`snapshot_every`, and the final image of a handoff). The
+    /// runtime before the change log; the cheapest writes, the longest RPO.
+    Images,
+}
+
+impl Durability {
+    /// `Async` with the default period of 1 s.
+    pub const ASYNC: Durability = Durability::Async {
+        every: Duration::from_secs(1),
+    };
+
+    /// Whether the tenant keeps a change log (`Shipped` and `Async`).
+    pub fn logged(self) -> bool {
+        !matches!(self, Durability::Images)
+    }
+}
+
+/// When a tenant with a change log takes a new image in the background, so that a restore
+/// applies a bounded number of segments (docs/guarantees.md, the storage bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compaction {
+    /// After this many segments since the newest image. Default 1,000.
+    pub segments: u64,
+    /// After this many bytes of segments since the newest image. Default 64 MiB.
+    pub bytes: u64,
+}
+
+impl Default for Compaction {
+    fn default() -> Self {
+        Self {
+            segments: 1_000,
+            bytes: 64 << 20,
+        }
+    }
+}
+
+impl Compaction {
+    /// Whether `segments` segments of `bytes` bytes since the newest image call for a new one.
+    pub fn due(&self, segments: u64, bytes: u64) -> bool {
+        segments > 0 && (segments >= self.segments || bytes >= self.bytes)
+    }
+}
+
 /// Everything a [`crate::Supervisor`] needs. Build it with [`RuntimeConfig::new`], which fills in
 /// the defaults, then change fields; [`RuntimeConfig::validate`] runs at start.
 #[derive(Clone)]
@@ -37,9 +94,18 @@ pub struct RuntimeConfig {
     /// How often the lease actor renews every lease of the replica; `None` renews only when
     /// asked (`Supervisor::renew_now`), for tests with a manual clock. Default 10 s.
     pub renew_every: Option<Duration>,
-    /// How often a tenant with new writes publishes an image; `None` only on request and at
-    /// handoff. This is the crash RPO. Default 60 s.
+    /// How an acknowledged write is kept beyond this replica. Default [`Durability::Shipped`]
+    /// (RPO 0).
+    pub durability: Durability,
+    /// With `Images`: how often a tenant with new writes publishes an image (the crash RPO).
+    /// With a change log: how often a tenant checks whether [`RuntimeConfig::compaction`] calls
+    /// for a new image. `None`: only on request (and, with `Images`, at handoff). Default 60 s.
     pub snapshot_every: Option<Duration>,
+    /// When a tenant with a change log takes a new image. Default: 1,000 segments or 64 MiB.
+    pub compaction: Compaction,
+    /// How long images and segments stay restorable (point-in-time restore) after a newer image
+    /// made them unneeded for the current state; older ones are deleted. Default 24 h.
+    pub retain: Duration,
     /// How often the replica drops local copies of tenants forgotten elsewhere (see
     /// `Supervisor::sweep_local`); `None` only at start, at tenure ends and at `close`. Default 60 s.
     pub local_sweep_every: Option<Duration>,
@@ -76,6 +142,9 @@ pub struct Breakage {
     /// Finish a handoff without publishing the final image, yet report it flushed (breaks
     /// promise 2).
     pub skip_final_image: bool,
+    /// With `Shipped`, acknowledge a batch at its local commit, before its segment is shipped
+    /// and the tip moved (breaks the RPO 0 of the change log).
+    pub ack_before_tip: bool,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -86,7 +155,10 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("ttl", &self.ttl)
             .field("margin", &self.margin)
             .field("renew_every", &self.renew_every)
+            .field("durability", &self.durability)
             .field("snapshot_every", &self.snapshot_every)
+            .field("compaction", &self.compaction)
+            .field("retain", &self.retain)
             .field("local_sweep_every", &self.local_sweep_every)
             .field("drain_timeout", &self.drain_timeout)
             .field("close_concurrency", &self.close_concurrency)
@@ -114,7 +186,10 @@ impl RuntimeConfig {
             ttl: Duration::from_secs(30),
             margin: Duration::from_secs(5),
             renew_every: Some(Duration::from_secs(10)),
+            durability: Durability::Shipped,
             snapshot_every: Some(Duration::from_secs(60)),
+            compaction: Compaction::default(),
+            retain: Duration::from_secs(24 * 60 * 60),
             local_sweep_every: Some(Duration::from_secs(60)),
             drain_timeout: Duration::from_secs(120),
             close_concurrency: 8,
@@ -154,6 +229,13 @@ impl RuntimeConfig {
         if let Some(every) = self.snapshot_every {
             positive("snapshot_every", every)?;
         }
+        if let Durability::Async { every } = self.durability {
+            positive("durability", every)?;
+        }
+        if self.compaction.segments == 0 || self.compaction.bytes == 0 {
+            return invalid("compaction", "segments and bytes must be at least 1");
+        }
+        positive("retain", self.retain)?;
         if let Some(every) = self.local_sweep_every {
             positive("local_sweep_every", every)?;
         }
@@ -292,6 +374,16 @@ mod tests {
             ("arbiters", Box::new(|c| c.arbiters = 257)),
             ("state_root", Box::new(|c| c.state_root = PathBuf::new())),
             ("max_open", Box::new(|c| c.max_open = 0)),
+            (
+                "durability",
+                Box::new(|c| {
+                    c.durability = Durability::Async {
+                        every: Duration::ZERO,
+                    }
+                }),
+            ),
+            ("compaction", Box::new(|c| c.compaction.segments = 0)),
+            ("retain", Box::new(|c| c.retain = Duration::ZERO)),
         ];
         for (name, break_it) in cases {
             let mut c = config(dir.path());

@@ -71,6 +71,16 @@ pub enum Event {
         /// The error, as text.
         error: String,
     },
+    /// A segment of the change log could not be shipped (or its tip not moved): the tenure
+    /// ends, and its callers hear `Fenced` or `Unshipped` (docs/guarantees.md, the change log).
+    ShipFailed {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The segment's log position, `e<epoch>/log-<seq>`.
+        segment: String,
+        /// The error, as text.
+        error: String,
+    },
     /// A handoff gave up waiting for admitted work; the tenant serves again.
     DrainTimeout {
         /// `<org>/<tenant>`.
@@ -138,6 +148,7 @@ impl Event {
             Event::Lost { .. } => "lost",
             Event::SnapshotPublished { .. } => "snapshot_published",
             Event::SnapshotFailed { .. } => "snapshot_failed",
+            Event::ShipFailed { .. } => "ship_failed",
             Event::DrainTimeout { .. } => "drain_timeout",
             Event::Released { .. } => "released",
             Event::Forgotten { .. } => "forgotten",
@@ -260,6 +271,11 @@ fn trace(event: &Event) {
     match event {
         Event::Lost { key, epoch } => tracing::warn!(%key, epoch, "lease lost"),
         Event::SnapshotFailed { key, error } => tracing::warn!(%key, %error, "snapshot failed"),
+        Event::ShipFailed {
+            key,
+            segment,
+            error,
+        } => tracing::warn!(%key, %segment, %error, "shipping a segment failed; the tenure ends"),
         Event::DrainTimeout { key, after_ms } => tracing::warn!(%key, after_ms, "drain timeout"),
         Event::RenewFailed { error } => tracing::warn!(%error, "renewal failed"),
         Event::SweepFailed { key, error } => tracing::warn!(%key, %error, "sweep failed"),

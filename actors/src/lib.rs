@@ -30,7 +30,7 @@ mod tenant;
 
 #[cfg(feature = "fault-switches")]
 pub use config::Breakage;
-pub use config::RuntimeConfig;
+pub use config::{Compaction, Durability, RuntimeConfig};
 pub use events::{Event, EventLog, Observer};
 pub use lease_actor::live_tenants;
 pub use status::TenantStatus;

@@ -35,8 +35,14 @@ pub(crate) struct Runtime {
     pub(crate) margin: Duration,
     /// Renewal period, or `None` for renewals on request only.
     pub(crate) renew_every: Option<Duration>,
-    /// Periodic snapshot period, or `None`.
+    /// How acknowledged writes are kept beyond the replica.
+    pub(crate) durability: crate::config::Durability,
+    /// Periodic snapshot (or compaction check) period, or `None`.
     pub(crate) snapshot_every: Option<Duration>,
+    /// When a logged tenant takes a new image.
+    pub(crate) compaction: crate::config::Compaction,
+    /// How long unneeded images and segments stay.
+    pub(crate) retain: Duration,
     /// Periodic local sweep period, or `None`.
     pub(crate) local_sweep_every: Option<Duration>,
     /// How long a handoff waits for admitted work.
@@ -78,7 +84,10 @@ impl Runtime {
             ttl: config.ttl,
             margin: config.margin,
             renew_every: config.renew_every,
+            durability: config.durability,
             snapshot_every: config.snapshot_every,
+            compaction: config.compaction,
+            retain: config.retain,
             local_sweep_every: config.local_sweep_every,
             drain_timeout: config.drain_timeout,
             close_concurrency: config.close_concurrency,
@@ -104,6 +113,14 @@ impl Runtime {
     pub(crate) fn skips_final_image(&self) -> bool {
         #[cfg(feature = "fault-switches")]
         return self.breakage.skip_final_image;
+        #[cfg(not(feature = "fault-switches"))]
+        false
+    }
+
+    /// Whether `Shipped` acknowledges before the tip moves (a deliberate bug).
+    pub(crate) fn acks_before_tip(&self) -> bool {
+        #[cfg(feature = "fault-switches")]
+        return self.breakage.ack_before_tip;
         #[cfg(not(feature = "fault-switches"))]
         false
     }

@@ -14,8 +14,10 @@ use tokio::sync::oneshot;
 
 mod actor;
 mod effects;
+pub(crate) mod log;
 pub(crate) mod messages;
 pub(crate) mod publish;
+mod shipping;
 pub(crate) mod tenure;
 
 pub(crate) use actor::{TenantActor, TenantParts};

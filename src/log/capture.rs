@@ -58,12 +58,15 @@ pub struct WalCursor {
     sums: super::PageSums,
     /// Changes made before the capture began (the open's own), shipped with the first changes.
     carry: Option<Changes>,
+    /// Page 1 as of the frames read: an image's first page is set to it, since a copy made by
+    /// SQLite's backup rewrites fields of the header (`ReadSnapshot::write_exact_image`).
+    page_one: Vec<u8>,
 }
 
 impl WalCursor {
     /// A cursor over the WAL of the database at `db_path`, whose state (checkpointed, the WAL
     /// empty) has the sums `sums`.
-    pub fn new(db_path: &std::path::Path, sums: super::PageSums) -> Self {
+    pub fn new(db_path: &std::path::Path, sums: super::PageSums, page_one: Vec<u8>) -> Self {
         let mut wal = db_path.as_os_str().to_os_string();
         wal.push("-wal");
         Self {
@@ -72,7 +75,13 @@ impl WalCursor {
             read: 0,
             sums,
             carry: None,
+            page_one,
         }
+    }
+
+    /// Page 1 of the database as of the frames read (empty while the database has no pages).
+    pub fn page_one(&self) -> &[u8] {
+        &self.page_one
     }
 
     /// Ships `changes` (made before the capture began) with the next changes taken.
@@ -173,6 +182,9 @@ impl WalCursor {
             self.sums.set(*pgno, data);
         }
         self.sums.resize(db_pages);
+        if let Some(first) = pages.get(&1) {
+            self.page_one = first.clone();
+        }
         self.read = frames;
         Ok(Changes {
             page_size,

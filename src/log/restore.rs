@@ -41,6 +41,8 @@ pub struct Restored {
     pub sums: PageSums,
     /// How many segments were applied.
     pub segments: usize,
+    /// The log position the image holds (`None`: no image, or one taken without a log).
+    pub image_log: Option<LogPos>,
 }
 
 /// Everything a restore needs, fetched and checked, not yet installed.
@@ -191,6 +193,7 @@ impl Fetched {
             position: self.tip.or(image_pos),
             sums,
             segments: self.segments.len(),
+            image_log: image_pos,
         })
     }
 }

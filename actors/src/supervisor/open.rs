@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use leasehold::image;
 use leasehold::lease::{LeaseRecord, LeaseTerm};
 use leasehold::ledger::Ledger;
 use leasehold::sweep::sweep_dead_epochs;
@@ -15,6 +14,7 @@ use super::SupervisorActor;
 use crate::events::Event;
 use crate::lease_actor::{LeaseActor, LeaseCell, Register};
 use crate::runtime::Runtime;
+use crate::tenant::log::LogShip;
 use crate::tenant::publish::Publisher;
 use crate::tenant::{TenantActor, TenantParts, TenantRef};
 
@@ -124,28 +124,31 @@ async fn start(
     })
     .await?;
     let db_path = dir.join(paths::LEDGER_FILE);
-    let restored = image::fetch_restorable(
+    // The files belong to this tenure from now on: a forget that raises the floor past it makes
+    // them dead (see `local_copy_is_dead`). Marked first, so that no crash can leave a ledger
+    // here that no marker names.
+    let (tenure_dir, epoch) = (dir.clone(), record.epoch);
+    blocking(move || Ok(paths::write_tenure(&tenure_dir, epoch)?)).await?;
+    // The durable head and log are the authority: a local file left by an abandoned tenure is
+    // replaced, never recovered (L2). Exactly the head and tip read by the acquire are restored.
+    let restored = leasehold::log::restore_log(
         rt.durable.as_ref(),
         &plan.key,
         record.head.as_ref(),
+        record.tip,
         record.floor,
+        &db_path,
     )
     .await?;
-    let head = restored.as_ref().map(|(m, _)| m.image_ref());
-    let (path, options, tenure_dir) = (db_path.clone(), rt.ledger.clone(), dir.clone());
-    let epoch = record.epoch;
+    let head = restored.image.clone();
+    let (path, options, sums) = (db_path.clone(), rt.ledger.clone(), restored.sums.clone());
+    let logged = rt.durability.logged();
     let ledger = blocking(move || {
-        // The durable head is the authority: a local file left by an abandoned tenure is
-        // replaced, never recovered (L2).
-        // The files belong to this tenure from now on: a forget that raises the floor past it
-        // makes them dead (see `local_copy_is_dead`). Marked first, so that no crash can leave
-        // a ledger here that no marker names.
-        paths::write_tenure(&tenure_dir, epoch)?;
-        match restored {
-            Some((_, bytes)) => image::install_image(&bytes, &path)?,
-            None => image::install_empty(&path)?,
-        }
-        Ok(Ledger::open(&path, &options)?)
+        Ok(if logged {
+            Ledger::open_logged(&path, &options, &sums)?
+        } else {
+            Ledger::open(&path, &options)?
+        })
     })
     .await?;
     if !cell.holds(rt.now_ms()) {
@@ -159,7 +162,16 @@ async fn start(
         db_path,
         dir,
         head.clone(),
+        restored.position,
     ));
+    let log = logged.then(|| {
+        LogShip::new(
+            plan.key.clone(),
+            record.epoch,
+            restored.position,
+            restored.image_log,
+        )
+    });
     let ended = Arc::new(crate::status::StatusCell::new(crate::TenantStatus::Serving));
     let parts = TenantParts {
         rt: rt.clone(),
@@ -170,6 +182,7 @@ async fn start(
         gone: plan.supervisor.clone().recipient(),
         forgets: plan.supervisor.clone().recipient(),
         ended: ended.clone(),
+        log,
     };
     let addr = TenantActor::start_in_arbiter(&plan.arbiter, move |_| TenantActor::new(parts));
     plan.lease_actor

@@ -19,6 +19,7 @@ use leasehold::ledger::Ledger;
 use leasehold::{Error, LeaseKey};
 use tokio::sync::oneshot;
 
+use super::log::LogShip;
 use super::messages::*;
 use super::publish::Publisher;
 use super::tenure::{Input, SnapshotPlan, Tenure};
@@ -51,7 +52,21 @@ pub(crate) struct TenantParts {
     pub(crate) forgets: Recipient<ForgetBegun>,
     /// Where the final status is left for handles once the actor has stopped.
     pub(crate) ended: Arc<crate::status::StatusCell>,
+    /// The change log, with `Shipped` and `Async`; `None` with `Images`.
+    pub(crate) log: Option<LogShip>,
 }
+
+/// A new image a logged tenure waits to take (at the next cut of its log).
+pub(super) struct ImageWant {
+    /// Batches committed when it was asked for.
+    pub(super) commits: u64,
+    /// The explicit snapshot's caller, if any.
+    pub(super) reply: Option<oneshot::Sender<Result<Option<leasehold::layout::ImageRef>, Error>>>,
+}
+
+/// How many WAL frames a logged ledger keeps before the runtime checkpoints it (about 4 MB of
+/// 4 KiB pages): the frames are read by then, so the checkpoint loses nothing of the log.
+pub(crate) const CHECKPOINT_FRAMES: u32 = 1_000;
 
 /// The reply channels of the handoff under way.
 #[derive(Default)]
@@ -93,6 +108,12 @@ pub(crate) struct TenantActor {
     pub(super) forget: Option<oneshot::Sender<Result<(), Error>>>,
     /// Resolved when the forget under way is over; `close` waits for it.
     pub(super) forget_done: Option<oneshot::Sender<()>>,
+    /// The change log, with `Shipped` and `Async`.
+    pub(super) log: Option<LogShip>,
+    /// A handoff's flush waits for the log to settle; the batches committed when it began.
+    pub(super) flush_wanted: Option<u64>,
+    /// Images wanted at the next cut of the log.
+    pub(super) image_wanted: Vec<ImageWant>,
 }
 
 impl TenantActor {
@@ -116,6 +137,9 @@ impl TenantActor {
             abandons: Vec::new(),
             forget: None,
             forget_done: None,
+            log: parts.log,
+            flush_wanted: None,
+            image_wanted: Vec::new(),
         }
     }
 
@@ -154,6 +178,9 @@ impl TenantActor {
                 Err(fenced)
             }
         };
+        if outcome.is_ok() && self.log.is_some() {
+            return self.committed_logged(callers, ctx);
+        }
         let outcome = if outcome.is_ok() {
             // Committed locally; if the lease ran out meanwhile nothing of this tenure may count
             // from here on: the tenure ends and these writes never reach an image.
@@ -169,9 +196,79 @@ impl TenantActor {
         }
     }
 
+    /// A batch committed locally on a logged ledger: its changes join the log. With `Shipped`
+    /// its callers wait until the log holds them; with `Async` they hear at once (if the lease
+    /// still held at the commit), and the changes go at the next shipping tick.
+    fn committed_logged(&mut self, callers: Vec<Finisher>, ctx: &mut Context<Self>) {
+        let taken = match self.ledger.as_mut() {
+            Some(ledger) => ledger.take_changes(),
+            None => Ok(None),
+        };
+        let changes = match taken {
+            Ok(changes) => changes,
+            Err(e) => {
+                // Without the pages the log cannot go on: nothing more is acknowledged.
+                let error = Error::Unshipped {
+                    key: self.key().to_string(),
+                    reason: format!("reading the commit's pages failed: {e}"),
+                };
+                if let Some(log) = self.log.as_mut() {
+                    log.add(None, callers);
+                    log.fail(error.clone());
+                }
+                self.feed(Input::Committed { lapsed: false }, ctx);
+                self.feed(Input::Shipping, ctx);
+                self.feed(Input::Shipped(Err(error)), ctx);
+                return;
+            }
+        };
+        let shipped = self.rt.durability == crate::config::Durability::Shipped;
+        if shipped && !self.rt.acks_before_tip() {
+            self.feed(Input::Committed { lapsed: false }, ctx);
+            if let Some(log) = self.log.as_mut() {
+                log.add(changes, callers);
+            }
+            self.ship_next(ctx);
+        } else {
+            let lapsed = !self.held();
+            self.feed(Input::Committed { lapsed }, ctx);
+            let outcome = if lapsed { Err(self.fenced()) } else { Ok(()) };
+            for caller in callers {
+                caller(outcome.clone());
+            }
+            if let Some(log) = self.log.as_mut() {
+                log.add(changes, Vec::new());
+            }
+            if shipped {
+                self.ship_next(ctx);
+            }
+        }
+        self.checkpoint_if_due();
+    }
+
+    /// Checkpoints a logged ledger whose WAL holds more than [`CHECKPOINT_FRAMES`] read frames
+    /// (a reader taking an image may keep it from finishing; the next commit tries again).
+    fn checkpoint_if_due(&mut self) {
+        if let Some(ledger) = self.ledger.as_mut()
+            && ledger.wal_frames() >= CHECKPOINT_FRAMES
+            && !ledger.in_batch()
+            && let Err(e) = ledger.checkpoint()
+        {
+            tracing::debug!(key = %self.cell.key, error = %e, "checkpoint postponed");
+        }
+    }
+
     /// Closes the ledger (the file stays).
     pub(super) fn close_ledger(&mut self, ctx: &mut Context<Self>) {
         self.commit_batch(ctx);
+        if let Some(log) = self.log.as_mut() {
+            // The ledger closes after a flush settled the log, or when leaving without one:
+            // then what is not in flight is never shipped, and its callers hear so.
+            log.fail(Error::Draining {
+                key: self.cell.key.to_string(),
+                state: self.tenure.status().as_str().to_string(),
+            });
+        }
         if let Some(ledger) = self.ledger.take()
             && let Err(e) = ledger.close()
         {
@@ -185,6 +282,12 @@ impl Actor for TenantActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
+        if let crate::config::Durability::Async { every } = self.rt.durability {
+            ctx.run_interval(every, |act, ctx| {
+                act.commit_batch(ctx);
+                act.ship_next(ctx);
+            });
+        }
         if let Some(every) = self.rt.snapshot_every {
             ctx.run_interval(every, |act, ctx| {
                 let held = act.held();
@@ -270,6 +373,21 @@ impl Handler<Snapshot> for TenantActor {
             SnapshotPlan::Unchanged => {
                 let head = self.publisher.clone();
                 Box::pin(async move { Ok(head.head().await) }.into_actor(self))
+            }
+            SnapshotPlan::Publish { commits } if self.log.is_some() => {
+                let answer = self.snapshot_logged(commits, ctx);
+                let key = self.key().to_string();
+                Box::pin(
+                    async move {
+                        answer.await.unwrap_or_else(|_| {
+                            Err(Error::Draining {
+                                key,
+                                state: "stopped".into(),
+                            })
+                        })
+                    }
+                    .into_actor(self),
+                )
             }
             SnapshotPlan::Publish { commits } => {
                 let publisher = self.publisher.clone();

@@ -153,8 +153,34 @@ impl TenantActor {
         2 * upload + 3 * self.rt.store_deadline
     }
 
-    /// Publishes an image (or, with `image == false`, only confirms the lease).
+    /// Publishes an image (or, with `image == false`, only confirms the lease). A logged tenant
+    /// instead settles its log for a flush, and takes an image only when compaction is due.
     fn publish(&mut self, commits: u64, final_image: bool, image: bool, ctx: &mut Context<Self>) {
+        if let Some(log) = self.log.as_ref() {
+            if final_image {
+                return self.flush_log(commits, ctx);
+            }
+            let (segments, bytes) = log.since_image();
+            if self.rt.compaction.due(segments, bytes) {
+                return self.want_image(
+                    super::actor::ImageWant {
+                        commits,
+                        reply: None,
+                    },
+                    ctx,
+                );
+            }
+            let lease_gone = self.cell.is_ended();
+            return self.feed(
+                Input::Published {
+                    commits,
+                    final_image,
+                    outcome: Ok(None),
+                    lease_gone,
+                },
+                ctx,
+            );
+        }
         let publisher = self.publisher.clone();
         let held = self.cell.holds(self.rt.now_ms());
         let fenced = self.fenced();

@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use leasehold::image::{self, ImageFile};
-use leasehold::layout::ImageRef;
+use leasehold::image::{self, ImageFile, ReadSnapshot};
+use leasehold::layout::{ImageRef, LogPos};
 use leasehold::{Error, LeaseKey};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
 
 use crate::lease_actor::LeaseCell;
 use crate::runtime::Runtime;
@@ -23,6 +23,8 @@ struct Chain {
     next_seq: u64,
     /// How many of the tenure's committed batches the head holds.
     covers: u64,
+    /// The log position the head holds.
+    log: Option<LogPos>,
 }
 
 /// An image this tenure published.
@@ -33,6 +35,8 @@ pub(crate) struct Published {
     /// Holder-clock time just before the image was taken: every write acknowledged before it
     /// is in the image.
     pub(crate) taken_at_ms: u64,
+    /// The log position the image holds.
+    pub(crate) log: Option<LogPos>,
 }
 
 /// Publishes images of one tenure.
@@ -50,14 +54,26 @@ pub(crate) struct Publisher {
     chain: Mutex<Chain>,
 }
 
+/// Whether the tip `tip` holds the log position `log`.
+fn reaches(tip: Option<LogPos>, log: Option<LogPos>) -> bool {
+    match (tip, log) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(t), Some(l)) => t.seq >= l.seq,
+    }
+}
+
 impl Publisher {
-    /// A publisher for the tenure of `cell`, whose chain starts at `head`.
+    /// A publisher for the tenure of `cell`, whose chain starts at `head` and whose restore
+    /// reached the log position `log` (an image of a ledger without a log holds that position
+    /// and whatever was written since).
     pub(crate) fn new(
         rt: Arc<Runtime>,
         cell: Arc<LeaseCell>,
         db_path: PathBuf,
         scratch: PathBuf,
         head: Option<ImageRef>,
+        log: Option<LogPos>,
     ) -> Self {
         Self {
             rt,
@@ -68,6 +84,7 @@ impl Publisher {
                 head,
                 next_seq: 1,
                 covers: 0,
+                log,
             }),
         }
     }
@@ -112,6 +129,56 @@ impl Publisher {
         chain.next_seq += 1;
         let taken_at_ms = self.rt.now_ms();
         let file = self.take(seq).await?;
+        let log = chain.log;
+        self.finish(&mut chain, seq, file, commits, log, taken_at_ms, None)
+            .await
+    }
+
+    /// Publishes the image of `snapshot` (a read transaction, with the ledger's page 1 and sums
+    /// at that moment, see `ReadSnapshot::write_exact_image`), begun when the log stood at `log`
+    /// with at least `commits` batches committed; the head moves to it only once the tip
+    /// (`tips`) holds `log`, so the head never names state the log does not hold (promise 4
+    /// in docs/guarantees.md). `None` when the head already holds `log` and `commits`.
+    pub(crate) async fn publish_at(
+        &self,
+        commits: u64,
+        snapshot: (ReadSnapshot, Vec<u8>, u64),
+        log: Option<LogPos>,
+        tips: watch::Receiver<Option<LogPos>>,
+    ) -> Result<Option<Published>, Error> {
+        let mut chain = self.chain.lock().await;
+        if !self.cell.holds(self.rt.now_ms()) {
+            return Err(self.fenced());
+        }
+        if chain.head.is_some() && chain.covers >= commits && reaches(chain.log, log) {
+            return Ok(None);
+        }
+        let seq = chain.next_seq;
+        chain.next_seq += 1;
+        let taken_at_ms = self.rt.now_ms();
+        let dest = self.scratch_path(seq);
+        let (snapshot, page_one, sum) = snapshot;
+        let file =
+            tokio::task::spawn_blocking(move || snapshot.write_exact_image(&dest, &page_one, sum))
+                .await
+                .map_err(|e| Error::Closed(format!("image task failed: {e}")))??;
+        self.finish(&mut chain, seq, file, commits, log, taken_at_ms, Some(tips))
+            .await
+    }
+
+    /// Uploads image `seq` holding `log`, waits (with `tips`) for the tip to hold `log`, and
+    /// moves the head.
+    #[allow(clippy::too_many_arguments)]
+    async fn finish(
+        &self,
+        chain: &mut Chain,
+        seq: u64,
+        file: ImageFile,
+        commits: u64,
+        log: Option<LogPos>,
+        taken_at_ms: u64,
+        tips: Option<watch::Receiver<Option<LogPos>>>,
+    ) -> Result<Option<Published>, Error> {
         let uploaded = image::upload_image(
             self.rt.durable.as_ref(),
             self.key(),
@@ -119,12 +186,24 @@ impl Publisher {
             seq,
             &file,
             chain.head.clone(),
-            None,
+            log,
             self.rt.now_ms(),
         )
         .await;
         let _ = std::fs::remove_file(&file.path);
         let image = uploaded?.image_ref();
+        if let Some(mut tips) = tips {
+            let reached = tokio::time::timeout(
+                self.rt.store_deadline,
+                tips.wait_for(|tip| reaches(*tip, log)),
+            )
+            .await;
+            if !matches!(reached, Ok(Ok(_))) {
+                // The log did not reach the image's position (it failed, or the tenure ended):
+                // the head stays where the log can follow it.
+                return Err(self.fenced());
+            }
+        }
         // A tenure that ended meanwhile (a lapse after a commit ends it) publishes nothing more:
         // this image may hold a write its caller was told was fenced.
         if !self.cell.holds(self.rt.now_ms()) {
@@ -150,15 +229,23 @@ impl Publisher {
         }
         chain.head = Some(image.clone());
         chain.covers = chain.covers.max(commits);
-        Ok(Some(Published { image, taken_at_ms }))
+        chain.log = log;
+        Ok(Some(Published {
+            image,
+            taken_at_ms,
+            log,
+        }))
+    }
+
+    fn scratch_path(&self, seq: u64) -> PathBuf {
+        self.scratch
+            .join(format!("image-e{:08}-{seq:06}.tmp", self.cell.epoch))
     }
 
     /// Takes image `seq` into the scratch directory, off the async threads.
     async fn take(&self, seq: u64) -> Result<ImageFile, Error> {
         let db = self.db_path.clone();
-        let dest = self
-            .scratch
-            .join(format!("image-e{:08}-{seq:06}.tmp", self.cell.epoch));
+        let dest = self.scratch_path(seq);
         tokio::task::spawn_blocking(move || image::take_image(&db, &dest))
             .await
             .map_err(|e| Error::Closed(format!("image task failed: {e}")))?

@@ -188,6 +188,12 @@ pub(crate) enum Input {
         /// lapsed on the holder's clock, which a renewal may still revive).
         lease_gone: bool,
     },
+    /// A segment of the change log went out (it counts as an upload under way: a forget
+    /// raises the floor only once it is back).
+    Shipping,
+    /// A segment came back: `Ok` once its tip moved; an error stops the log and ends the tenure
+    /// (docs/guarantees.md, the change log).
+    Shipped(Result<(), Error>),
     /// An abandon was called.
     Abandon,
     /// A forget was called.
@@ -395,6 +401,8 @@ impl Tenure {
                 outcome,
                 lease_gone,
             } => self.published(commits, final_image, outcome, lease_gone, &mut fx),
+            Input::Shipping => self.uploads += 1,
+            Input::Shipped(outcome) => self.shipped(outcome, &mut fx),
             Input::Abandon => self.abandon(&mut fx),
             Input::Forget => self.forget(&mut fx),
             Input::LeaseLost => {
@@ -496,7 +504,10 @@ impl Tenure {
         match &outcome {
             Ok(published) => {
                 self.published = self.published.max(commits);
-                if let Some(Published { image, taken_at_ms }) = published {
+                if let Some(Published {
+                    image, taken_at_ms, ..
+                }) = published
+                {
                     fx.push(Effect::Emit(Event::SnapshotPublished {
                         key: self.key.clone(),
                         image: image.clone(),
@@ -537,6 +548,22 @@ impl Tenure {
                 epoch: self.epoch,
             }));
             self.lose(fx);
+        }
+        self.settle_forget(fx);
+    }
+
+    fn shipped(&mut self, outcome: Result<(), Error>, fx: &mut Vec<Effect>) {
+        self.uploads = self.uploads.saturating_sub(1);
+        if let Err(error) = outcome
+            && self.overtakable()
+        {
+            // The log cannot go on: nothing more may be acknowledged, the durable log is the
+            // authority at the next open.
+            fx.push(Effect::Emit(Event::Lost {
+                key: self.key.clone(),
+                epoch: self.epoch,
+            }));
+            self.lose_with(Err(error), fx);
         }
         self.settle_forget(fx);
     }

@@ -450,3 +450,39 @@ fn every_change_of_status_is_emitted_in_order_and_moves_forward() {
     use TenantStatus::*;
     assert_eq!(seen, [Draining, Flushing, Released]);
 }
+
+#[test]
+fn row_log_a_failed_segment_ends_the_tenure_and_fails_the_flush_waiting_for_it() {
+    let mut t = flushing();
+    t.on(Input::Shipping, Instant::now());
+    let unknown = Error::Unshipped {
+        key: "acme/t1".into(),
+        reason: "timeout".into(),
+    };
+    let fx = t.on(Input::Shipped(Err(unknown.clone())), Instant::now());
+    assert_eq!(t.status(), TenantStatus::Abandoned);
+    assert_eq!(reply(&fx, Waiter::Handoff), Some(Err(unknown)));
+    assert!(fx.contains(&Effect::EndTenure) && fx.contains(&Effect::CloseLedger));
+}
+
+#[test]
+fn row_log_a_forget_raises_the_floor_only_once_the_segment_in_flight_is_back() {
+    let mut t = serving(true);
+    t.on(Input::Shipping, Instant::now());
+    let fx = t.on(Input::Forget, Instant::now());
+    assert!(
+        !fx.contains(&Effect::MarkForgotten),
+        "a segment is in flight"
+    );
+    let fx = t.on(Input::Shipped(Ok(())), Instant::now());
+    assert!(fx.contains(&Effect::MarkForgotten));
+}
+
+#[test]
+fn row_log_a_shipped_segment_changes_nothing_else() {
+    let mut t = serving(true);
+    t.on(Input::Shipping, Instant::now());
+    let fx = t.on(Input::Shipped(Ok(())), Instant::now());
+    assert!(fx.is_empty());
+    assert_eq!(t.status(), TenantStatus::Serving);
+}

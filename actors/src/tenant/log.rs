@@ -1,0 +1,280 @@
+//! The tenant's change log (`Shipped` and `Async`): committed changes wait here, are cut into
+//! a segment at the next log position, and shipped one segment at a time — the segment put in
+//! the durable store, then the tip moved by compare-and-set in the lease store. Runs that
+//! commit while a segment is in flight form the next one (docs/guarantees.md, the change log).
+//!
+//! [`LogShip`] is the bookkeeping, run on the actor's thread; [`ship`] is the store calls of one
+//! segment, run as a future whose completion the actor feeds back.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use leasehold::durable::Put;
+use leasehold::layout::{LogPos, segment_key};
+use leasehold::lease::LeaseError;
+use leasehold::log::{Changes, Segment};
+use leasehold::{Error, LeaseKey};
+use tokio::sync::watch;
+
+use super::messages::Finisher;
+use crate::lease_actor::LeaseCell;
+use crate::runtime::Runtime;
+
+/// How many more times a tip move of unknown outcome (a timeout) is asked again: repeating a
+/// move that landed is recognised by the store, so the retry is safe.
+const TIP_RETRIES: u32 = 2;
+
+/// A segment cut and ready to go.
+pub(crate) struct Cut {
+    /// The tip it applies to.
+    pub(crate) from: Option<LogPos>,
+    /// Its position.
+    pub(crate) to: LogPos,
+    /// Its encoded bytes.
+    pub(crate) bytes: Vec<u8>,
+    /// The callers it answers.
+    pub(crate) callers: Vec<Finisher>,
+}
+
+/// Where the tenure's log stands.
+pub(crate) struct LogShip {
+    /// The tenant's key.
+    key: LeaseKey,
+    /// The tenure's epoch: the directory its segments go to.
+    epoch: u64,
+    /// The tip the lease store confirmed last (or the restore found).
+    tip: Option<LogPos>,
+    /// The segment in flight.
+    in_flight: Option<LogPos>,
+    /// Changes committed since the last cut.
+    pending: Option<Changes>,
+    /// Callers of batches since the last cut (answered when their changes are in the log).
+    waiting: Vec<Finisher>,
+    /// Sizes of the segments shipped since the newest image's position, oldest first.
+    since_image: VecDeque<(u64, u64)>,
+    /// The log position the newest image holds.
+    image_pos: Option<LogPos>,
+    /// Set once a segment failed: nothing more is cut, and every later caller is refused.
+    failed: Option<Error>,
+    /// Publishes the confirmed tip (an image may move the head only to a position at or below it).
+    tips: watch::Sender<Option<LogPos>>,
+}
+
+impl LogShip {
+    /// The log of the tenure of `key` at `epoch`, whose restore ended at `tip`, with the newest
+    /// image holding `image_pos`.
+    pub(crate) fn new(
+        key: LeaseKey,
+        epoch: u64,
+        tip: Option<LogPos>,
+        image_pos: Option<LogPos>,
+    ) -> Self {
+        let (tips, _) = watch::channel(tip);
+        Self {
+            key,
+            epoch,
+            tip,
+            in_flight: None,
+            pending: None,
+            waiting: Vec::new(),
+            since_image: VecDeque::new(),
+            image_pos,
+            failed: None,
+            tips,
+        }
+    }
+
+    /// A receiver of the confirmed tip.
+    pub(crate) fn tips(&self) -> watch::Receiver<Option<LogPos>> {
+        self.tips.subscribe()
+    }
+
+    /// The position of everything committed and cut: the segment in flight, else the tip. Only
+    /// meaningful when nothing is pending.
+    pub(crate) fn position(&self) -> Option<LogPos> {
+        self.in_flight.or(self.tip)
+    }
+
+    /// Whether changes wait to be cut.
+    pub(crate) fn has_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Whether everything committed is in the log (or the log failed): nothing in flight,
+    /// nothing pending, no caller waiting.
+    pub(crate) fn settled(&self) -> bool {
+        self.in_flight.is_none() && self.pending.is_none() && self.waiting.is_empty()
+    }
+
+    /// Why the log stopped, if it did.
+    pub(crate) fn failure(&self) -> Option<&Error> {
+        self.failed.as_ref()
+    }
+
+    /// Segments and bytes shipped since the newest image.
+    pub(crate) fn since_image(&self) -> (u64, u64) {
+        let bytes = self.since_image.iter().map(|(_, b)| b).sum();
+        (self.since_image.len() as u64, bytes)
+    }
+
+    /// The newest image now holds `pos`: segments up to it no longer count toward compaction.
+    pub(crate) fn image_at(&mut self, pos: Option<LogPos>) {
+        let Some(pos) = pos else { return };
+        if self.image_pos.is_some_and(|p| p.seq >= pos.seq) {
+            return;
+        }
+        self.image_pos = Some(pos);
+        while self
+            .since_image
+            .front()
+            .is_some_and(|(seq, _)| *seq <= pos.seq)
+        {
+            self.since_image.pop_front();
+        }
+    }
+
+    /// A batch committed: its changes (if it wrote any) join the pending ones, its callers wait
+    /// for them. A caller of a log that failed is refused at once.
+    pub(crate) fn add(&mut self, changes: Option<Changes>, callers: Vec<Finisher>) {
+        if let Some(error) = &self.failed {
+            for caller in callers {
+                caller(Err(error.clone()));
+            }
+            return;
+        }
+        if let Some(changes) = changes {
+            match self.pending.as_mut() {
+                Some(pending) => pending.merge(changes),
+                None => self.pending = Some(changes),
+            }
+        }
+        self.waiting.extend(callers);
+    }
+
+    /// The next segment to ship, if none is in flight and changes are pending. Callers whose
+    /// batches wrote nothing are answered here once everything before them is in the log.
+    pub(crate) fn cut(&mut self, created_at_ms: u64) -> Result<Option<Cut>, Error> {
+        if self.in_flight.is_some() || self.failed.is_some() {
+            return Ok(None);
+        }
+        let Some(changes) = self.pending.take() else {
+            for caller in self.waiting.drain(..) {
+                caller(Ok(()));
+            }
+            return Ok(None);
+        };
+        let to = LogPos {
+            epoch: self.epoch,
+            seq: self.tip.map_or(1, |t| t.seq + 1),
+        };
+        let segment = Segment::from_changes(&self.key, to, self.tip, changes, created_at_ms);
+        let bytes = segment.encode().map_err(Error::from)?;
+        self.in_flight = Some(to);
+        Ok(Some(Cut {
+            from: self.tip,
+            to,
+            bytes,
+            callers: std::mem::take(&mut self.waiting),
+        }))
+    }
+
+    /// The segment at `to` of `bytes` bytes came back. On success the tip is `to`; on failure
+    /// the log stops, and everyone waiting hears why.
+    pub(crate) fn shipped(
+        &mut self,
+        to: LogPos,
+        bytes: u64,
+        outcome: &Result<(), Error>,
+        callers: Vec<Finisher>,
+    ) {
+        self.in_flight = None;
+        match outcome {
+            Ok(()) => {
+                self.tip = Some(to);
+                self.since_image.push_back((to.seq, bytes));
+                self.tips.send_replace(self.tip);
+                for caller in callers {
+                    caller(Ok(()));
+                }
+            }
+            Err(error) => {
+                for caller in callers {
+                    caller(Err(error.clone()));
+                }
+                self.fail(Error::Unshipped {
+                    key: self.key.to_string(),
+                    reason: format!("an earlier segment ({to}) was not shipped: {error}"),
+                });
+            }
+        }
+    }
+
+    /// Stops the log: pending changes are never shipped, their callers hear `error`.
+    pub(crate) fn fail(&mut self, error: Error) {
+        self.pending = None;
+        for caller in self.waiting.drain(..) {
+            caller(Err(error.clone()));
+        }
+        if self.failed.is_none() {
+            self.failed = Some(error);
+        }
+    }
+}
+
+/// Ships one segment: put it under its key, then move the tip from `from` to `to`. `Ok` only
+/// when the lease store confirmed the tip: then the segment is the log's, whatever happens to
+/// this replica next. A refused move (the lease is gone) is `Fenced` and ends the cell; any
+/// other failure is [`Error::Unshipped`], whose outcome is unknown.
+pub(crate) async fn ship(
+    rt: Arc<Runtime>,
+    cell: Arc<LeaseCell>,
+    from: Option<LogPos>,
+    to: LogPos,
+    bytes: Vec<u8>,
+) -> Result<(), Error> {
+    let key = cell.key.clone();
+    let unshipped = |reason: String| Error::Unshipped {
+        key: key.to_string(),
+        reason,
+    };
+    let skey = segment_key(&key, to);
+    match rt.durable.put_if_absent(&skey, bytes.clone()).await {
+        Ok(Put::Created) => {}
+        Ok(Put::AlreadyExists) => {
+            // An earlier try of this very put may have landed (a retried request): the
+            // segment is ours only if it holds exactly these bytes.
+            let found = rt
+                .durable
+                .get(&skey)
+                .await
+                .map_err(|e| unshipped(e.to_string()))?;
+            if found.as_deref() != Some(bytes.as_slice()) {
+                return Err(unshipped(format!("{skey} already holds other bytes")));
+            }
+        }
+        Err(e) => return Err(unshipped(format!("put {skey}: {e}"))),
+    }
+    let mut tries = 0;
+    loop {
+        match rt
+            .leases
+            .move_tip(&key, rt.replica.as_str(), cell.epoch, from, to)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if e.outcome_unknown() && tries < TIP_RETRIES => tries += 1,
+            Err(LeaseError::NotHeld { .. }) if tries == 0 => {
+                cell.end();
+                return Err(Error::Fenced {
+                    key: key.to_string(),
+                });
+            }
+            Err(e @ LeaseError::NotHeld { .. }) => {
+                // An earlier try of this move may have landed before the lease went: unknown.
+                cell.end();
+                return Err(unshipped(format!("moving the tip to {to}: {e}")));
+            }
+            Err(e) => return Err(unshipped(format!("moving the tip to {to}: {e}"))),
+        }
+    }
+}
