@@ -64,6 +64,9 @@ pub enum BreakSwitch {
     SkipCommitCheck,
     /// Finish a handoff without its final image (breaks promise 2).
     SkipFinalImage,
+    /// With `Shipped`, acknowledge a batch before its segment is shipped and the tip moved
+    /// (breaks the RPO 0 of the change log).
+    AckBeforeTip,
 }
 
 impl BreakSwitch {
@@ -72,6 +75,7 @@ impl BreakSwitch {
         match self {
             BreakSwitch::SkipCommitCheck => "skip-commit-check",
             BreakSwitch::SkipFinalImage => "skip-final-image",
+            BreakSwitch::AckBeforeTip => "ack-before-tip",
         }
     }
 }
