@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -258,4 +259,109 @@ async fn async_acknowledges_at_commit_and_ships_every_period() {
     t.abandon().await.unwrap();
     let b = fleet.replica("b");
     assert_eq!(keys_of(&b.open().await).await.len(), 10);
+}
+
+fn is_segment(key: &str) -> bool {
+    key.ends_with(".seg")
+}
+
+#[actix_rt::test]
+async fn h1_shipped_a_write_during_the_flush_is_refused_and_every_acknowledged_write_is_in_the_log()
+{
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    insert(&t, "before-1").await.unwrap();
+    let (held, mut gate) = gated();
+    fleet.durable.before_next_put_matching(is_segment, held);
+    let in_flight = actix_rt::spawn({
+        let t = t.clone();
+        async move { insert(&t, "in-flight").await }
+    });
+    gate.reached().await;
+    let handoff = actix_rt::spawn({
+        let t = t.clone();
+        async move { t.handoff().await }
+    });
+    until_status(&t, TenantStatus::Flushing).await;
+    let late = insert(&t, "late").await;
+    assert!(
+        matches!(late, Err(ref e) if e.is_draining()),
+        "a write while the log settles is refused: {late:?}"
+    );
+    gate.open();
+    assert!(in_flight.await.unwrap().is_ok());
+    handoff.await.unwrap().unwrap();
+    let b = fleet.replica("b");
+    assert_eq!(keys_of(&b.open().await).await, ["before-1", "in-flight"]);
+}
+
+#[actix_rt::test]
+async fn h3_shipped_a_flush_whose_lease_lapsed_is_reported_failed_yet_the_log_keeps_every_acknowledged_write()
+ {
+    let fleet = Arc::new(Fleet::new().await);
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    let (held, mut gate) = gated();
+    fleet.durable.before_next_put_matching(is_segment, held);
+    let in_flight = actix_rt::spawn({
+        let t = t.clone();
+        async move { insert(&t, "k-2").await }
+    });
+    gate.reached().await;
+    let handoff = actix_rt::spawn({
+        let t = t.clone();
+        async move { t.handoff().await }
+    });
+    until_status(&t, TenantStatus::Flushing).await;
+    // The holder's lease runs out while the last segment ships: the store (on its own clock)
+    // still holds it, so the tip moves and the write is the log's.
+    if let Some(clock) = &a.clock {
+        clock.advance(TTL);
+    }
+    gate.open();
+    let written = in_flight.await.unwrap();
+    let outcome = handoff.await.unwrap();
+    assert!(
+        matches!(outcome, Err(ref e) if e.is_fenced()),
+        "got {outcome:?}"
+    );
+    assert!(!a.flushed(&key()).await, "nothing claims a flush");
+    fleet.advance(TTL + Duration::from_secs(1));
+    let b = fleet.replica("b");
+    let keys = keys_of(&b.open().await).await;
+    assert!(keys.contains(&"k-1".to_string()));
+    assert_eq!(
+        keys.contains(&"k-2".to_string()),
+        written.is_ok(),
+        "k-2 is in the log exactly when it was acknowledged: {written:?}"
+    );
+}
+
+#[actix_rt::test]
+async fn l2_shipped_a_local_commit_the_log_never_got_is_not_recovered_by_the_next_open() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    fleet.durable.set_down(true);
+    let refused = insert(&t, "k-2").await.unwrap_err();
+    assert!(refused.is_outcome_unknown(), "{refused:?}");
+    until_status(&t, TenantStatus::Abandoned).await;
+    fleet.durable.set_down(false);
+    let local = rusqlite::Connection::open(a.ledger_file()).unwrap();
+    let in_file: i64 = local
+        .query_row(
+            "SELECT count(*) FROM events WHERE idem_key = 'k-2'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(in_file, 1, "k-2 was committed locally");
+    drop(local);
+    fleet.advance(TTL + Duration::from_secs(1));
+    // The same node opens it again: the log, not the local file, is the authority.
+    let t2 = a.open().await;
+    assert_eq!(keys_of(&t2).await, ["k-1"]);
 }

@@ -93,7 +93,9 @@ impl TenantActor {
         }
         let outcome = match log.failure() {
             Some(error) => Err(error.clone()),
-            None if self.cell.is_ended() => Err(self.fenced()),
+            // Everything acknowledged is in the log; a flush still counts only while the lease
+            // holds, as with images (promise 2 in docs/guarantees.md).
+            None if !self.cell.holds(self.rt.now_ms()) => Err(self.fenced()),
             None => Ok(None),
         };
         if let Some(commits) = self.flush_wanted.take() {
