@@ -124,7 +124,8 @@ async fn arbitrary_sql_restores_byte_for_byte() {
 
 #[actix_rt::test]
 async fn a_segment_that_cannot_be_shipped_answers_an_unknown_outcome_and_ends_the_tenure() {
-    let fleet = Fleet::new().await;
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
     let a = fleet.replica_with("a", "a", |c| {
         c.store_deadline = Duration::from_millis(200);
     });
@@ -299,7 +300,8 @@ async fn h1_shipped_a_write_during_the_flush_is_refused_and_every_acknowledged_w
 #[actix_rt::test]
 async fn h3_shipped_a_flush_whose_lease_lapsed_is_reported_failed_yet_the_log_keeps_every_acknowledged_write()
  {
-    let fleet = Arc::new(Fleet::new().await);
+    let fleet = Arc::new(Fleet::with_store_clock().await);
+    fleet.assert_store_clock_is_manual();
     let a = fleet.replica("a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
@@ -341,7 +343,8 @@ async fn h3_shipped_a_flush_whose_lease_lapsed_is_reported_failed_yet_the_log_ke
 
 #[actix_rt::test]
 async fn l2_shipped_a_local_commit_the_log_never_got_is_not_recovered_by_the_next_open() {
-    let fleet = Fleet::new().await;
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
     let a = fleet.replica("a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
