@@ -368,3 +368,112 @@ async fn l2_shipped_a_local_commit_the_log_never_got_is_not_recovered_by_the_nex
     let t2 = a.open().await;
     assert_eq!(keys_of(&t2).await, ["k-1"]);
 }
+
+#[actix_rt::test]
+async fn retention_keeps_durable_bytes_to_the_images_of_the_window_and_the_segments_after_them() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        c.snapshot_every = Some(Duration::from_millis(10));
+        c.compaction.segments = 5;
+        c.retain = Duration::from_millis(1);
+    });
+    let t = a.open().await;
+    for i in 0..60 {
+        insert(&t, &format!("k{i}")).await.unwrap();
+    }
+    // Compaction and retention run in the background: wait for the bound to hold.
+    eventually(10_000, "retention to bound the log", || async {
+        let stored = fleet.stored_of_tenant().await;
+        let images = stored.iter().filter(|k| is_image(k)).count();
+        let segments = stored.iter().filter(|k| is_segment(k)).count();
+        (1..=2).contains(&images) && segments <= 3 * 5
+    })
+    .await;
+    t.abandon().await.unwrap();
+    let b = fleet.replica("b");
+    assert_eq!(keys_of(&b.open().await).await.len(), 60);
+}
+
+#[actix_rt::test]
+async fn p5_shipped_a_forget_erases_every_segment_also_one_whose_put_outlived_its_deadline() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        c.store_deadline = Duration::from_millis(300);
+    });
+    let t = a.open().await;
+    for i in 0..5 {
+        insert(&t, &format!("k{i}")).await.unwrap();
+    }
+    t.snapshot().await.unwrap();
+    fleet
+        .durable
+        .land_puts_late(is_segment, leasehold::testkit::LateLanding::Tracked);
+    let late = insert(&t, "late").await;
+    assert!(late.is_err(), "its put timed out: {late:?}");
+    fleet.durable.clear_late_puts();
+    until_status(&t, TenantStatus::Abandoned).await;
+    // The tenure ended with the late put still held; a new tenure forgets the tenant while it
+    // is held, and the put lands only then.
+    fleet.advance(TTL + Duration::from_secs(1));
+    let t2 = a.open().await;
+    let forget = actix_rt::spawn(t2.forget());
+    // The put lands only once the forget has had every chance to sweep without it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!forget.is_finished(), "the forget waits for the late put");
+    fleet.durable.release_late_puts();
+    within(5_000, "the forget", forget).await.unwrap().unwrap();
+    let stored = fleet.stored_of_tenant().await;
+    assert!(stored.is_empty(), "the forget left {stored:?}");
+}
+
+#[actix_rt::test]
+async fn cl7_a_live_tenant_is_restored_as_of_a_log_position_into_a_plain_file() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    insert(&t, "k1").await.unwrap();
+    insert(&t, "k2").await.unwrap();
+    t.snapshot().await.unwrap();
+    insert(&t, "k3").await.unwrap();
+    insert(&t, "k4").await.unwrap();
+    let record = fleet.leases.inner().read(&key()).await.unwrap().unwrap();
+    let tip = record.tip.unwrap();
+    let dest = fleet.dir.path().join("as-of.db");
+    let target = leasehold::layout::LogPos {
+        epoch: tip.epoch,
+        seq: tip.seq - 1,
+    };
+    let report = leasehold::log::restore_to(
+        fleet.durable.inner().as_ref(),
+        fleet.leases.inner().as_ref(),
+        &key(),
+        leasehold::log::Target::Position(target),
+        &dest,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.position, target);
+    let file = rusqlite::Connection::open(&dest).unwrap();
+    let keys: Vec<String> = file
+        .prepare("SELECT idem_key FROM events ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        keys,
+        ["k1", "k2", "k3"],
+        "the state one segment before the tip"
+    );
+    // It never overwrites.
+    let again = leasehold::log::restore_to(
+        fleet.durable.inner().as_ref(),
+        fleet.leases.inner().as_ref(),
+        &key(),
+        leasehold::log::Target::Position(target),
+        &dest,
+    )
+    .await;
+    assert!(again.is_err());
+}
