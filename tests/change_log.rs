@@ -477,3 +477,17 @@ async fn cl7_a_live_tenant_is_restored_as_of_a_log_position_into_a_plain_file() 
     .await;
     assert!(again.is_err());
 }
+
+#[actix_rt::test]
+async fn an_explicit_snapshot_after_quiet_ticks_still_takes_an_image_of_the_newest_writes() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        c.snapshot_every = Some(Duration::from_millis(5));
+    });
+    let t = a.open().await;
+    insert(&t, "k1").await.unwrap();
+    // Ticks pass without compaction being due.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let image = t.snapshot().await.unwrap();
+    assert!(image.is_some(), "an image of k1, not the (absent) old head");
+}
