@@ -152,15 +152,41 @@ pub struct Flag {
     pub detail: String,
 }
 
-/// The first published image the store watcher found holding a write.
+/// The first durable state the store watcher found holding a write: a published image, or the
+/// change log up to a tip the lease store confirmed.
 #[derive(Debug, Clone, Copy)]
 pub struct Cover {
+    /// An image (its epoch and number) or a log tip (its epoch and segment number).
+    pub kind: CoverKind,
     /// Its tenure.
     pub epoch: u64,
-    /// Its number in that tenure.
+    /// Its number in that tenure (an image), or in the tenant's log (a tip).
     pub seq: u64,
-    /// Driver time the watcher read the head that led to it.
+    /// Driver time the watcher read the head or tip that led to it.
     pub seen_at: u64,
+}
+
+/// What held a write, as the store watcher read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoverKind {
+    /// A published image (the head, or an image of its `base` chain).
+    Image,
+    /// The head image plus every segment up to the tip.
+    Log,
+}
+
+impl std::fmt::Display for Cover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (what, read) = match self.kind {
+            CoverKind::Image => ("the published image", "head"),
+            CoverKind::Log => ("the change log up to tip", "tip"),
+        };
+        write!(
+            f,
+            "{what} e{}/{} ({read} read at {})",
+            self.epoch, self.seq, self.seen_at
+        )
+    }
 }
 
 /// A handoff or close that did not flush (the checker asks whether a fault explains it).
@@ -223,7 +249,7 @@ pub struct Record {
     pub problems: Vec<String>,
     /// Findings from the stores and the driver (`head-moved-back`, erasure right after a forget).
     pub flags: Vec<Flag>,
-    /// Per tenant: idempotency key → the first published image found holding it.
+    /// Per tenant: idempotency key → the first published image (or log tip) found holding it.
     pub covered: HashMap<u32, HashMap<String, Cover>>,
     /// Per replica process: intervals `[from, to)` during which a fault impaired it (a kill has
     /// no end).
@@ -236,6 +262,8 @@ pub struct Record {
     pub closes: Vec<(String, u64, Vec<u32>)>,
     /// Published images the store watcher read.
     pub images_read: u64,
+    /// Log tips the store watcher restored (head image plus segments) and read.
+    pub tips_read: u64,
     /// Resource reports of replica processes that closed: `(replica, report)`.
     pub resources: Vec<(String, Resources)>,
 }
@@ -393,17 +421,17 @@ impl History {
         });
     }
 
-    /// Records the keys of a published image the store watcher read.
-    pub fn covered(&self, tenant: u32, epoch: u64, seq: u64, seen_at: u64, keys: Vec<String>) {
+    /// Records the keys of a published image, or of the log up to a tip, the store watcher
+    /// read (`cover` says which).
+    pub fn covered(&self, tenant: u32, cover: Cover, keys: Vec<String>) {
         let mut r = self.lock();
-        r.images_read += 1;
+        match cover.kind {
+            CoverKind::Image => r.images_read += 1,
+            CoverKind::Log => r.tips_read += 1,
+        }
         let covered = r.covered.entry(tenant).or_default();
         for key in keys {
-            covered.entry(key).or_insert(Cover {
-                epoch,
-                seq,
-                seen_at,
-            });
+            covered.entry(key).or_insert(cover);
         }
     }
 
