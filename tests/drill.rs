@@ -143,17 +143,21 @@ fn drill_on_a_fixed_seed_keeps_every_promise() {
     assert_eq!(count(summary, "lost_otherwise"), 0, "{summary}");
     assert_eq!(count(summary, "lost_within_tail"), 0, "{summary}");
     assert_eq!(count(summary, "tail_bound_ms"), 0, "{summary}");
-    // The run did what it is for: writes acknowledged, faults injected, images and log tips
-    // read from the stores, graceful leaves judged.
+    // The run did what it is for: writes acknowledged, faults injected, log tips read from the
+    // stores, graceful leaves judged.
     // (Each write waits for its segment and the tip's move: fewer than on `Images`, and fewer
     // on a loaded host; 860 on a host running three other builds.)
     assert!(count(summary, "acked") > 300, "{summary}");
     let faults: u64 = FAULT_KINDS.iter().map(|k| count(summary, k)).sum();
     assert!(faults >= 5, "only {faults} faults injected: {summary}");
-    for kind in ["kill", "partition", "pause", "kill-upload", "store"] {
+    // (`kill-upload` comes fourth in the first round, but finds no owner on some runs: it is
+    // pinned on its own by `drill_on_shipped_a_kill_mid_upload_loses_nothing`.)
+    for kind in ["kill", "partition", "pause", "store"] {
         assert!(count(summary, kind) > 0, "no {kind} fault: {summary}");
     }
-    assert!(count(summary, "images_read") > 0, "{summary}");
+    // With a change log the only images are compaction's (every 64 segments of a tenure in the
+    // drill): the faults end most tenures before that, so `images_read` may be 0; the log is
+    // what the store watcher must have read.
     assert!(count(summary, "tips_read") > 0, "{summary}");
     assert!(count(summary, "graceful") > 0, "{summary}");
     assert!(count(summary, "closed") > 0, "{summary}");
@@ -345,6 +349,19 @@ fn drill_catches_a_build_that_skips_the_final_image() {
         "the writes a handoff lost are named: {}",
         summary(&output)
     );
+}
+
+/// The control of the next test: the same seed and faults without the switch lose nothing on
+/// `Shipped`, though the owner is killed while its segments wait on slowed puts.
+#[test]
+fn drill_on_shipped_a_kill_mid_upload_loses_nothing() {
+    let (code, output) = drill(&["--seed", "7", "--seconds", "8", "--faults", "kill-upload"]);
+    let summary = summary(&output);
+    assert!(count(summary, "kill-upload") > 0, "{summary}");
+    assert!(count(summary, "acked") > 0, "{summary}");
+    assert_eq!(count(summary, "lost_otherwise"), 0, "{summary}");
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
 }
 
 /// With `Shipped`, a build that acknowledges a batch at its local commit, before its segment is
