@@ -4,7 +4,9 @@
 //! checker to name the broken promise and the drill to exit non-zero. One more runs on the
 //! fleet backends (`--backend postgres-s3`, issue #4): it needs the `postgres` and `s3` features
 //! and the servers `scripts/test.sh` starts, and fails without them; the others run on the
-//! default backend (a lease file and a durable directory).
+//! default backend (a lease file and a durable directory). The replicas run on the runtime's
+//! default durability, `Shipped` (no acknowledged write may be lost), unless a test passes
+//! `--durability async|images` (docs/testing.md, the process drill's loss rules).
 //!
 //! The example is built with the cargo running these tests (`cargo build --example drill` with
 //! this package's features, a no-op when `cargo test` built it already), then run from

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::protocol::{Answer, Line, is_definite_refusal, now_ms};
+pub use crate::watcher::{Cover, CoverKind};
 
 /// The impairment key of a fault that may impair every replica (a process stopped while it holds
 /// the shared lease store's lock).
@@ -150,43 +151,6 @@ pub struct Flag {
     pub at: u64,
     /// What exactly.
     pub detail: String,
-}
-
-/// The first durable state the store watcher found holding a write: a published image, or the
-/// change log up to a tip the lease store confirmed.
-#[derive(Debug, Clone, Copy)]
-pub struct Cover {
-    /// An image (its epoch and number) or a log tip (its epoch and segment number).
-    pub kind: CoverKind,
-    /// Its tenure.
-    pub epoch: u64,
-    /// Its number in that tenure (an image), or in the tenant's log (a tip).
-    pub seq: u64,
-    /// Driver time the watcher read the head or tip that led to it.
-    pub seen_at: u64,
-}
-
-/// What held a write, as the store watcher read it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CoverKind {
-    /// A published image (the head, or an image of its `base` chain).
-    Image,
-    /// The head image plus every segment up to the tip.
-    Log,
-}
-
-impl std::fmt::Display for Cover {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (what, read) = match self.kind {
-            CoverKind::Image => ("the published image", "head"),
-            CoverKind::Log => ("the change log up to tip", "tip"),
-        };
-        write!(
-            f,
-            "{what} e{}/{} ({read} read at {})",
-            self.epoch, self.seq, self.seen_at
-        )
-    }
 }
 
 /// A handoff or close that did not flush (the checker asks whether a fault explains it).

@@ -38,7 +38,7 @@ use leasehold::layout::{ImageRef, image_key, manifest_key};
 use leasehold::lease::LeaseRecord;
 
 use crate::backend::Stores;
-use crate::history::{Cover, CoverKind, History};
+use crate::history::History;
 use crate::protocol::{self, now_ms};
 
 /// How often every head is read.
@@ -263,4 +263,41 @@ fn keys_of_file(path: &std::path::Path) -> Result<Vec<String>, String> {
         .map_err(|e| e.to_string())?;
     rows.collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())
+}
+
+/// The first durable state the store watcher found holding a write: a published image, or the
+/// change log up to a tip the lease store confirmed.
+#[derive(Debug, Clone, Copy)]
+pub struct Cover {
+    /// An image (its epoch and number) or a log tip (its epoch and segment number).
+    pub kind: CoverKind,
+    /// Its tenure.
+    pub epoch: u64,
+    /// Its number in that tenure (an image), or in the tenant's log (a tip).
+    pub seq: u64,
+    /// Driver time the watcher read the head or tip that led to it.
+    pub seen_at: u64,
+}
+
+/// What held a write, as the store watcher read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoverKind {
+    /// A published image (the head, or an image of its `base` chain).
+    Image,
+    /// The head image plus every segment up to the tip.
+    Log,
+}
+
+impl std::fmt::Display for Cover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (what, read) = match self.kind {
+            CoverKind::Image => ("the published image", "head"),
+            CoverKind::Log => ("the change log up to tip", "tip"),
+        };
+        write!(
+            f,
+            "{what} e{}/{} ({read} read at {})",
+            self.epoch, self.seq, self.seen_at
+        )
+    }
 }
