@@ -4,7 +4,9 @@
 //! checker to name the broken promise and the drill to exit non-zero. One more runs on the
 //! fleet backends (`--backend postgres-s3`, issue #4): it needs the `postgres` and `s3` features
 //! and the servers `scripts/test.sh` starts, and fails without them; the others run on the
-//! default backend (a lease file and a durable directory).
+//! default backend (a lease file and a durable directory). The replicas run on the runtime's
+//! default durability, `Shipped` (no acknowledged write may be lost), unless a test passes
+//! `--durability async|images` (docs/testing.md, the process drill's loss rules).
 //!
 //! The example is built with the cargo running these tests (`cargo build --example drill` with
 //! this package's features, a no-op when `cargo test` built it already), then run from
@@ -129,29 +131,74 @@ const FAULT_KINDS: [&str; 8] = [
     "restart",
 ];
 
+/// On the runtime's default, `Shipped` (RPO 0), a fixed seed keeps every promise and loses no
+/// acknowledged write at all: the declared tail is 0 (`lost-acknowledged`, docs/testing.md),
+/// through SIGKILL under load and mid-upload, SIGSTOP past the lease, a partition and a store
+/// stall — the seed's first round is partition, kill, pause, kill-upload, store.
 #[test]
 fn drill_on_a_fixed_seed_keeps_every_promise() {
-    let (code, output) = drill(&["--seed", "20260405", "--seconds", "20"]);
+    let (code, output) = drill(&["--seed", "20260438", "--seconds", "20"]);
     let summary = summary(&output);
     assert_eq!(code, Some(0), "the drill failed: {summary}");
+    assert!(summary.contains("durability=shipped"), "{summary}");
     assert_eq!(count(summary, "violations"), 0, "{summary}");
     assert_eq!(count(summary, "lost_otherwise"), 0, "{summary}");
-    // The run did what it is for: writes acknowledged, faults injected, images read from the
-    // stores, graceful leaves judged, the crash tail within its bound.
-    assert!(count(summary, "acked") > 1_000, "{summary}");
+    assert_eq!(count(summary, "lost_within_tail"), 0, "{summary}");
+    assert_eq!(count(summary, "tail_bound_ms"), 0, "{summary}");
+    // The run did what it is for: writes acknowledged, faults injected, log tips read from the
+    // stores, graceful leaves judged.
+    // (Each write waits for its segment and the tip's move: fewer than on `Images`, and fewer
+    // on a loaded host; 860 on a host running three other builds.)
+    assert!(count(summary, "acked") > 300, "{summary}");
     let faults: u64 = FAULT_KINDS.iter().map(|k| count(summary, k)).sum();
-    assert!(faults >= 4, "only {faults} faults injected: {summary}");
-    // The seed's first round starts kill, partition, store, pause.
-    for kind in ["kill", "partition", "pause"] {
+    assert!(faults >= 5, "only {faults} faults injected: {summary}");
+    // (`kill-upload` comes fourth in the first round, but finds no owner on some runs: it is
+    // pinned on its own by `drill_on_shipped_a_kill_mid_upload_loses_nothing`.)
+    for kind in ["kill", "partition", "pause", "store"] {
         assert!(count(summary, kind) > 0, "no {kind} fault: {summary}");
     }
-    assert!(count(summary, "images_read") > 0, "{summary}");
+    // With a change log the only images are compaction's (every 64 segments of a tenure in the
+    // drill): the faults end most tenures before that, so `images_read` may be 0; the log is
+    // what the store watcher must have read.
+    assert!(count(summary, "tips_read") > 0, "{summary}");
     assert!(count(summary, "graceful") > 0, "{summary}");
     assert!(count(summary, "closed") > 0, "{summary}");
+}
+
+/// `Async` acknowledges at the local commit and ships every `every` (here 500 ms): a crash may
+/// lose the writes of about one period, and no more. SIGKILL under load and mid-upload; the
+/// checker fails a loss older than `every` + one store deadline + slack (`lost-beyond-tail`)
+/// or one the log already held at a tip the store watcher read (`lost-after-publish`).
+#[test]
+fn drill_async_loses_no_more_than_its_period() {
+    let (code, output) = drill(&[
+        "--seed",
+        "11",
+        "--seconds",
+        "10",
+        "--faults",
+        "kill,kill-upload",
+        "--durability",
+        "async",
+        "--async-every-ms",
+        "500",
+    ]);
+    let summary = summary(&output);
+    assert!(summary.contains("durability=async/500ms"), "{summary}");
+    assert!(
+        count(summary, "kill") + count(summary, "kill-upload") > 0,
+        "{summary}"
+    );
+    assert!(count(summary, "acked") > 0, "{summary}");
+    assert!(count(summary, "tips_read") > 0, "{summary}");
+    // 500 ms + the 1 s store deadline + 500 ms of slack.
+    assert_eq!(count(summary, "tail_bound_ms"), 2_000, "{summary}");
     assert!(
         count(summary, "tail_max_ms") <= count(summary, "tail_bound_ms"),
         "{summary}"
     );
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
 }
 
 /// After its close and the drop of its supervisor, a replica process must hold no more threads
@@ -185,7 +232,8 @@ fn drill_replicas_hold_nothing_after_close() {
 
 /// A crash late in a long drain (the `drain-kill` fault: writes through a ticket while a handoff
 /// drains, SIGKILL 2.5–2.8 s into a 3 s drain) loses no more than the declared crash tail
-/// (docs/guarantees.md, promise 3): the checker's tail bound fails the run otherwise. The
+/// (docs/guarantees.md, promise 3): the checker's tail bound fails the run otherwise. On the
+/// default `Shipped` that tail is 0: nothing acknowledged through the ticket may be lost. The
 /// Before snapshots ran while draining (hole 4), this seed lost writes acknowledged ~3 s before
 /// the crash (`lost-beyond-tail`, tail bound 2,000 ms).
 #[test]
@@ -252,6 +300,12 @@ fn drill_a_close_refuses_or_hands_off_an_open_under_way() {
     assert_eq!(code, Some(0), "the drill failed: {summary}");
 }
 
+/// A zombie that commits without checking its lease (`skip-commit-check`) acknowledges writes
+/// after its successor acquired (`ack-after-successor`, promise 1). Run on `Async`, which
+/// acknowledges at the local commit as `Images` does: with `Shipped` the same zombie's writes
+/// are refused anyway (`LEASEHOLD_FENCED`), because the tip's compare-and-set for the live
+/// tenure is a second fence (docs/guarantees.md, the change log), so the switch breaks nothing
+/// there.
 #[test]
 fn drill_catches_a_build_that_skips_the_commit_check() {
     let (code, output) = drill(&[
@@ -263,6 +317,8 @@ fn drill_catches_a_build_that_skips_the_commit_check() {
         "pause,partition",
         "--break",
         "skip-commit-check",
+        "--durability",
+        "async",
     ]);
     assert_eq!(code, Some(1), "{}", summary(&output));
     assert!(
@@ -272,6 +328,9 @@ fn drill_catches_a_build_that_skips_the_commit_check() {
     );
 }
 
+/// A handoff reported flushed without its final image loses the tenure's last writes
+/// (`lost-after-handoff`, promise 2). Only `Images` has a final image (with a change log a
+/// handoff ships the log and publishes none), so the run is on `--durability images`.
 #[test]
 fn drill_catches_a_build_that_skips_the_final_image() {
     let (code, output) = drill(&[
@@ -283,6 +342,8 @@ fn drill_catches_a_build_that_skips_the_final_image() {
         "handoff",
         "--break",
         "skip-final-image",
+        "--durability",
+        "images",
     ]);
     assert_eq!(code, Some(1), "{}", summary(&output));
     assert!(
@@ -290,6 +351,45 @@ fn drill_catches_a_build_that_skips_the_final_image() {
         "the writes a handoff lost are named: {}",
         summary(&output)
     );
+}
+
+/// The control of the next test: the same seed and faults without the switch lose nothing on
+/// `Shipped`, though the owner is killed while its segments wait on slowed puts.
+#[test]
+fn drill_on_shipped_a_kill_mid_upload_loses_nothing() {
+    let (code, output) = drill(&["--seed", "7", "--seconds", "8", "--faults", "kill-upload"]);
+    let summary = summary(&output);
+    assert!(count(summary, "kill-upload") > 0, "{summary}");
+    assert!(count(summary, "acked") > 0, "{summary}");
+    assert_eq!(count(summary, "lost_otherwise"), 0, "{summary}");
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
+}
+
+/// With `Shipped`, a build that acknowledges a batch at its local commit, before its segment is
+/// put and the tip moved (`ack-before-tip`), loses acknowledged writes to a SIGKILL while
+/// segments are in flight: `kill-upload` slows the owner's puts (segments too) by 300–800 ms and
+/// kills it mid-upload. The checker names them (`lost-acknowledged`, declared tail 0).
+#[test]
+fn drill_catches_a_build_that_acks_before_the_tip() {
+    let (code, output) = drill(&[
+        "--seed",
+        "7",
+        "--seconds",
+        "8",
+        "--faults",
+        "kill-upload",
+        "--break",
+        "ack-before-tip",
+    ]);
+    let summary = summary(&output);
+    assert!(count(summary, "kill-upload") > 0, "{summary}");
+    assert_eq!(code, Some(1), "{summary}");
+    assert!(
+        output.contains("VIOLATION lost-acknowledged"),
+        "the acknowledged writes a crash lost are named: {summary}"
+    );
+    assert!(count(summary, "lost_otherwise") > 0, "{summary}");
 }
 
 #[test]

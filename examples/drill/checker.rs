@@ -3,11 +3,13 @@
 //!
 //! | rule                        | promise | flagged when                                                                          |
 //! | --------------------------- | ------- | ------------------------------------------------------------------------------------- |
-//! | `lost-after-handoff`        | 2       | an acknowledged write of a tenure that ended in a flushed handoff is missing           |
-//! | `lost-after-publish`        | 2, 3    | a missing acknowledged write is in an image the store watcher found published (a head, or the `base` chain behind one) |
-//! | `lost-beyond-tail`          | 3       | a missing acknowledged write of a crashed or cut-off tenure, in no published image, whose tenure could publish for longer than `snapshot_every` + one publish + slack after it was acknowledged ([`crate::store_rules`]) |
+//! | `lost-acknowledged`         | 3, log  | `--durability shipped` (RPO 0, declared tail 0): any acknowledged write of an epoch above the floor is missing, whatever the fault |
+//! | `lost-after-handoff`        | 2       | `async`, `images`: an acknowledged write of a tenure that ended in a flushed handoff is missing |
+//! | `lost-after-publish`        | 2, 3    | `async`, `images`: a missing acknowledged write is in an image the store watcher found published (a head, or the `base` chain behind one), or in the log up to a tip it read |
+//! | `lost-beyond-tail`          | 3       | `async`, `images`: a missing acknowledged write of a crashed or cut-off tenure, held by no image or tip read, whose tenure could ship or publish for longer than the mode's bound after it was acknowledged (`images`: `snapshot_every` + one publish + slack; `async`: `every` + one store deadline + slack; [`crate::store_rules::LossRules`]) |
 //! | `graceful-not-flushed`      | 2       | a handoff or close did not flush, or a close returned while a tenure granted to that process had not ended and was not named unflushed — and no fault touched that replica during the tenure |
 //! | `head-moved-back`           | 3       | the store watcher read a head older than one it had read before                       |
+//! | `tip-moved-back`            | log     | the store watcher read a log tip below one it had read before under the same floor    |
 //! | `ack-after-successor`       | 1       | a write ran (`run_at`, before its commit) after a later tenure's lease was surely acquired |
 //! | `forgotten-object-left`     | 5       | a durable object of an epoch at or below the tenant's floor is left: listed right after the forget returned, again a little later (a late put), and at the end |
 //! | `forgotten-local-file-left` | 5       | a state root keeps the tenant's directory and that root's last tenure of it is at or below the floor (right after the forget: the forgetting replica's root; at the end: every root) |
@@ -16,9 +18,13 @@
 //! | `refused-write-present`     | 1       | a write refused with a definite error (fenced, draining, …) is read back              |
 //! | `leak`                      | —       | a replica process that closed and dropped its supervisor holds more threads or file descriptors than before it started (fails the run only with `--fail-on-leak`) |
 //!
-//! Which image covers a write is read from the stores (the heads of the lease store and the
-//! images and manifests of the durable store, by [`crate::watcher`]), never from the runtime's
-//! `snapshot_published` events. A missing write in no published image, of a tenure that did not
+//! ("log": docs/guarantees.md, the change log.) A write answered `LEASEHOLD_UNSHIPPED` (its
+//! segment did not reach the log in time) has an unknown outcome, like a timeout: it may be read
+//! back or not.
+//!
+//! Which image or tip covers a write is read from the stores (the heads and tips of the lease
+//! store, the images, manifests and segments of the durable store, by [`crate::watcher`]), never
+//! from the runtime's `snapshot_published` events. A missing write in no published image, of a tenure that did not
 //! end in a flushed handoff, is "lost within the declared tail" when its time bound holds:
 //! allowed, counted, and the longest such tail is reported against the bound.
 //!
@@ -57,8 +63,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::finale::Final;
 use crate::history::{Outcome, Record, Tenure, WriteOp};
-use crate::protocol::{self, now_ms};
-use crate::store_rules;
+use crate::protocol::{self, Mode, now_ms};
+use crate::store_rules::{self, LossRules};
 
 /// One broken promise.
 #[derive(Debug, Clone)]
@@ -107,8 +113,10 @@ pub struct Report {
     pub unattributed_local_dirs: u64,
     /// The longest crash tail seen: of the writes lost in no published image, how long the
     /// oldest one's tenure could still publish after acknowledging it, in ms
-    /// ([`store_rules::unimpaired_ms`]). Failed past [`store_rules::TAIL_BOUND_MS`].
+    /// ([`store_rules::unimpaired_ms`]). Failed past [`Report::tail_bound_ms`].
     pub max_tail_ms: u64,
+    /// The declared tail of the run's mode ([`LossRules`]): 0 with `Shipped`.
+    pub tail_bound_ms: u64,
     /// Handoffs and closes that did not flush with a fault to explain it.
     pub graceful_explained: u64,
     /// Replica processes that reported their resources after a close.
@@ -195,16 +203,28 @@ impl Successors {
     }
 }
 
-/// Judges `rec` against `fin`.
-pub fn evaluate(rec: &Record, fin: &Final, tolerance: Tolerance) -> Report {
+/// How a tenure ended, for a violation's text.
+fn ending(tenure: Option<&Tenure>) -> &'static str {
+    match tenure {
+        None => "is known only from its writes",
+        Some(t) if t.forgotten.is_some() => "was forgotten",
+        Some(t) if t.graceful() => "ended in a flushed handoff",
+        Some(t) if t.lost || t.released.is_some() => "lost its lease",
+        Some(_) => "crashed or was cut off",
+    }
+}
+
+/// Judges `rec` against `fin`, losses by `rules`.
+pub fn evaluate(rec: &Record, fin: &Final, tolerance: Tolerance, rules: LossRules) -> Report {
     let mut report = Report {
         endings: endings(rec),
+        tail_bound_ms: rules.bound_ms,
         ..Report::default()
     };
     let successors = Successors::new(&rec.tenures);
     for op in &rec.writes {
         match &op.outcome {
-            Outcome::Ok { .. } => check_acked(rec, fin, &successors, op, &mut report),
+            Outcome::Ok { .. } => check_acked(rec, fin, &successors, op, rules, &mut report),
             Outcome::Fail { code } => {
                 report.refused += 1;
                 if present(fin, op) == Some(true) {
@@ -263,7 +283,14 @@ fn describe(op: &WriteOp) -> String {
     )
 }
 
-fn check_acked(rec: &Record, fin: &Final, succ: &Successors, op: &WriteOp, report: &mut Report) {
+fn check_acked(
+    rec: &Record,
+    fin: &Final,
+    succ: &Successors,
+    op: &WriteOp,
+    rules: LossRules,
+    report: &mut Report,
+) {
     let Outcome::Ok {
         epoch,
         run_at,
@@ -313,6 +340,29 @@ fn check_acked(rec: &Record, fin: &Final, succ: &Successors, op: &WriteOp, repor
         return;
     }
     let tenure = rec.tenures.get(&(tenant, epoch));
+    // Which image or tip held it: from the stores (the watcher), never from the runtime's events.
+    let cover = rec.covered.get(&tenant).and_then(|c| c.get(&op.key));
+    let successor = succ.of(tenant, epoch, &rec.tenures).map(|(_, hi)| hi);
+    let end = store_rules::tenure_end(tenure, successor, now_ms());
+    let tail = store_rules::unimpaired_ms(rec, &op.replica, ack_at, end);
+    if rules.mode == Mode::Shipped {
+        // RPO 0: the declared tail is 0, whatever the fault.
+        report.lost_otherwise += 1;
+        report.max_tail_ms = report.max_tail_ms.max(tail);
+        let held = cover.map_or(String::new(), |c| format!(" though {c} held it"));
+        report.violations.push(Violation {
+            rule: "lost-acknowledged",
+            tenant: Some(tenant),
+            at: ack_at,
+            detail: format!(
+                "{} is missing{held}; with Shipped nothing acknowledged may be lost (epoch \
+                 {epoch} {}, {tail} ms after the acknowledgement outside any fault)",
+                describe(op),
+                ending(tenure),
+            ),
+        });
+        return;
+    }
     if tenure.is_some_and(Tenure::graceful) {
         report.lost_otherwise += 1;
         report.violations.push(Violation {
@@ -326,37 +376,29 @@ fn check_acked(rec: &Record, fin: &Final, succ: &Successors, op: &WriteOp, repor
         });
         return;
     }
-    // Which image held it: from the stores (the watcher), never from the runtime's events.
-    if let Some(cover) = rec.covered.get(&tenant).and_then(|c| c.get(&op.key)) {
+    if let Some(cover) = cover {
         report.lost_otherwise += 1;
         report.violations.push(Violation {
             rule: "lost-after-publish",
             tenant: Some(tenant),
             at: ack_at,
-            detail: format!(
-                "{} is missing though the published image e{}/{} held it (head read at {})",
-                describe(op),
-                cover.epoch,
-                cover.seq,
-                cover.seen_at
-            ),
+            detail: format!("{} is missing though {cover} held it", describe(op)),
         });
         return;
     }
-    let successor = succ.of(tenant, epoch, &rec.tenures).map(|(_, hi)| hi);
-    let end = store_rules::tenure_end(tenure, successor, now_ms());
-    let tail = store_rules::unimpaired_ms(rec, &op.replica, ack_at, end);
-    if tail > store_rules::TAIL_BOUND_MS {
+    if tail > rules.bound_ms {
         report.lost_otherwise += 1;
         report.violations.push(Violation {
             rule: "lost-beyond-tail",
             tenant: Some(tenant),
             at: ack_at,
             detail: format!(
-                "{} is in no published image, yet epoch {epoch} could publish for {tail} ms \
-                 after it was acknowledged (bound {} ms; the tenure ended by {end})",
+                "{} is in no published image nor shipped segment, yet epoch {epoch} could \
+                 publish or ship for {tail} ms after it was acknowledged (bound {} ms, \
+                 --durability {}; the tenure ended by {end})",
                 describe(op),
-                store_rules::TAIL_BOUND_MS
+                rules.bound_ms,
+                rules.mode.as_arg(),
             ),
         });
         return;

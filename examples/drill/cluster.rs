@@ -65,6 +65,10 @@ pub struct Spawn {
     pub tenants: u32,
     /// Deliberate bugs to switch on.
     pub breakage: Vec<BreakSwitch>,
+    /// How acknowledged writes are kept beyond the replica.
+    pub mode: crate::protocol::Mode,
+    /// With `Async`: how often changes are shipped, in ms.
+    pub async_every_ms: u64,
     /// Its slot, `None` for the final checker.
     pub slot: Option<usize>,
     /// How many times this slot was started before.
@@ -108,7 +112,11 @@ impl Proc {
             .arg("--root")
             .arg(&spec.root)
             .arg("--tenants")
-            .arg(spec.tenants.to_string());
+            .arg(spec.tenants.to_string())
+            .arg("--durability")
+            .arg(spec.mode.as_arg())
+            .arg("--async-every-ms")
+            .arg(spec.async_every_ms.to_string());
         for switch in &spec.breakage {
             cmd.arg("--break").arg(switch.as_arg());
         }

@@ -22,8 +22,8 @@ use crate::cluster::{BoxError, Cluster, Spawn};
 use crate::faults::{self, FaultKind};
 use crate::finale::{self, Final};
 use crate::history::{History, Record};
-use crate::protocol::now_ms;
-use crate::store_rules::TAIL_BOUND_MS;
+use crate::protocol::{Mode, now_ms};
+use crate::store_rules::LossRules;
 use crate::{clients, rng::Rng, watcher};
 
 /// Options of a drill run.
@@ -69,6 +69,15 @@ pub struct DriveArgs {
     /// servers `scripts/with-servers.sh` starts; needs the `postgres` and `s3` features).
     #[arg(long, value_enum, default_value_t = Backend::SqliteDir)]
     pub backend: Backend,
+    /// How the replicas keep acknowledged writes beyond themselves: `shipped` (the runtime's
+    /// default, RPO 0: no acknowledged write may be lost), `async` (losses within
+    /// `--async-every-ms` + one store deadline + slack) or `images` (losses within the
+    /// snapshot tail). The checker's loss rules follow (docs/testing.md, process drill).
+    #[arg(long, value_enum, default_value_t = Mode::Shipped)]
+    pub durability: Mode,
+    /// With `--durability async`: how often the replicas ship their changes, in ms.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub async_every_ms: u64,
 }
 
 /// A known gap of the runtime the checker may report without failing.
@@ -96,9 +105,10 @@ pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
     let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
     let broken: Vec<&str> = args.breakage.iter().map(|b| b.as_arg()).collect();
     println!(
-        "drill: seed={seed} backend={} seconds={} replicas={} tenants={} clients={} faults={} \
-         break={} (rerun: --seed {seed})",
+        "drill: seed={seed} backend={} durability={} seconds={} replicas={} tenants={} clients={} \
+         faults={} break={} (rerun: --seed {seed})",
         args.backend.as_arg(),
+        durability_text(&args),
         args.seconds,
         args.replicas,
         args.tenants,
@@ -138,6 +148,8 @@ pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
         root: PathBuf::new(),
         tenants: args.tenants,
         breakage: args.breakage.clone(),
+        mode: args.durability,
+        async_every_ms: args.async_every_ms,
         slot: None,
         generation: 0,
     };
@@ -253,13 +265,22 @@ async fn progress(cluster: Arc<Cluster>, end_ms: u64) {
     }
 }
 
+/// The durability mode as printed: `shipped`, `async/<every>ms`, `images`.
+fn durability_text(args: &DriveArgs) -> String {
+    match args.durability {
+        Mode::Async => format!("async/{}ms", args.async_every_ms),
+        mode => mode.as_arg().to_string(),
+    }
+}
+
 /// Runs the checker, prints violations and the summary line; returns the exit code.
 fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &History) -> u8 {
     let tolerance = Tolerance {
         stale_local_copy: args.tolerate.contains(&KnownGap::StaleLocalCopy),
         fail_on_leak: args.fail_on_leak,
     };
-    let report = checker::evaluate(record, fin, tolerance);
+    let rules = LossRules::of(args.durability, args.async_every_ms);
+    let report = checker::evaluate(record, fin, tolerance, rules);
     let mut shown: std::collections::HashMap<&str, usize> = Default::default();
     for v in &report.violations {
         let n = shown.entry(v.rule).or_default();
@@ -326,10 +347,11 @@ fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, 
     rules.sort_unstable();
     rules.dedup();
     println!(
-        "drill summary: seed={seed} seconds={} faults[{}] acked={} refused={} unknown={} \
-         forgotten={} lost_within_tail={} lost_otherwise={} tail_max_ms={} tail_bound_ms={} \
-         images_read={} graceful={} closed={} leaks={} violations={}{} tolerated={} \
-         elapsed={:.1}s",
+        "drill summary: seed={seed} durability={} seconds={} faults[{}] acked={} refused={} \
+         unknown={} forgotten={} lost_within_tail={} lost_otherwise={} tail_max_ms={} \
+         tail_bound_ms={} images_read={} tips_read={} graceful={} closed={} leaks={} \
+         violations={}{} tolerated={} elapsed={:.1}s",
+        durability_text(args),
         args.seconds,
         faults.join(" "),
         report.acked,
@@ -339,8 +361,9 @@ fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, 
         report.lost_within_tail,
         report.lost_otherwise,
         report.max_tail_ms,
-        TAIL_BOUND_MS,
+        report.tail_bound_ms,
         record.images_read,
+        record.tips_read,
         record.graceful_asked,
         report.closed_replicas,
         report.leaks,

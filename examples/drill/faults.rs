@@ -13,7 +13,7 @@
 //! | `store`         | a replica's durable store fails or stalls every put for a while (a handoff may try meanwhile) |
 //! | `restart`       | close a replica gracefully and start it again on the same state root      |
 //! | `drain-kill`    | writes through a ticket while a handoff drains; SIGKILL late in the drain (`crate::opt_in`) |
-//! | `forget-late-put` | the owner's puts land late (after their deadline); a snapshot times out; forget at once (`crate::opt_in`) |
+//! | `forget-late-put` | the owner's image puts land late (after their deadline); a snapshot times out; forget at once (`crate::opt_in`) |
 //! | `close-during-open` | a tenant handed off is opened on another replica and that replica closed at once (`crate::opt_in`) |
 //!
 //! A paused replica's renewals are held across the pause (the store deadline ends each one), so

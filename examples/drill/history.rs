@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::protocol::{Answer, Line, is_definite_refusal, now_ms};
+pub use crate::watcher::{Cover, CoverKind};
 
 /// The impairment key of a fault that may impair every replica (a process stopped while it holds
 /// the shared lease store's lock).
@@ -152,17 +153,6 @@ pub struct Flag {
     pub detail: String,
 }
 
-/// The first published image the store watcher found holding a write.
-#[derive(Debug, Clone, Copy)]
-pub struct Cover {
-    /// Its tenure.
-    pub epoch: u64,
-    /// Its number in that tenure.
-    pub seq: u64,
-    /// Driver time the watcher read the head that led to it.
-    pub seen_at: u64,
-}
-
 /// A handoff or close that did not flush (the checker asks whether a fault explains it).
 #[derive(Debug, Clone)]
 pub struct GracefulFailure {
@@ -223,7 +213,7 @@ pub struct Record {
     pub problems: Vec<String>,
     /// Findings from the stores and the driver (`head-moved-back`, erasure right after a forget).
     pub flags: Vec<Flag>,
-    /// Per tenant: idempotency key → the first published image found holding it.
+    /// Per tenant: idempotency key → the first published image (or log tip) found holding it.
     pub covered: HashMap<u32, HashMap<String, Cover>>,
     /// Per replica process: intervals `[from, to)` during which a fault impaired it (a kill has
     /// no end).
@@ -236,6 +226,8 @@ pub struct Record {
     pub closes: Vec<(String, u64, Vec<u32>)>,
     /// Published images the store watcher read.
     pub images_read: u64,
+    /// Log tips the store watcher restored (head image plus segments) and read.
+    pub tips_read: u64,
     /// Resource reports of replica processes that closed: `(replica, report)`.
     pub resources: Vec<(String, Resources)>,
 }
@@ -393,17 +385,17 @@ impl History {
         });
     }
 
-    /// Records the keys of a published image the store watcher read.
-    pub fn covered(&self, tenant: u32, epoch: u64, seq: u64, seen_at: u64, keys: Vec<String>) {
+    /// Records the keys of a published image, or of the log up to a tip, the store watcher
+    /// read (`cover` says which).
+    pub fn covered(&self, tenant: u32, cover: Cover, keys: Vec<String>) {
         let mut r = self.lock();
-        r.images_read += 1;
+        match cover.kind {
+            CoverKind::Image => r.images_read += 1,
+            CoverKind::Log => r.tips_read += 1,
+        }
         let covered = r.covered.entry(tenant).or_default();
         for key in keys {
-            covered.entry(key).or_insert(Cover {
-                epoch,
-                seq,
-                seen_at,
-            });
+            covered.entry(key).or_insert(cover);
         }
     }
 

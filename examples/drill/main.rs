@@ -6,12 +6,16 @@
 //! each tenant, faults mixed by a seeded schedule (handoffs, SIGKILL under load and
 //! mid-upload, SIGSTOP past the lease, forget while the owner is stopped, failing and stalling
 //! stores, restarts), and a checker that judges the recorded history against what a fresh
-//! replica reads at the end.
+//! replica reads at the end. The replicas run on the runtime's default durability, `Shipped`
+//! (RPO 0: the checker allows no acknowledged write lost), or on `--durability async|images`,
+//! whose crash tails the checker bounds.
 //!
 //! ```text
 //! cargo run --example drill -- --seconds 60                       # random seed, printed
 //! cargo run --example drill -- --seed 7 --seconds 20 --replicas 3
-//! cargo run --example drill -- --seed 7 --break skip-final-image  # must fail
+//! cargo run --example drill -- --durability async --async-every-ms 500 --seconds 10
+//! cargo run --example drill -- --seed 7 --break ack-before-tip --faults kill-upload  # must fail
+//! cargo run --example drill -- --seed 7 --break skip-final-image --durability images  # must fail
 //! scripts/with-servers.sh cargo run --example drill --features "testkit postgres s3" -- \
 //!     --backend postgres-s3 --replicas 2 --faults handoff --seconds 10
 //! ```
@@ -20,7 +24,8 @@
 //! same executable) once per replica and talks to each over a line protocol on stdin/stdout.
 //!
 //! ## Layout
-//! - `protocol` — requests, replies and reported events; the shared lease timings.
+//! - `protocol` — requests, replies and reported events; the shared lease timings; the
+//!   durability modes.
 //! - `backend` — the stores of a run (`sqlite-dir`, `postgres-s3`) and what their clocks mean.
 //! - `acquire_times` — a lease store wrapper noting when each acquire returned (monotonic).
 //! - `replica` — the replica role: a `Supervisor` behind the line protocol.
@@ -30,10 +35,11 @@
 //! - `faults` — the seeded fault schedule; `opt_in` — the opt-in kinds (a crash late in a
 //!   long drain, a put that lands after a forget); `late_puts` — puts that land late.
 //! - `finale` — the end: stop faults, close, read every tenant through a fresh replica, list.
-//! - `watcher` — reads the heads and the images behind them from the stores during the run.
+//! - `watcher` — reads the heads and the images behind them, and the log at each tip, from the
+//!   stores during the run.
 //! - `leaks` — threads and descriptors of a replica process before its start and after its close.
-//! - `checker` — the rules and the verdict; `store_rules` — the tail bound, graceful means
-//!   flushed, the driver's flags, leaks.
+//! - `checker` — the rules and the verdict; `store_rules` — the loss rules of each durability
+//!   mode and their tail bound, graceful means flushed, the driver's flags, leaks.
 //! - `driver` — the driver role: setup, run, summary, exit code.
 //! - `rng` — SplitMix64.
 

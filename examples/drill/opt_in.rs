@@ -6,9 +6,9 @@
 //! hand the tenant off; the checker fails a close that returned while a tenure granted to that
 //! process had not ended and was not named unflushed (`graceful-not-flushed`).
 //!
-//! `forget-late-put` (docs/guarantees.md promise 5, delete means delete): the owner's puts land
-//! late ([`crate::late_puts::LatePuts`], 1.6 s, past the 1 s store deadline); a snapshot is asked
-//! for and times out; the tenant is forgotten at once. The erasure is listed right after the
+//! `forget-late-put` (docs/guarantees.md promise 5, delete means delete): the owner's image puts
+//! land late ([`crate::late_puts::LatePuts`], 1.6 s, past the 1 s store deadline; segments go at
+//! once, or the tenure would end before the forget); a snapshot is asked for and times out; the tenant is forgotten at once. The erasure is listed right after the
 //! forget and again twice the store deadline later, when the late image has landed: a forget
 //! that neither waits for the put to settle nor sweeps after it leaves an image at the floor
 //! (`forgotten-object-left`).

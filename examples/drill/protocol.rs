@@ -36,6 +36,43 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
 /// The deadline of every store call.
 pub const STORE_DEADLINE: Duration = Duration::from_secs(1);
 
+/// With a change log: how many segments since the newest image call for a new one (compaction,
+/// checked every [`SNAPSHOT_EVERY`]); small, so that a short run takes images the store watcher
+/// reads.
+pub const COMPACT_SEGMENTS: u64 = 64;
+
+/// How acknowledged writes are kept beyond a replica (`--durability`,
+/// `leasehold_actors::Durability`); the checker's loss rules follow from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// RPO 0 (the runtime's default): acknowledged once the segment is put and the tip moved.
+    Shipped,
+    /// Acknowledged at the local commit, shipped every `--async-every-ms`.
+    Async,
+    /// No change log: safe beyond the replica once the next image is published.
+    Images,
+}
+
+impl Mode {
+    /// The mode as written on the command line.
+    pub fn as_arg(self) -> &'static str {
+        match self {
+            Mode::Shipped => "shipped",
+            Mode::Async => "async",
+            Mode::Images => "images",
+        }
+    }
+
+    /// The runtime's setting, `every` being the `Async` period.
+    pub fn durability(self, every: Duration) -> leasehold_actors::Durability {
+        match self {
+            Mode::Shipped => leasehold_actors::Durability::Shipped,
+            Mode::Async => leasehold_actors::Durability::Async { every },
+            Mode::Images => leasehold_actors::Durability::Images,
+        }
+    }
+}
+
 /// Error code of a request for a tenant that is not open on the replica (it never ran).
 pub const NOT_OPEN: &str = "DRILL_NOT_OPEN";
 /// Error code of a request the replica could not parse or serve at all.
@@ -160,8 +197,8 @@ pub enum StoreFault {
         /// The wait, in milliseconds.
         ms: u64,
     },
-    /// Every put writes this long after it was called, also when its caller gave up meanwhile
-    /// ([`crate::late_puts::LatePuts`]).
+    /// Every image or manifest put writes this long after it was called, also when its caller
+    /// gave up meanwhile ([`crate::late_puts::LatePuts`]; segments go at once).
     Late {
         /// The delay, in milliseconds.
         ms: u64,

@@ -55,9 +55,15 @@ pub struct ReplicaArgs {
     /// How many tenants the run has (numbered from 0).
     #[arg(long)]
     pub tenants: u32,
-    /// Deliberate bugs to switch on (`skip-commit-check`, `skip-final-image`).
+    /// Deliberate bugs to switch on (`skip-commit-check`, `skip-final-image`, `ack-before-tip`).
     #[arg(long = "break", value_enum)]
     pub breakage: Vec<crate::BreakSwitch>,
+    /// How acknowledged writes are kept beyond this replica.
+    #[arg(long, value_enum, default_value_t = protocol::Mode::Shipped)]
+    pub durability: protocol::Mode,
+    /// With `--durability async`: how often changes are shipped, in ms.
+    #[arg(long, default_value_t = 1_000)]
+    pub async_every_ms: u64,
     /// The process ends after this long whatever happens.
     #[arg(long, default_value_t = 3_600)]
     pub lifetime_secs: u64,
@@ -257,6 +263,10 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     config.margin = protocol::MARGIN;
     config.renew_every = Some(protocol::RENEW_EVERY);
     config.snapshot_every = Some(protocol::SNAPSHOT_EVERY);
+    config.durability = args
+        .durability
+        .durability(Duration::from_millis(args.async_every_ms));
+    config.compaction.segments = protocol::COMPACT_SEGMENTS;
     config.drain_timeout = protocol::DRAIN_TIMEOUT;
     config.store_deadline = protocol::STORE_DEADLINE;
     config.arbiters = 2;

@@ -1,7 +1,10 @@
 //! The checker's rules that judge from the stores and from what the driver itself did, never from
 //! the runtime's account (see [`crate::checker`] for the table of every rule):
 //!
-//! * the crash tail's **time bound** ([`TAIL_BOUND_MS`], docs/guarantees.md promise 3): a write
+//! * the **loss rules** of the run's durability mode ([`LossRules`]): with `Shipped` (RPO 0) no
+//!   acknowledged write may be missing (`lost-acknowledged`, declared tail 0); with `Async` and
+//!   `Images` a crash may lose a tail, bounded by `every` + one store deadline + slack, or by
+//!   [`TAIL_BOUND_MS`] (docs/guarantees.md promise 3 and the change log). A write
 //!   lost in a tenure that did not end in a flushed handoff is "within the tail" only if its
 //!   tenure could publish for at most the bound after it was acknowledged — counted from `ack_at`
 //!   to the tenure's end (its successor's acquisition, or the line saying it ended), leaving out
@@ -18,7 +21,7 @@
 
 use crate::checker::{Report, Violation};
 use crate::history::{Record, Tenure};
-use crate::protocol::{SNAPSHOT_EVERY, STORE_DEADLINE};
+use crate::protocol::{Mode, SNAPSHOT_EVERY, STORE_DEADLINE};
 
 /// Slack over `snapshot_every` + one publish: scheduling of four processes on a CI host of two
 /// cores, and a tick that falls just after a publish began.
@@ -28,6 +31,32 @@ pub const TAIL_SLACK_MS: u64 = 500;
 /// [`TAIL_SLACK_MS`].
 pub const TAIL_BOUND_MS: u64 =
     SNAPSHOT_EVERY.as_millis() as u64 + STORE_DEADLINE.as_millis() as u64 + TAIL_SLACK_MS;
+
+/// How the checker judges a missing acknowledged write, by the run's `--durability`.
+#[derive(Debug, Clone, Copy)]
+pub struct LossRules {
+    /// The replicas' mode.
+    pub mode: Mode,
+    /// The declared tail: how long after its acknowledgement a write may still be lost by a
+    /// crash or a cut-off, counting only the time its tenure could ship or publish
+    /// ([`unimpaired_ms`]). 0 with `Shipped`.
+    pub bound_ms: u64,
+}
+
+impl LossRules {
+    /// The rules of `mode`; `async_every_ms` is the `Async` shipping period.
+    pub fn of(mode: Mode, async_every_ms: u64) -> Self {
+        let bound_ms = match mode {
+            // RPO 0: nothing acknowledged may be lost, whatever the fault.
+            Mode::Shipped => 0,
+            // Shipped at the next tick, which may wait for the segment in flight (one store
+            // deadline at most).
+            Mode::Async => async_every_ms + STORE_DEADLINE.as_millis() as u64 + TAIL_SLACK_MS,
+            Mode::Images => TAIL_BOUND_MS,
+        };
+        Self { mode, bound_ms }
+    }
+}
 
 /// How long the lost tail of `tenure`'s write acknowledged at `ack_at` through `replica` lasted
 /// while the replica could publish: from `ack_at` to `end`, minus the impaired intervals.

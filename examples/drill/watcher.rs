@@ -1,14 +1,20 @@
 //! The store watcher: what the stores themselves say, read beside the runtime and never through
-//! it. Every [`POLL`] it reads each tenant's lease record (the head) from the lease store; for
-//! every head it has not seen it fetches the manifest and the image from the durable store,
-//! verifies them and reads the idempotency keys inside, then walks the manifest's `base` chain
-//! back to an image it knows (so a head that moved twice between two polls is not missed).
+//! it. Every [`POLL`] it reads each tenant's lease record (the head and the log tip) from the
+//! lease store; for every head it has not seen it fetches the manifest and the image from the
+//! durable store, verifies them and reads the idempotency keys inside, then walks the manifest's
+//! `base` chain back to an image it knows (so a head that moved twice between two polls is not
+//! missed). With a change log (`--durability shipped|async`), at most every [`TIP_EVERY`] per
+//! tenant it restores the head image plus the segments up to a tip it has not read
+//! (`leasehold::log::restore_log`, every checksum checked) into a scratch file and reads the keys
+//! there: what the log held at that tip.
 //!
 //! ```text
-//!  every 100 ms, per tenant: lease store ─ read ─> head (epoch, seq)
+//!  every 100 ms, per tenant: lease store ─ read ─> head (epoch, seq), tip (epoch, seq), floor
 //!      new head ─> durable store: manifest + image ─ verify ─> keys ─> covered[tenant][key]
 //!                  └─ base ─> … until a known image (or one already swept)
+//!      new tip (≤ 1/s) ─> restore head + segments ≤ tip ─> keys ─> covered[tenant][key]
 //!      head older than the last one seen ─> flag head-moved-back (docs/guarantees.md, promise 3)
+//!      tip below the last one seen, same floor ─> flag tip-moved-back (the change log's order)
 //! ```
 //!
 //! What it gathers decides which published image covers an acknowledged write (the checker's
@@ -27,7 +33,9 @@ use std::time::Duration;
 
 use leasehold::LeaseKey;
 use leasehold::image::{parse_manifest, verify};
+use leasehold::layout::LogPos;
 use leasehold::layout::{ImageRef, image_key, manifest_key};
+use leasehold::lease::LeaseRecord;
 
 use crate::backend::Stores;
 use crate::history::History;
@@ -35,6 +43,8 @@ use crate::protocol::{self, now_ms};
 
 /// How often every head is read.
 pub const POLL: Duration = Duration::from_millis(100);
+/// How often, at most, the log of one tenant is restored at a new tip.
+pub const TIP_EVERY: Duration = Duration::from_secs(1);
 /// How many images of one chain are fetched per poll at most (the rest on the next poll).
 const CHAIN_STEPS: usize = 16;
 
@@ -45,6 +55,10 @@ struct TenantView {
     last: Option<(u64, u64)>,
     /// Images whose keys were read (or found swept), `(epoch, seq)`.
     known: std::collections::HashSet<(u64, u64)>,
+    /// The last tip read, with the floor it was read under.
+    last_tip: Option<(u64, LogPos)>,
+    /// The last tip whose log was restored and read, and when.
+    tip_read: Option<(LogPos, u64)>,
 }
 
 /// Runs until `stop` is set; every finding goes to the history.
@@ -86,7 +100,16 @@ async fn poll(
         .await
         .map_err(|e| format!("read: {e}"))?;
     let seen_at = now_ms();
-    let Some(head) = record.and_then(|r| r.head) else {
+    let Some(record) = record else {
+        return Ok(());
+    };
+    if let Some(tip) = record.tip {
+        watch_tip(
+            stores, history, tenant, view, &record, tip, seen_at, scratch,
+        )
+        .await?;
+    }
+    let Some(head) = record.head else {
         return Ok(());
     };
     let now = (head.epoch, head.seq);
@@ -121,6 +144,66 @@ async fn poll(
     Ok(())
 }
 
+/// Flags a tip below the last one read under the same floor, and restores the log at a new tip
+/// (at most every [`TIP_EVERY`]) to record the keys it holds.
+#[allow(clippy::too_many_arguments)]
+async fn watch_tip(
+    stores: &Stores,
+    history: &History,
+    tenant: u32,
+    view: &mut TenantView,
+    record: &LeaseRecord,
+    tip: LogPos,
+    seen_at: u64,
+    scratch: &std::path::Path,
+) -> Result<(), String> {
+    if let Some((floor, last)) = view.last_tip
+        && floor == record.floor
+        && (tip.seq < last.seq || tip.epoch < last.epoch)
+    {
+        history.flag(
+            "tip-moved-back",
+            Some(tenant),
+            format!("the lease store's log tip of t{tenant} went from {last} back to {tip}"),
+        );
+    }
+    view.last_tip = Some((record.floor, tip));
+    let due = view.tip_read.is_none_or(|(read, at)| {
+        read != tip && seen_at >= at + leasehold::clock::duration_ms(TIP_EVERY)
+    });
+    if !due {
+        return Ok(());
+    }
+    let key = protocol::lease_key(tenant).map_err(|e| e.to_string())?;
+    let path = scratch.join(format!("t{tenant}-tip.db"));
+    let restored = leasehold::log::restore_log(
+        stores.durable.as_ref(),
+        &key,
+        record.head.as_ref(),
+        Some(tip),
+        record.floor,
+        &path,
+    )
+    .await;
+    let keys = match restored {
+        Ok(_) => keys_of_file(&path),
+        // The tip moved on and a compaction swept what this one needed: read a later one.
+        Err(e) => Err(format!("restoring the log at tip {tip}: {e}")),
+    };
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    view.tip_read = Some((tip, seen_at));
+    let cover = Cover {
+        kind: CoverKind::Log,
+        epoch: tip.epoch,
+        seq: tip.seq,
+        seen_at,
+    };
+    history.covered(tenant, cover, keys?);
+    Ok(())
+}
+
 /// Fetches one image, records the keys it covers, returns its base.
 async fn read_image(
     stores: &Stores,
@@ -152,17 +235,24 @@ async fn read_image(
     };
     verify(&manifest, &bytes).map_err(|e| format!("image e{epoch}/{seq}: {e}"))?;
     let path = scratch.join(format!("t{tenant}-e{epoch}-{seq}.db"));
-    let keys = keys_of(&path, &bytes);
+    let keys = std::fs::write(&path, &bytes)
+        .map_err(|e| format!("scratch write: {e}"))
+        .and_then(|()| keys_of_file(&path));
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    history.covered(tenant, epoch, seq, seen_at, keys?);
+    let cover = Cover {
+        kind: CoverKind::Image,
+        epoch,
+        seq,
+        seen_at,
+    };
+    history.covered(tenant, cover, keys?);
     Ok(manifest.base)
 }
 
-/// The idempotency keys of the ledger image `bytes`, written to `path` to be read.
-fn keys_of(path: &std::path::Path, bytes: &[u8]) -> Result<Vec<String>, String> {
-    std::fs::write(path, bytes).map_err(|e| format!("scratch write: {e}"))?;
+/// The idempotency keys of the ledger at `path` (a scratch copy).
+fn keys_of_file(path: &std::path::Path) -> Result<Vec<String>, String> {
     // A scratch copy, opened read-write: a WAL-mode image cannot be opened read-only alone.
     let db = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
     let mut stmt = db
@@ -173,4 +263,41 @@ fn keys_of(path: &std::path::Path, bytes: &[u8]) -> Result<Vec<String>, String> 
         .map_err(|e| e.to_string())?;
     rows.collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())
+}
+
+/// The first durable state the store watcher found holding a write: a published image, or the
+/// change log up to a tip the lease store confirmed.
+#[derive(Debug, Clone, Copy)]
+pub struct Cover {
+    /// An image (its epoch and number) or a log tip (its epoch and segment number).
+    pub kind: CoverKind,
+    /// Its tenure.
+    pub epoch: u64,
+    /// Its number in that tenure (an image), or in the tenant's log (a tip).
+    pub seq: u64,
+    /// Driver time the watcher read the head or tip that led to it.
+    pub seen_at: u64,
+}
+
+/// What held a write, as the store watcher read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoverKind {
+    /// A published image (the head, or an image of its `base` chain).
+    Image,
+    /// The head image plus every segment up to the tip.
+    Log,
+}
+
+impl std::fmt::Display for Cover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (what, read) = match self.kind {
+            CoverKind::Image => ("the published image", "head"),
+            CoverKind::Log => ("the change log up to tip", "tip"),
+        };
+        write!(
+            f,
+            "{what} e{}/{} ({read} read at {})",
+            self.epoch, self.seq, self.seen_at
+        )
+    }
 }
