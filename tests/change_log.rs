@@ -491,3 +491,30 @@ async fn an_explicit_snapshot_after_quiet_ticks_still_takes_an_image_of_the_newe
     let image = t.snapshot().await.unwrap();
     assert!(image.is_some(), "an image of k1, not the (absent) old head");
 }
+
+#[actix_rt::test]
+async fn compaction_counts_the_segments_earlier_tenures_shipped() {
+    // Found by the drill: tenures that each ship fewer segments than the threshold never took
+    // an image, and the log grew without bound.
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| c.compaction.segments = 5);
+    let t = a.open().await;
+    for i in 0..3 {
+        insert(&t, &format!("a{i}")).await.unwrap();
+    }
+    t.handoff().await.unwrap();
+    let b = fleet.replica_with("b", "b", |c| {
+        c.compaction.segments = 5;
+        c.snapshot_every = Some(Duration::from_millis(10));
+    });
+    let t = b.open().await;
+    for i in 0..3 {
+        insert(&t, &format!("b{i}")).await.unwrap();
+    }
+    eventually(
+        5_000,
+        "an image once 6 segments are past the last one",
+        || async { fleet.stored_of_tenant().await.iter().any(|k| is_image(k)) },
+    )
+    .await;
+}

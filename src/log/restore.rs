@@ -43,6 +43,8 @@ pub struct Restored {
     pub segments: usize,
     /// The log position the image holds (`None`: no image, or one taken without a log).
     pub image_log: Option<LogPos>,
+    /// The bytes of the pages the applied segments carried.
+    pub segment_bytes: u64,
 }
 
 /// Everything a restore needs, fetched and checked, not yet installed.
@@ -103,6 +105,49 @@ fn step_to(pos: LogPos, floor: u64) -> Result<Option<LogPos>, String> {
     Ok(Some(pos))
 }
 
+/// How many segments a restore fetches at once.
+pub const FETCH_WINDOW: u64 = 16;
+
+/// Segments fetched ahead of the walk: the positions just below the one asked for, in the same
+/// epoch, fetched together. The walk still takes only what `prev` names, so a segment fetched
+/// ahead is used only if it is on the chain; none lies above the position asked for, nor in
+/// another epoch.
+#[derive(Default)]
+struct Prefetched {
+    /// Fetched and not yet taken: the segment, `None` when missing, or why it failed.
+    by_pos: std::collections::HashMap<LogPos, Result<Option<Segment>, LogError>>,
+}
+
+impl Prefetched {
+    /// The segment at `pos`, fetching it with up to [`FETCH_WINDOW`] − 1 positions below it (not
+    /// below `lowest`) at once when it was not fetched already.
+    async fn take(
+        &mut self,
+        store: &dyn DurableStore,
+        key: &LeaseKey,
+        pos: LogPos,
+        lowest: u64,
+    ) -> Result<Option<Segment>, LogError> {
+        if let Some(found) = self.by_pos.remove(&pos) {
+            return found;
+        }
+        let from = pos.seq.saturating_sub(FETCH_WINDOW - 1).max(lowest).max(1);
+        let window: Vec<LogPos> = (from..=pos.seq)
+            .rev()
+            .map(|seq| LogPos {
+                epoch: pos.epoch,
+                seq,
+            })
+            .collect();
+        let fetched =
+            futures::future::join_all(window.iter().map(|p| fetch_segment(store, key, *p))).await;
+        for (p, found) in window.into_iter().zip(fetched) {
+            self.by_pos.insert(p, found);
+        }
+        self.by_pos.remove(&pos).unwrap_or(Ok(None))
+    }
+}
+
 /// The segment at `pos`, decoded and checked; `None` when it is missing.
 pub(crate) async fn fetch_segment(
     store: &dyn DurableStore,
@@ -140,8 +185,10 @@ pub async fn fetch_log(
     };
     let mut segments = Vec::new();
     let mut next = walk_start(tip, base, floor).map_err(out_of_chain)?;
+    let mut ahead = Prefetched::default();
     while let Some(pos) = next {
-        let Some(seg) = fetch_segment(store, key, pos).await? else {
+        let lowest = base.map_or(1, |b| b.seq + 1);
+        let Some(seg) = ahead.take(store, key, pos, lowest).await? else {
             return Err(LogError::Corrupt {
                 what: segment_key(key, pos),
                 reason: format!("the segment is missing from {}", chain()),
@@ -166,6 +213,11 @@ impl Fetched {
     ///
     /// Blocking (writes and fsyncs): run it with `spawn_blocking`.
     pub fn install(self, dest: &Path) -> Result<Restored, LogError> {
+        let segment_bytes: u64 = self
+            .segments
+            .iter()
+            .map(|seg| seg.pages.len() as u64 * u64::from(seg.header.page_size))
+            .sum();
         let image_pos = self.image.as_ref().and_then(|(m, _)| m.log);
         let image = self.image.as_ref().map(|(m, _)| m.image_ref());
         match &self.image {
@@ -194,6 +246,7 @@ impl Fetched {
             sums,
             segments: self.segments.len(),
             image_log: image_pos,
+            segment_bytes,
         })
     }
 }

@@ -155,6 +155,18 @@ async fn start(
         })
     })
     .await?;
+    // A restore of a long log may have taken much of the term: renew once before serving, so
+    // the tenant starts with a whole term (and is not handed out with almost none left).
+    let sent_at = rt.now_ms();
+    match rt
+        .leases
+        .renew(&plan.key, rt.replica.as_str(), record.epoch, rt.ttl)
+        .await
+    {
+        Ok(_) => cell.extend(sent_at),
+        Err(e) if e.outcome_unknown() => {} // the term from the acquire still counts
+        Err(e) => return Err(e.into()),
+    }
     if !cell.holds(rt.now_ms()) {
         return Err(Error::Fenced {
             key: plan.key.to_string(),
@@ -174,6 +186,7 @@ async fn start(
             record.epoch,
             restored.position,
             restored.image_log,
+            (restored.segments as u64, restored.segment_bytes),
         )
     });
     let ended = Arc::new(crate::status::StatusCell::new(crate::TenantStatus::Serving));

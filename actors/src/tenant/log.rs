@@ -54,6 +54,9 @@ pub(crate) struct LogShip {
     since_image: VecDeque<(u64, u64)>,
     /// The log position the newest image holds.
     image_pos: Option<LogPos>,
+    /// Segments and bytes since the newest image that earlier tenures shipped (counted until an
+    /// image holds the restored tip), so compaction is due across tenures too.
+    carried: (u64, u64),
     /// Set once a segment failed: nothing more is cut, and every later caller is refused.
     failed: Option<Error>,
     /// Publishes the confirmed tip (an image may move the head only to a position at or below it).
@@ -68,6 +71,7 @@ impl LogShip {
         epoch: u64,
         tip: Option<LogPos>,
         image_pos: Option<LogPos>,
+        carried: (u64, u64),
     ) -> Self {
         let (tips, _) = watch::channel(tip);
         Self {
@@ -79,6 +83,7 @@ impl LogShip {
             waiting: Vec::new(),
             since_image: VecDeque::new(),
             image_pos,
+            carried,
             failed: None,
             tips,
         }
@@ -113,8 +118,11 @@ impl LogShip {
 
     /// Segments and bytes shipped since the newest image.
     pub(crate) fn since_image(&self) -> (u64, u64) {
-        let bytes = self.since_image.iter().map(|(_, b)| b).sum();
-        (self.since_image.len() as u64, bytes)
+        let bytes: u64 = self.since_image.iter().map(|(_, b)| b).sum();
+        (
+            self.since_image.len() as u64 + self.carried.0,
+            bytes + self.carried.1,
+        )
     }
 
     /// The newest image now holds `pos`: segments up to it no longer count toward compaction.
@@ -124,6 +132,8 @@ impl LogShip {
             return;
         }
         self.image_pos = Some(pos);
+        // Any image of this tenure holds everything the earlier tenures shipped.
+        self.carried = (0, 0);
         while self
             .since_image
             .front()

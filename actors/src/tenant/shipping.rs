@@ -172,6 +172,23 @@ impl TenantActor {
                 Ok(None) => Ok(head),
                 Err(e) => Err(e.clone()),
             };
+            // Published, but a forget or a lost lease took the tenant meanwhile: as with images,
+            // the caller hears that the tenant is leaving, not a head about to be erased.
+            let status = act.tenure.status();
+            let answer = match status {
+                crate::TenantStatus::Abandoning
+                | crate::TenantStatus::Abandoned
+                | crate::TenantStatus::Forgetting
+                | crate::TenantStatus::Forgotten
+                    if answer.is_ok() =>
+                {
+                    Err(Error::Draining {
+                        key: act.key().to_string(),
+                        state: status.as_str().to_string(),
+                    })
+                }
+                _ => answer,
+            };
             for reply in replies.into_iter().flatten() {
                 let _ = reply.send(answer.clone());
             }
