@@ -61,9 +61,11 @@ impl State {
         self.finish(k, Status::Abandoned);
     }
 
-    /// The flush of a handoff whose drain is over.
+    /// The flush of a handoff whose drain is over. Under `Shipped` everything acknowledged
+    /// is in the log already: no image, only the release.
     pub(super) fn flush(&mut self, k: (usize, u64), hung: bool) -> Res {
-        if self.tenures[&k].dirty
+        if !self.logged()
+            && self.tenures[&k].dirty
             && let Err(e) = self.publish(k, hung)
         {
             if e == Res::Fenced {
@@ -71,7 +73,7 @@ impl State {
             }
             return e;
         }
-        if !self.tenures[&k].dirty && !self.holds(k) {
+        if !self.logged() && !self.tenures[&k].dirty && !self.holds(k) {
             // Nothing to publish, but a handoff is only flushed while its tenure holds.
             self.lose(k);
             return Res::Fenced;
@@ -155,6 +157,7 @@ impl State {
             return Res::StoreDown;
         }
         self.tenants[t].leftovers.clear();
+        self.tenants[t].seg_leftovers.clear();
         self.dirs[replica][t] = Dir::Absent;
         self.release(k);
         self.finish(k, Status::Forgotten);
@@ -199,7 +202,7 @@ impl State {
         for r in 0..=REPLICAS {
             for t in 0..TENANTS {
                 let floor = self.tenants[t].floor;
-                let dead = self.latest[r][t].is_some_and(|marker| marker <= floor);
+                let dead = self.markers[r][t].is_some_and(|marker| marker <= floor);
                 if dead
                     && self.local_sweeps[r][t]
                     && self.table[r][t].is_none()
@@ -230,7 +233,7 @@ impl State {
         let (mut sure, mut maybe) = (0, 0);
         for t in 0..TENANTS {
             let floor = self.tenants[t].floor;
-            let dead = self.latest[r][t].is_some_and(|marker| marker <= floor);
+            let dead = self.markers[r][t].is_some_and(|marker| marker <= floor);
             if !dead || self.table[r][t].is_some() {
                 continue;
             }

@@ -39,39 +39,46 @@ impl State {
             expires_at: now + TTL_MS,
             released: false,
         });
-        let before = self.dirs[r][t];
         self.dirs[r][t] = Dir::Present;
-        let restored = match (ts.head, self.durable_down) {
-            (None, _) => Ok(None),
-            // The restore cannot read the head.
-            (Some(_), true) => Err(Res::StoreDown),
-            (Some(head), false) => ts.restorable(head).map(Some),
+        let restored = match (ts.head, ts.tip, self.durable_down) {
+            (None, None, _) => Ok(None),
+            // The restore cannot read the head or the log.
+            (_, _, true) => Err(Res::StoreDown),
+            (Some(head), _, false) => ts.restorable(head).map(Some),
+            (None, Some(_), false) => Ok(None),
         };
         let restored = match restored {
             Ok(restored) => restored,
             Err(e) => {
-                // The open fails and hands the lease back; a directory it made and wrote
-                // nothing into goes with it.
-                self.dirs[r][t] = before;
+                // The open fails and hands the lease back. Its tenure marker was written before
+                // the restore, so the directory stays (see the report of the change log's
+                // simulation: the runtime's failed open meant to remove a directory it made).
+                self.markers[r][t] = Some(epoch);
                 self.release_call(t, r, epoch);
                 return e;
             }
         };
+        let image = restored.map_or_else(Vec::new, |at| ts.objects[&at].content.clone());
+        let logged = self.logged();
         let tenure = Tenure {
             replica: r,
             status: Status::Serving,
             valid_until: now + TTL_MS - MARGIN_MS,
             ended: false,
-            local: restored.map_or_else(Vec::new, |at| ts.objects[&at].content.clone()),
+            local: self.log_content(t).unwrap_or(image),
             dirty: false,
             next_seq: 1,
             chain_head: restored,
+            tip: self.tenants[t].tip,
+            // A new database: the open's own pages go with the first segment.
+            carry: logged && restored.is_none() && self.tenants[t].tip.is_none(),
         };
         self.tenures.insert((t, epoch), tenure);
         self.local_sweeps[r][t] = false;
         self.table[r][t] = Some(epoch);
         self.registered[r][t] = Some(epoch);
         self.latest[r][t] = Some(epoch);
+        self.markers[r][t] = Some(epoch);
         Res::Epoch(epoch)
     }
 
@@ -94,20 +101,35 @@ impl State {
         if let Err(e) = self.admission(k) {
             return e;
         }
+        self.commit_write(k, id)
+    }
+
+    /// An admitted batch inserting event `id` commits; under `Shipped` it is acknowledged
+    /// once its segment is shipped.
+    pub(super) fn commit_write(&mut self, k: (usize, u64), id: String) -> Res {
         let tenure = self.tenure(k);
         tenure.local.push(id);
         tenure.dirty = true;
+        if self.logged() {
+            return self.ship(k);
+        }
         Res::Ok
     }
 
-    /// A run reading every event id; it commits an (empty) batch like any run.
+    /// A run reading every event id; it commits an (empty) batch like any run — the first
+    /// batch of a new database carries the open's pages into a segment.
     pub(super) fn read(&mut self, k: (usize, u64)) -> Res {
         if let Err(e) = self.admission(k) {
             return e;
         }
-        let tenure = self.tenure(k);
-        tenure.dirty = true;
-        Res::Keys(tenure.local.clone())
+        self.tenure(k).dirty = true;
+        if self.logged() && self.tenures[&k].carry {
+            let shipped = self.ship(k);
+            if shipped != Res::Ok {
+                return shipped;
+            }
+        }
+        Res::Keys(self.tenures[&k].local.clone())
     }
 
     /// Admit, one ticket run, drop the ticket.
@@ -136,6 +158,7 @@ impl State {
             self.held_puts.push(HeldPut {
                 t,
                 image: (epoch, seq),
+                segment: None,
             });
             return Err(Res::StoreTimeout);
         }
@@ -147,6 +170,7 @@ impl State {
         let image = Image {
             content: self.tenures[&k].local.clone(),
             base: self.tenures[&k].chain_head,
+            log: self.tenures[&k].tip,
             corrupt: false,
         };
         self.tenants[t].objects.insert((epoch, seq), image);
