@@ -10,11 +10,17 @@
 //! - `check` — runs a sequence on a fresh world beside the model and says where they part.
 //!
 //! ## What the model holds the runtime to
-//! - A run (or ticket run) is `Ok` exactly when its tenure serves and the holder's lease holds;
-//!   otherwise `Fenced` (lapsed, ended) or `Draining` (leaving). Every read returns exactly the
-//!   acknowledged writes of the tenure, on top of what it restored.
-//! - A snapshot or handoff publishes exactly the committed ledger, or fails with the store's
-//!   error (outage, deadline) and changes nothing but leftover objects; a handoff that fails
+//! - Two cases in three run on `Durability::Shipped`, the default; a leading `Periodic` or
+//!   `Images` puts a case on `Images` (docs/testing.md, "The change log in the simulation").
+//! - A run (or ticket run) is `Ok` exactly when its tenure serves and the holder's lease holds
+//!   (on `Shipped`: and its segment was put and the tip moved; a segment not shipped answers
+//!   `Unshipped` or `Fenced` and ends the tenure); otherwise `Fenced` (lapsed, ended) or
+//!   `Draining` (leaving). Every read returns exactly the acknowledged writes of the tenure, on
+//!   top of what it restored; on `Shipped` every open restores the content at the tip: every
+//!   acknowledged write, and a write of unknown outcome exactly when its tip move landed.
+//! - The lease record's tip and every segment object are as predicted (exact keys).
+//! - A snapshot or (on `Images`) a handoff publishes exactly the committed ledger, or fails with
+//!   the store's error (outage, deadline) and changes nothing but leftover objects; a handoff that fails
 //!   serves again, one whose lease lapsed while it drained is fenced and abandoned.
 //! - An open restores exactly the head — the last image published, i.e. everything acknowledged
 //!   before the last successful snapshot or handoff, never a refused write — or, for a damaged
@@ -248,6 +254,29 @@ fn regression_an_open_whose_restore_failed_does_not_lock_out_the_next_open() {
         LapseInCommit { t: 0, at: Newest },
         Open { r: 0, t: 0 },
         Open { r: 0, t: 0 },
+    ]);
+}
+
+/// Found by this simulation on the change log's runtime: an open whose restore fails (here the
+/// durable store is down) leaves the tenant's local directory behind, holding only the tenure
+/// marker of the epoch that never served — though the failed open means to remove a directory
+/// it made and wrote nothing into ("no empty trace of a tenant that may be forgotten
+/// elsewhere", `actors/src/supervisor/open.rs`). Since the marker is written before the restore,
+/// `remove_empty_tenant_dir` finds the directory not empty. A forget elsewhere later makes the
+/// copy dead, so a local sweep takes it; until then the trace stays. The generated mix models
+/// the directory as left behind; this test holds the runtime to the stated intent.
+#[test]
+#[ignore = "a failed open leaves its tenure marker's directory (see the doc comment)"]
+fn hole_a_failed_open_leaves_no_directory_behind() {
+    use Op::*;
+    model::FAILED_OPEN_LEAVES_NO_DIR.set(true);
+    replay(&[
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Crash { r: 0 },
+        DurableDown(true),
+        Advance { ms: TTL_MS + 1 },
+        Open { r: 1, t: 0 },
     ]);
 }
 

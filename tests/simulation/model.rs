@@ -19,6 +19,7 @@ mod log;
 mod serving;
 
 pub use faults::{Held, HeldPut};
+pub use serving::FAILED_OPEN_LEAVES_NO_DIR;
 
 /// Lease duration (ms).
 pub const TTL_MS: u64 = 10_000;

@@ -420,15 +420,17 @@ impl State {
     /// waiting, and the run still under way is refused.
     pub(super) fn blocking_run(&self, k: (usize, u64), id: String) -> super::Outcomes {
         let mut gave_up = self.clone();
-        let w = gave_up.write(k, id);
-        if w != Res::Ok {
+        if let Err(w) = gave_up.admission(k) {
             let h = gave_up.handoff(k, false);
             return vec![(vec![w, h], gave_up)];
         }
+        // The handoff is handled (and given up) before the run's segment comes back: a
+        // segment not shipped ends the tenure after the handoff's answer.
+        let w = gave_up.commit_write(k, id);
         let mut flushed = self.clone();
         let h = flushed.handoff(k, false);
         // Refused while the tenant leaves, or once it is gone.
-        let mut outcomes = vec![(vec![Res::Ok, Res::DrainTimeout], gave_up)];
+        let mut outcomes = vec![(vec![w, Res::DrainTimeout], gave_up)];
         for refused in [Res::Draining, Res::Fenced] {
             outcomes.push((vec![refused, h.clone()], flushed.clone()));
         }
