@@ -13,20 +13,33 @@ thread_local! {
     pub static FAILED_OPEN_LEAVES_NO_DIR: Cell<bool> = const { Cell::new(false) };
 }
 
+/// How many more times an open asks for the lease after an answer of unknown outcome.
+const ACQUIRE_RETRIES: u32 = 2;
+
 impl State {
     /// `Supervisor::open`.
     pub(super) fn open(&mut self, r: usize, t: usize) -> Res {
         if let Some(epoch) = self.table[r][t] {
             return Res::Epoch(epoch);
         }
+        self.open_try(r, t, 0)
+    }
+
+    /// The open's acquire after `tries` answers of unknown outcome (it asks twice more at most).
+    fn open_try(&mut self, r: usize, t: usize, tries: u32) -> Res {
         if self.lease_down {
             return Res::StoreDown;
         }
         if self.take_late(Late::Acquire) {
+            if tries == ACQUIRE_RETRIES {
+                // The last try's timeout is the open's answer; every try lands later.
+                self.held.push(Held::Acquire { t, r, own: None });
+                return Res::StoreTimeout;
+            }
             // The call times out for its caller and lands later; the open asks again at once
             // under the same attempt id (docs/guarantees.md, "Late landings").
             let before = self.tenants[t].row.as_ref().map_or(0, |row| row.epoch);
-            let out = self.open(r, t);
+            let out = self.open_try(r, t, tries + 1);
             // The epoch its retry took under the same attempt, even if the open failed after.
             let own = self.tenants[t]
                 .row
