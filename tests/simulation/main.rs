@@ -280,6 +280,30 @@ fn hole_a_failed_open_leaves_no_directory_behind() {
     ]);
 }
 
+/// Found by this simulation on the change log's runtime: with `Shipped`, a handoff whose lease
+/// lapsed while it drained (no renewal for longer than the TTL) is reported flushed (`Ok`, the
+/// tenure `Released`), though docs/guarantees.md (promise 2) says "a flush whose lease lapsed is
+/// reported failed" — and with `Images` it is (`Fenced`, `Abandoned`). The logged flush
+/// (`check_flush` in `actors/src/tenant/shipping.rs`) asks only whether the tenure's cell ended,
+/// not whether the lease holds. No acknowledged write is lost (each is in the log already); the
+/// answer breaks the stated rule, and the release then finds a lease that may be another's.
+#[test]
+#[ignore = "a logged handoff is reported flushed after its lease lapsed (see the doc comment)"]
+fn hole_a_logged_handoff_whose_lease_lapsed_is_reported_failed() {
+    use Op::*;
+    model::LOGGED_FLUSH_NEEDS_THE_LEASE.set(true);
+    replay(&[
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        DrainedHandoff {
+            t: 0,
+            at: Newest,
+            pause: TTL_MS + 1,
+            renew: false,
+        },
+    ]);
+}
+
 /// Shrunk by proptest: damaging the head twice leaves it damaged (the harness once flipped the
 /// same bits back).
 #[test]

@@ -19,6 +19,7 @@ mod log;
 mod serving;
 
 pub use faults::{Held, HeldPut};
+pub use leaving::LOGGED_FLUSH_NEEDS_THE_LEASE;
 pub use serving::FAILED_OPEN_LEAVES_NO_DIR;
 
 /// Lease duration (ms).
