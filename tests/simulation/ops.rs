@@ -181,7 +181,7 @@ fn open() -> impl Strategy<Value = Op> {
 
 /// The holes of docs/guarantees.md ("hardening") whose fix has not merged on this branch: the
 /// ops that expose one stay out of the generated mix (each is pinned by an ignored regression
-/// in `main.rs` instead). Remove a number when its fix merges, and its ops join the mix.
+/// in `hardening.rs` instead). Remove a number when its fix merges, and its ops join the mix.
 /// 1: an open in flight when close begins. 2: a late `publish_head` moves the head back.
 /// 4: no snapshot while draining. 5: a blocking run stretches a handoff. 6: a late put lands
 /// after forget.

@@ -9,7 +9,7 @@ use crate::ops::Late;
 thread_local! {
     /// Whether a logged handoff is reported flushed only while its lease holds (as promise 2 of
     /// docs/guarantees.md states for every flush): set only by the ignored regression that pins
-    /// its breach (`main.rs`); off, the model takes the runtime's flush, which asks only whether
+    /// its breach (`change_log.rs`); off, the model takes the runtime's flush, which asks only whether
     /// the tenure ended.
     pub static LOGGED_FLUSH_NEEDS_THE_LEASE: Cell<bool> = const { Cell::new(false) };
 }

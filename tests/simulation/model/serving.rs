@@ -9,7 +9,7 @@ use crate::ops::Late;
 thread_local! {
     /// Whether the model holds the runtime to the promise its failed open states (a directory
     /// the open made and wrote nothing into goes): set only by the ignored regression that
-    /// pins its breach (`main.rs`); off, the model takes the directory the open leaves behind.
+    /// pins its breach (`change_log.rs`); off, the model takes the directory the open leaves behind.
     pub static FAILED_OPEN_LEAVES_NO_DIR: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -75,7 +75,7 @@ impl State {
             Err(e) => {
                 // The open fails and hands the lease back. Its tenure marker is written before
                 // the restore, so the directory it made stays, marked with the failed epoch
-                // (`hole_a_failed_open_leaves_no_directory_behind` in `main.rs`).
+                // (`hole_a_failed_open_leaves_no_directory_behind` in `change_log.rs`).
                 self.markers[r][t] = Some(epoch);
                 if FAILED_OPEN_LEAVES_NO_DIR.get() {
                     (self.dirs[r][t], self.markers[r][t]) = before;
