@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_actors::{Breakage, TenantStatus};
 
-use crate::model::{Dir, REPLICAS, Res, State, Status, TENANTS};
+use crate::model::{Dir, Mode, Pos, REPLICAS, Res, State, Status, TENANTS};
 use crate::ops::{At, Op};
 use crate::world::{CRASH_BOUND, STORE_BASE_MS, Seen, World, key_of, replica_name};
 
@@ -21,7 +21,11 @@ pub fn run_case(ops: &[Op], breakage: Breakage) -> Result<(), String> {
     let system = actix::System::new();
     let verdict = system.block_on(async {
         let periodic = ops.first() == Some(&Op::Periodic);
-        let mut world = World::new(breakage, periodic);
+        let mode = match ops.first() {
+            Some(Op::Periodic | Op::Images) => Mode::Images,
+            _ => Mode::Shipped,
+        };
+        let mut world = World::new(breakage, periodic, mode);
         let verdict = drive(&mut world, ops).await;
         drop(world);
         actix::System::current().stop();
@@ -62,6 +66,7 @@ async fn drive(world: &mut World, ops: &[Op]) -> Result<(), String> {
             // The sweep took whatever a failed forget had left at or below the floor.
             for s in &mut states {
                 s.tenants[t].leftovers.clear();
+                s.tenants[t].seg_leftovers.clear();
             }
             let seen = world.observe().await;
             states.retain(|s| mismatch(s, &seen).is_none());
@@ -200,6 +205,7 @@ fn row_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
             row.released,
             ts.floor,
             ts.head,
+            ts.tip,
         )
     });
     let actual = record.map(|r| {
@@ -210,11 +216,12 @@ fn row_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
             r.released,
             r.floor,
             r.head.as_ref().map(|h| (h.epoch, h.seq)),
+            r.tip.map(|p| (p.epoch, p.seq)),
         )
     });
     (expected != actual).then(|| {
         format!(
-            "tenant {t}'s lease (owner, epoch, expires, released, floor, head) is {actual:?}, \
+            "tenant {t}'s lease (owner, epoch, expires, released, floor, head, tip) is {actual:?}, \
              model: {expected:?}"
         )
     })
@@ -228,10 +235,16 @@ fn object_keys(t: usize, (epoch, seq): (u64, u64)) -> [String; 2] {
     ]
 }
 
+/// The key of tenant `t`'s segment at `(epoch, seq)`.
+fn segment_key(t: usize, (epoch, seq): Pos) -> String {
+    format!("{}e{epoch:08}/log-{seq:012}.seg", key_of(t).prefix())
+}
+
 fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
     let ts = &state.tenants[t];
     let mut required: Vec<String> = ts.objects.keys().flat_map(|&o| object_keys(t, o)).collect();
     required.extend(ts.lone.iter().map(|&o| object_keys(t, o)[0].clone()));
+    required.extend(ts.segments.keys().map(|&p| segment_key(t, p)));
     required.sort();
     let mut maybe: Vec<String> = ts
         .leftovers
@@ -239,6 +252,7 @@ fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
         .flat_map(|&o| object_keys(t, o))
         .collect();
     maybe.extend(ts.stray.iter().map(|&o| object_keys(t, o)[0].clone()));
+    maybe.extend(ts.seg_leftovers.iter().map(|&p| segment_key(t, p)));
     let listed = &seen.listings[t];
     let above: Vec<&String> = listed.iter().filter(|k| !maybe.contains(k)).collect();
     let required: Vec<&String> = required.iter().collect();

@@ -8,13 +8,21 @@
 //!   the state it leads to.
 //! - `world` — the system under test: supervisors, stores, clocks, handles.
 //! - `check` — runs a sequence on a fresh world beside the model and says where they part.
+//! - `hardening`, `change_log` — pinned sequences of the hardening's holes and fault classes,
+//!   and of the change log (with the ignored regressions of what the simulation found).
 //!
 //! ## What the model holds the runtime to
-//! - A run (or ticket run) is `Ok` exactly when its tenure serves and the holder's lease holds;
-//!   otherwise `Fenced` (lapsed, ended) or `Draining` (leaving). Every read returns exactly the
-//!   acknowledged writes of the tenure, on top of what it restored.
-//! - A snapshot or handoff publishes exactly the committed ledger, or fails with the store's
-//!   error (outage, deadline) and changes nothing but leftover objects; a handoff that fails
+//! - Two cases in three run on `Durability::Shipped`, the default; a leading `Periodic` or
+//!   `Images` puts a case on `Images` (docs/testing.md, "The change log in the simulation").
+//! - A run (or ticket run) is `Ok` exactly when its tenure serves and the holder's lease holds
+//!   (on `Shipped`: and its segment was put and the tip moved; a segment not shipped answers
+//!   `Unshipped` or `Fenced` and ends the tenure); otherwise `Fenced` (lapsed, ended) or
+//!   `Draining` (leaving). Every read returns exactly the acknowledged writes of the tenure, on
+//!   top of what it restored; on `Shipped` every open restores the content at the tip: every
+//!   acknowledged write, and a write of unknown outcome exactly when its tip move landed.
+//! - The lease record's tip and every segment object are as predicted (exact keys).
+//! - A snapshot or (on `Images`) a handoff publishes exactly the committed ledger, or fails with
+//!   the store's error (outage, deadline) and changes nothing but leftover objects; a handoff that fails
 //!   serves again, one whose lease lapsed while it drained is fenced and abandoned.
 //! - An open restores exactly the head — the last image published, i.e. everything acknowledged
 //!   before the last successful snapshot or handoff, never a refused write — or, for a damaged
@@ -31,14 +39,16 @@
 //!   lapse inside a run, a run blocking past `drain_timeout`, and periodic snapshots with the
 //!   crash bound judged from the stores (docs/testing.md, "The simulation's fault classes").
 //! - Ops that expose a hole whose fix has not merged (`ops::UNFIXED_HOLES`) stay out of the
-//!   generated mix; each hole is pinned by an ignored `holeN_…` test below.
+//!   generated mix; each hole is pinned by an ignored `holeN_…` test in `hardening`.
 //!
 //! A failing case is shrunk by proptest, printed, and its seed saved in
 //! `proptest-regressions/simulation.txt` (committed), which every later run replays first.
 //! `LEASEHOLD_SIM_CASES` sets the number of cases, `LEASEHOLD_SIM_SEED` pins the seed (the one
 //! used is printed). The `fault-switches` tests show that the model catches a broken build.
 
+mod change_log;
 mod check;
+mod hardening;
 mod model;
 mod ops;
 mod world;
@@ -310,6 +320,37 @@ fn a_build_whose_handoff_skips_the_final_image_is_caught() {
 }
 
 #[test]
+fn a_build_that_acknowledges_before_the_tip_moved_is_caught() {
+    assert_caught(Breakage {
+        ack_before_tip: true,
+        ..Breakage::default()
+    });
+}
+
+/// With `Shipped`, a write whose segment cannot be put (the durable store is down) must not be
+/// acknowledged: a build that acknowledges at the local commit answers `Ok`, and the model,
+/// which expects `Unshipped`, says so at that op.
+#[test]
+fn a_write_acknowledged_before_its_segment_is_shipped_is_reported_at_once() {
+    use Op::*;
+    let broken = Breakage {
+        ack_before_tip: true,
+        ..Breakage::default()
+    };
+    let ops = [
+        Open { r: 0, t: 0 },
+        DurableDown(true),
+        Write { t: 0, at: Newest },
+    ];
+    let verdict = check::run_case(&ops, broken);
+    let Err(why) = verdict else {
+        panic!("a write acknowledged with its segment unshipped went unnoticed")
+    };
+    assert!(why.starts_with("op #2"), "{why}");
+    assert!(why.contains("Unshipped"), "{why}");
+}
+
+#[test]
 fn a_zombie_write_acknowledged_without_the_lease_is_reported_at_once() {
     use Op::*;
     let broken = Breakage {
@@ -336,7 +377,9 @@ fn a_handoff_reported_flushed_without_its_final_image_is_reported_at_once() {
         skip_final_image: true,
         ..Breakage::default()
     };
+    // The final image is a handoff's only with `Images` (with a change log there is none).
     let ops = [
+        Images,
         Open { r: 0, t: 0 },
         Write { t: 0, at: Newest },
         Handoff { t: 0, at: Newest },
@@ -345,7 +388,7 @@ fn a_handoff_reported_flushed_without_its_final_image_is_reported_at_once() {
     let Err(why) = verdict else {
         panic!("a handoff that published nothing went unnoticed")
     };
-    assert!(why.starts_with("op #2"), "{why}");
+    assert!(why.starts_with("op #3"), "{why}");
 }
 
 /// Found by this simulation: the supervisor takes a tenant out of its table when a forget
@@ -365,191 +408,5 @@ fn regression_a_retried_forget_of_an_old_tenure_leaves_the_newer_tenure_in_the_t
         Open { r: 0, t: 0 },
         Forget { t: 0, at: Older(1) },
         Open { r: 0, t: 0 },
-    ]);
-}
-
-// ---- The holes of the hardening (docs/guarantees.md), each shown by the simulation's fault
-// model on the unfixed runtime. Each is ignored until its fix merges; then its number leaves
-// `ops::UNFIXED_HOLES` too, and the ops that found it join the generated mix.
-
-/// Hole 1: an open whose acquire is in flight when `close()` begins completes afterwards and
-/// serves, unreported: `close` returns no unflushed tenant, yet the tenure was never handed off
-/// (its lease stays live, its writes would never reach an image). The generator finds it
-/// with `LEASEHOLD_SIM_SEED=2026` once hole 1 leaves `ops::UNFIXED_HOLES` (600 cases).
-#[test]
-fn hole1_an_open_in_flight_when_close_begins_is_refused_or_handed_off() {
-    use Op::*;
-    replay(&[Open { r: 0, t: 0 }, OpenDuringClose { r: 0, t: 1 }]);
-}
-
-/// Hole 2: a snapshot's `publish_head` times out but lands later, between the handoff's newer
-/// head and its release: the head moves back, and the successor would restore the older image.
-/// The generator finds it with `LEASEHOLD_SIM_SEED=2026` (two snapshots, the first one's
-/// `publish_head` landing at the end).
-#[test]
-fn hole2_a_late_publish_head_never_moves_the_head_back() {
-    use Op::*;
-    replay(&[
-        Open { r: 0, t: 0 },
-        Write { t: 0, at: Newest },
-        Late(ops::Late::PublishHead),
-        Snapshot { t: 0, at: Newest },
-        Write { t: 0, at: Newest },
-        LandBeforeRelease,
-        Handoff { t: 0, at: Newest },
-        Open { r: 1, t: 0 },
-        Read { t: 0, at: Newest },
-    ]);
-}
-
-/// Hole 4: with periodic snapshots on, a write acknowledged under a ticket while the tenant
-/// drains is in no image until the drain ends: a crash then loses more than the crash bound
-/// allows. Judged from the lease store's head and the image's bytes. The generator finds it
-/// with `LEASEHOLD_SIM_SEED=2026`.
-#[test]
-fn hole4_a_write_acknowledged_while_draining_is_published_within_the_crash_bound() {
-    use Op::*;
-    replay(&[
-        Periodic,
-        Open { r: 0, t: 0 },
-        DrainedHandoff {
-            t: 0,
-            at: Newest,
-            pause: 0,
-            renew: false,
-        },
-    ]);
-}
-
-/// Hole 5: a run blocking its actor's thread past `drain_timeout` stretches the handoff sent
-/// after it: the drain deadline starts only when the tenant reads the drain request.
-#[test]
-fn hole5_a_handoff_behind_a_blocking_run_gives_up_at_its_deadline() {
-    use Op::*;
-    replay(&[Open { r: 0, t: 0 }, BlockingRun { t: 0, at: Newest }]);
-}
-
-/// Hole 6, the part no process can wait for: an image put the server completes after the client
-/// gave up lands after `forget` returned, at or below the floor; it is a leftover until the
-/// next sweep (an open's, or `leasehold sweep`), never read (docs/guarantees.md, "Erasure of late
-/// puts"). The part this process still runs is waited for by the forget: `p5_…` in
-/// `tests/durable_store.rs` and the drill's `forget-late-put` fault.
-#[test]
-fn hole6_a_late_put_the_server_completes_after_forget_is_swept_not_read() {
-    use Op::*;
-    replay(&[
-        Open { r: 0, t: 0 },
-        Write { t: 0, at: Newest },
-        Late(ops::Late::Put),
-        Snapshot { t: 0, at: Newest },
-        Forget { t: 0, at: Newest },
-        Land,
-    ]);
-}
-
-/// The late landings of the lease calls whose rules already hold them: a renewal, a release,
-/// an acquire and a `mark_forgotten` that time out and land later change the store only as
-/// its rules allow, and the runtime reports each as a timeout.
-#[test]
-fn late_landings_of_renew_release_acquire_and_mark_forgotten_keep_the_model() {
-    use Op::*;
-    replay(&[
-        Open { r: 0, t: 0 },
-        Write { t: 0, at: Newest },
-        Snapshot { t: 0, at: Newest },
-        Late(ops::Late::Renew),
-        Renew { r: 0 },
-        Land,
-        Late(ops::Late::MarkForgotten),
-        LandBeforeRelease,
-        Forget { t: 0, at: Newest },
-        Late(ops::Late::Acquire),
-        Open { r: 1, t: 0 },
-        Land,
-        Open { r: 1, t: 0 },
-        Late(ops::Late::Release),
-        Open { r: 2, t: 1 },
-        Abandon { t: 1, at: Newest },
-        Open { r: 0, t: 1 },
-        Land,
-        Advance { ms: TTL_MS + 1 },
-        Open { r: 0, t: 1 },
-        Read { t: 1, at: Newest },
-    ]);
-}
-
-/// Close and crash of a replica, each followed by a restart on the same state root, and a
-/// lease lapsing inside a run: a closed replica hands its tenants off, a crashed one loses
-/// only what no image holds, and a lapsed write is refused.
-#[test]
-fn close_crash_restart_and_a_lapse_inside_a_run_keep_the_model() {
-    use Op::*;
-    replay(&[
-        Open { r: 0, t: 0 },
-        Open { r: 0, t: 1 },
-        Write { t: 0, at: Newest },
-        Write { t: 1, at: Newest },
-        Close { r: 0 },
-        Open { r: 1, t: 0 },
-        Read { t: 0, at: Newest },
-        Write { t: 0, at: Newest },
-        Snapshot { t: 0, at: Newest },
-        Write { t: 0, at: Newest },
-        Crash { r: 1 },
-        Advance { ms: TTL_MS + 1 },
-        Open { r: 1, t: 0 },
-        Read { t: 0, at: Newest },
-        LapseInCommit { t: 0, at: Newest },
-        Read { t: 0, at: Newest },
-    ]);
-}
-
-/// A lease that lapses while a run's batch commits (after the check before COMMIT): the write
-/// is refused, the tenure ends, and the successor restores only what an image held (promise 1;
-/// docs/testing.md, "Mutation probe": a build that skips the check after COMMIT fails here).
-#[test]
-fn a_lease_lapsing_during_a_commit_fences_the_write_and_ends_the_tenure() {
-    use Op::*;
-    replay(&[
-        Open { r: 0, t: 0 },
-        Write { t: 0, at: Newest },
-        Snapshot { t: 0, at: Newest },
-        Write { t: 0, at: Newest },
-        LapseDuringCommit { t: 0, at: Newest },
-        Write { t: 0, at: Newest },
-        Open { r: 1, t: 0 },
-        Read { t: 0, at: Newest },
-    ]);
-}
-
-/// A forget after a snapshot whose put hung past its deadline waits for that put (it is this
-/// replica's, still running) and leaves nothing of the forgotten tenure (promise 5;
-/// docs/testing.md, "Mutation probe": a build whose erase skips `settle_puts` fails here).
-#[test]
-fn a_forget_behind_a_hung_put_waits_for_it_and_leaves_nothing() {
-    use Op::*;
-    replay(&[
-        Open { r: 0, t: 0 },
-        Write { t: 0, at: Newest },
-        ForgetBehindHungPut { t: 0, at: Newest },
-        Open { r: 1, t: 0 },
-        Read { t: 0, at: Newest },
-    ]);
-}
-
-/// A forget that arrives while a snapshot's image is uploading waits for the upload and
-/// erases it; the snapshot hears that its tenant is leaving.
-#[test]
-fn a_forget_during_an_upload_erases_what_the_upload_published() {
-    use Op::*;
-    replay(&[
-        Open { r: 0, t: 0 },
-        Write { t: 0, at: Newest },
-        ForgetDuringUpload { t: 0, at: Newest },
-        Open { r: 1, t: 0 },
-        Read { t: 0, at: Newest },
-        Write { t: 0, at: Newest },
-        ForgetDuringUpload { t: 0, at: Newest },
-        ForgetDuringUpload { t: 0, at: Newest },
     ]);
 }

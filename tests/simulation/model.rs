@@ -15,9 +15,12 @@ use crate::ops::{At, Late, Op};
 mod composite;
 mod faults;
 mod leaving;
+mod log;
 mod serving;
 
 pub use faults::{Held, HeldPut};
+pub use leaving::LOGGED_FLUSH_NEEDS_THE_LEASE;
+pub use serving::FAILED_OPEN_LEAVES_NO_DIR;
 
 /// Lease duration (ms).
 pub const TTL_MS: u64 = 10_000;
@@ -57,6 +60,8 @@ pub enum Res {
     Closed,
     /// `Error::DrainTimeout`: the drain did not end within `drain_timeout` of the call.
     DrainTimeout,
+    /// `Error::Unshipped`: the batch's segment was not shipped (its outcome unknown).
+    Unshipped,
     /// The crash bound: the write just acknowledged is in the head image within
     /// `snapshot_every` and one publish (judged from the stores), or it is not.
     Covered(bool),
@@ -65,6 +70,18 @@ pub enum Res {
     /// Anything else: never predicted.
     Other(String),
 }
+
+/// How the fleet keeps acknowledged writes (`RuntimeConfig::durability`), one per case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mode {
+    /// The default: a batch is acknowledged once its segment is put and the tip moved.
+    Shipped,
+    /// No change log: images only (snapshots and the final image of a handoff).
+    Images,
+}
+
+/// A log position, `(epoch, seq)`.
+pub type Pos = (u64, u64);
 
 /// Whether a tenant's local directory exists on a replica.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -112,6 +129,11 @@ pub struct Tenure {
     pub next_seq: u64,
     /// The head as the tenure knows it: the one it restored or last published.
     pub chain_head: Option<(u64, u64)>,
+    /// `Shipped`: the tip its log confirmed last (or the restore found).
+    pub tip: Option<Pos>,
+    /// `Shipped`: the open changed the restored pages (a new database): the first batch that
+    /// commits carries them into a segment, even a read.
+    pub carry: bool,
 }
 
 /// A tenant's row in the lease store.
@@ -134,6 +156,8 @@ pub struct Image {
     pub content: Vec<String>,
     /// The image its manifest says it was built on.
     pub base: Option<(u64, u64)>,
+    /// The log position it holds (`Shipped`).
+    pub log: Option<Pos>,
     /// Its bytes were damaged: it fails its checksum.
     pub corrupt: bool,
 }
@@ -147,6 +171,13 @@ pub struct TenantState {
     pub floor: u64,
     /// The newest published image, `(epoch, seq)`.
     pub head: Option<(u64, u64)>,
+    /// The log tip (`Shipped`): the newest segment the lease store confirmed.
+    pub tip: Option<Pos>,
+    /// Segments in the store above the floor, by position, each with the ledger's content
+    /// after it: those up to the tip (the log) and those whose tip never moved (never read).
+    pub segments: BTreeMap<Pos, Vec<String>>,
+    /// Segments at or below the floor that may still be there until a sweep.
+    pub seg_leftovers: BTreeSet<Pos>,
     /// Images (each with its manifest) above the floor, by `(epoch, seq)`: exactly these are
     /// in the store.
     pub objects: BTreeMap<(u64, u64), Image>,
@@ -199,6 +230,10 @@ pub struct State {
     pub registered: Vec<Vec<Option<u64>>>,
     /// `[replica][tenant]`: the epoch of the last tenure opened there (what `At::On` addresses).
     pub latest: Vec<Vec<Option<u64>>>,
+    /// `[replica][tenant]`: the epoch of the tenure marker in the local directory (the last
+    /// open there that got as far as its restore); a copy is dead once it is at or below the
+    /// floor.
+    pub markers: Vec<Vec<Option<u64>>>,
     /// `[replica][tenant]`: whether the tenant's local directory exists.
     pub dirs: Vec<Vec<Dir>>,
     /// `[replica][tenant]`: a tenure there ended abandoned since the last open there, so a
@@ -206,6 +241,8 @@ pub struct State {
     pub local_sweeps: Vec<Vec<bool>>,
     /// Periodic snapshots are on: a tenure with unpublished writes publishes by itself.
     pub periodic: bool,
+    /// How acknowledged writes are kept.
+    pub mode: Mode,
     /// Late landings armed and not yet taken by a call, by operation.
     pub armed: BTreeMap<Late, usize>,
     /// Lease-store calls answered with a timeout whose effect is still to land, oldest first.
@@ -234,9 +271,11 @@ impl State {
             table: grid(None),
             registered: grid(None),
             latest: grid(None),
+            markers: grid(None),
             dirs: grid(Dir::Absent),
             local_sweeps: grid(false),
             periodic: false,
+            mode: Mode::Shipped,
             armed: BTreeMap::new(),
             held: Vec::new(),
             held_puts: Vec::new(),
@@ -355,7 +394,9 @@ impl State {
                 single(vec![Res::Ok], s)
             }
             Op::LapseInCommit { t, at } => s.on(t, at, |s, k| vec![s.lapse_in_commit(k)]),
-            Op::LapseDuringCommit { t, at } => s.on(t, at, |s, k| vec![s.lapse_during_commit(k)]),
+            Op::LapseDuringCommit { t, at } => {
+                s.on(t, at, |s, k| vec![s.lapse_during_commit(k, id(0))])
+            }
             Op::ForgetDuringUpload { t, at } => match s.key_of(t, at) {
                 None => single(vec![Res::Skipped, Res::Skipped], s),
                 Some(k) => s.forget_during_upload(k),
@@ -374,6 +415,11 @@ impl State {
             },
             Op::Periodic => {
                 s.periodic = true;
+                s.mode = Mode::Images;
+                single(vec![Res::Ok], s)
+            }
+            Op::Images => {
+                s.mode = Mode::Images;
                 single(vec![Res::Ok], s)
             }
             Op::Settle => {
@@ -422,6 +468,11 @@ impl State {
 
     fn tenure(&mut self, k: (usize, u64)) -> &mut Tenure {
         self.tenures.get_mut(&k).expect("a tenure the model opened")
+    }
+
+    /// Whether the tenants keep a change log.
+    pub fn logged(&self) -> bool {
+        self.mode == Mode::Shipped
     }
 
     /// Whether the tenure's holder may act now.

@@ -100,8 +100,12 @@ pub enum Op {
     /// runs on), then a forget; the hung put is let go 100 ms after the floor rose. The forget
     /// waits for this replica's puts, so it leaves nothing at or below the floor.
     ForgetBehindHungPut { t: usize, at: At },
-    /// Periodic snapshots on for this case (`snapshot_every` set); only ever the first op.
+    /// Periodic snapshots on for this case (`snapshot_every` set), with
+    /// `Durability::Images`; only ever the first op.
     Periodic,
+    /// `Durability::Images` for this case (no change log, no periodic snapshots); only ever
+    /// the first op. Without it (or `Periodic`) a case runs on the default, `Shipped`.
+    Images,
     /// Every fault cleared and every lease left to expire: how each case ends (never generated).
     Settle,
 }
@@ -121,6 +125,10 @@ pub enum Late {
     MarkForgotten,
     /// `DurableStore::put_if_absent` of an image.
     Put,
+    /// `LeaseStore::move_tip`.
+    MoveTip,
+    /// `DurableStore::put_if_absent` of a segment.
+    SegmentPut,
 }
 
 impl Op {
@@ -173,7 +181,7 @@ fn open() -> impl Strategy<Value = Op> {
 
 /// The holes of docs/guarantees.md ("hardening") whose fix has not merged on this branch: the
 /// ops that expose one stay out of the generated mix (each is pinned by an ignored regression
-/// in `main.rs` instead). Remove a number when its fix merges, and its ops join the mix.
+/// in `hardening.rs` instead). Remove a number when its fix merges, and its ops join the mix.
 /// 1: an open in flight when close begins. 2: a late `publish_head` moves the head back.
 /// 4: no snapshot while draining. 5: a blocking run stretches a handoff. 6: a late put lands
 /// after forget.
@@ -260,6 +268,9 @@ fn late_op() -> impl Strategy<Value = Op> {
         Late::PublishHead,
         Late::MarkForgotten,
         Late::Put,
+        Late::MoveTip,
+        Late::MoveTip,
+        Late::SegmentPut,
     ];
     prop_oneof![
         4 => prop::sample::select(kinds).prop_map(Op::Late),
@@ -291,19 +302,23 @@ fn everyday_op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A sequence of 5 to 25 ops: each tenant opened somewhere, then anything. One case in six
-/// runs with periodic snapshots on (a leading [`Op::Periodic`]).
+/// A sequence of 5 to 25 ops: each tenant opened somewhere, then anything. Two cases in three
+/// run on the default, `Shipped`; one in six on `Images` with periodic snapshots on (a leading
+/// [`Op::Periodic`]), one in six on `Images` without (a leading [`Op::Images`]).
 pub fn ops() -> impl Strategy<Value = Vec<Op>> {
-    prop_oneof![5 => Just(false), 1 => Just(true)].prop_flat_map(|periodic| {
-        let rest = prop::collection::vec(op(periodic), 3..=23);
-        (replica(), replica(), rest).prop_map(move |(r0, r1, rest)| {
-            let mut ops = Vec::with_capacity(rest.len() + 3);
-            if periodic {
-                ops.push(Op::Periodic);
-            }
-            ops.extend([Op::Open { r: r0, t: 0 }, Op::Open { r: r1, t: 1 }]);
-            ops.extend(rest);
-            ops
-        })
+    prop_oneof![4 => Just(None), 1 => Just(Some(Op::Periodic)), 1 => Just(Some(Op::Images))]
+        .prop_flat_map(sequence)
+}
+
+/// A sequence after the case's leading mode op, if any.
+fn sequence(mode: Option<Op>) -> impl Strategy<Value = Vec<Op>> {
+    let periodic = mode == Some(Op::Periodic);
+    let rest = prop::collection::vec(op(periodic), 3..=23);
+    (replica(), replica(), rest).prop_map(move |(r0, r1, rest)| {
+        let mut ops = Vec::with_capacity(rest.len() + 3);
+        ops.extend(mode);
+        ops.extend([Op::Open { r: r0, t: 0 }, Op::Open { r: r1, t: 1 }]);
+        ops.extend(rest);
+        ops
     })
 }

@@ -4,27 +4,22 @@
 //! the local directories and the tenants say, for the checker to hold against the model.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use leasehold::durable::StoreError;
 use leasehold::durable::dir::DirStore;
 use leasehold::lease::LeaseRecord;
 use leasehold::lease::sqlite::SqliteLeaseStore;
-use leasehold::ledger::{LedgerError, NewEvent};
 use leasehold::testkit::{FaultyLeaseStore, FaultyStore};
-use leasehold::{
-    Clock, Error, LeaseKey, ManualClock, OrgId, ReplicaId, TenantId, derive_tenant_id,
-};
+use leasehold::{Clock, Error, ManualClock, OrgId, ReplicaId, TenantId, derive_tenant_id};
 use leasehold_actors::{
-    Breakage, Event, EventLog, RuntimeConfig, Supervisor, TenantRef, TenantStatus, Ticket,
+    Breakage, Durability, Event, EventLog, RuntimeConfig, Supervisor, TenantRef, TenantStatus,
 };
 use tempfile::TempDir;
 
-use crate::model::{MARGIN_MS, REPLICAS, Res, TENANTS, TTL_MS};
+use crate::model::{MARGIN_MS, Mode, REPLICAS, Res, TENANTS, TTL_MS};
 use crate::ops::{At, Op};
 
 /// The lease store's clock at model time 0.
@@ -43,7 +38,13 @@ pub const SNAPSHOT_EVERY: Duration = Duration::from_millis(5);
 /// `drain_timeout` (real time): a drain waits this long for admitted work.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(1_000);
 
+mod calls;
 mod faults;
+pub(crate) use calls::{
+    count, insert, read, settle, settle_raw, snapshot, ticket_insert, ticket_work, unit,
+    wait_for_drain,
+};
+pub use calls::{key_of, res_of};
 pub use faults::CRASH_BOUND;
 
 /// The name of replica `r`.
@@ -106,6 +107,8 @@ pub struct World {
     breakage: Breakage,
     /// Periodic snapshots are on.
     periodic: bool,
+    /// How every replica keeps acknowledged writes.
+    mode: Mode,
 }
 
 fn temp_dir() -> TempDir {
@@ -121,7 +124,7 @@ fn temp_dir() -> TempDir {
 impl World {
     /// A fleet of `REPLICAS + 1` replicas, each with `breakage` switched on. Inside an actix
     /// system.
-    pub fn new(breakage: Breakage, periodic: bool) -> Self {
+    pub fn new(breakage: Breakage, periodic: bool, mode: Mode) -> Self {
         let dir = temp_dir();
         let store_clock = ManualClock::new(STORE_BASE_MS);
         let sqlite = SqliteLeaseStore::open_with(
@@ -152,6 +155,7 @@ impl World {
             crashes: 0,
             breakage,
             periodic,
+            mode,
         };
         for r in 0..=REPLICAS {
             world.start_replica(r);
@@ -194,6 +198,10 @@ impl World {
         cfg.margin = Duration::from_millis(MARGIN_MS);
         cfg.renew_every = None;
         cfg.snapshot_every = self.periodic.then_some(SNAPSHOT_EVERY);
+        cfg.durability = match self.mode {
+            Mode::Shipped => Durability::Shipped,
+            Mode::Images => Durability::Images,
+        };
         cfg.drain_timeout = DRAIN_TIMEOUT;
         cfg.store_deadline = STORE_DEADLINE;
         // One arbiter thread per replica: tenants still live off the supervisor's thread, and a
@@ -514,107 +522,5 @@ impl World {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         false
-    }
-}
-
-/// Tenant `t`'s lease key.
-pub fn key_of(t: usize) -> LeaseKey {
-    let (org, tenant) = tenant_ids(t);
-    LeaseKey::new(&org, &tenant)
-}
-
-/// Polls the tenant's status until the handoff's drain has begun (`true`) or the tenant is
-/// neither serving nor draining (`false`: the drain was refused).
-async fn wait_for_drain(h: &TenantRef) -> bool {
-    let until = Instant::now() + SETTLE;
-    loop {
-        match h.status().await {
-            TenantStatus::Draining => return true,
-            TenantStatus::Serving if Instant::now() < until => {
-                tokio::time::sleep(Duration::from_micros(200)).await;
-            }
-            _ => return false,
-        }
-    }
-}
-
-/// What an error is to the model.
-pub fn res_of(e: &Error) -> Res {
-    match e {
-        Error::Fenced { .. } => Res::Fenced,
-        Error::Draining { .. } => Res::Draining,
-        Error::LeaseHeld { .. } => Res::LeaseHeld,
-        Error::Store(StoreError::Unavailable { .. }) => Res::StoreDown,
-        Error::Store(StoreError::Timeout { .. }) => Res::StoreTimeout,
-        Error::Corrupt(_) => Res::Corrupt,
-        Error::Closed(_) => Res::Closed,
-        Error::DrainTimeout { .. } => Res::DrainTimeout,
-        other => Res::Other(format!("{}: {other}", other.code())),
-    }
-}
-
-/// `fut`, or `Other("did not settle")` after [`SETTLE`].
-pub(crate) async fn settle_raw<T>(fut: impl Future<Output = T>) -> Result<T, Res> {
-    tokio::time::timeout(SETTLE, fut)
-        .await
-        .map_err(|_| Res::Other(format!("did not settle within {SETTLE:?}")))
-}
-
-pub(crate) async fn settle(fut: impl Future<Output = Result<Res, Error>>) -> Res {
-    match settle_raw(fut).await {
-        Ok(Ok(res)) => res,
-        Ok(Err(e)) => res_of(&e),
-        Err(late) => late,
-    }
-}
-
-pub(crate) async fn count(fut: impl Future<Output = Result<usize, Error>>) -> Result<Res, Error> {
-    fut.await.map(Res::Count)
-}
-
-pub(crate) async fn unit(fut: impl Future<Output = Result<(), Error>>) -> Result<Res, Error> {
-    fut.await.map(|()| Res::Ok)
-}
-
-pub(crate) fn event(
-    id: String,
-) -> impl FnOnce(&mut leasehold::ledger::LedgerTx<'_>) -> Result<Res, LedgerError> + Send + 'static
-{
-    move |l| {
-        l.insert_event(&NewEvent::new("sim", id))?
-            .ok_or_else(|| LedgerError::Host("a duplicate event id".into()))?;
-        Ok(Res::Ok)
-    }
-}
-
-pub(crate) fn insert(
-    h: &TenantRef,
-    id: String,
-) -> impl Future<Output = Result<Res, Error>> + use<> {
-    h.run(event(id))
-}
-
-fn ticket_insert(t: &Ticket, id: String) -> impl Future<Output = Result<Res, Error>> + use<> {
-    t.run(event(id))
-}
-
-fn read(h: &TenantRef) -> impl Future<Output = Result<Res, Error>> + use<> {
-    h.run(|l| {
-        let events = l.events_after(0, 10_000)?;
-        Ok(Res::Keys(events.into_iter().map(|e| e.idem_key).collect()))
-    })
-}
-
-pub(crate) async fn snapshot(h: &TenantRef) -> Result<Res, Error> {
-    let head = h.snapshot().await?;
-    Ok(Res::Head(head.map(|i| (i.epoch, i.seq))))
-}
-
-/// Admit, one ticket write, drop.
-async fn ticket_work(h: &TenantRef, id: String) -> Vec<Res> {
-    match settle_raw(h.admit()).await {
-        Ok(Ok(ticket)) => vec![Res::Ok, settle(ticket_insert(&ticket, id)).await],
-        Ok(Err(e)) => vec![res_of(&e)],
-        Err(late) => vec![late],
     }
 }

@@ -37,19 +37,21 @@ impl State {
             out.push(self.renew(replica));
         }
         let lost = self.tenures[&k].status != Status::Serving;
-        out.push(if !lost && self.holds(k) {
-            let tenure = self.tenure(k);
-            tenure.local.push(c);
-            tenure.dirty = true;
-            Res::Ok
+        let second = if !lost && self.holds(k) {
+            self.commit_write(k, c)
         } else {
             Res::Fenced
-        });
-        if self.periodic && out.last() == Some(&Res::Ok) {
+        };
+        out.push(second.clone());
+        if self.periodic && second == Res::Ok {
             out.push(Res::Covered(self.publish(k, false).is_ok()));
         }
+        // A segment not shipped ends the tenure and answers the handoff with its error.
+        let unshipped = !lost && self.tenures[&k].status != Status::Serving;
         out.push(if lost {
             Res::Draining
+        } else if unshipped {
+            second
         } else {
             self.flush(k, false)
         });
@@ -111,7 +113,7 @@ impl State {
             let mut during = self.clone();
             let f = during.forget(k);
             outcomes.push((vec![f, Res::Draining], during));
-            if self.tenures[&k].dirty {
+            if self.tenures[&k].dirty && !self.logged() {
                 let mut uploading = self.clone();
                 let _ = uploading.publish(k, false);
                 let f = uploading.forget(k);

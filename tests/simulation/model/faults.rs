@@ -34,15 +34,25 @@ pub enum Held {
     },
     /// `mark_forgotten` of `(t, epoch)` by `r`.
     MarkForgotten { t: usize, r: usize, epoch: u64 },
+    /// `move_tip` of `(t, epoch)` by `r` from `from` to `to`.
+    MoveTip {
+        t: usize,
+        r: usize,
+        epoch: u64,
+        from: Option<super::Pos>,
+        to: super::Pos,
+    },
 }
 
-/// An image put kept back: tenant `t`'s image `(epoch, seq)`.
+/// A put kept back: tenant `t`'s image `(epoch, seq)`, or its segment at that position.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HeldPut {
     /// The tenant.
     pub t: usize,
-    /// The image.
+    /// The image (or the segment's position).
     pub image: (u64, u64),
+    /// A segment's put: the ledger's content after it.
+    pub segment: Option<Vec<String>>,
 }
 
 impl State {
@@ -69,6 +79,11 @@ impl State {
             self.land(call);
         }
         for put in std::mem::take(&mut self.held_puts) {
+            if let Some(content) = put.segment {
+                // A segment that lands with no tip moved to it is never read (only swept).
+                self.put_segment(put.t, put.image, content);
+                continue;
+            }
             let ts = &mut self.tenants[put.t];
             // A put this process no longer runs (a request the server completes after the
             // client gave up) cannot be waited for: below the floor it is a leftover that the
@@ -137,16 +152,34 @@ impl State {
                     self.raise_floor(t, epoch);
                 }
             }
+            Held::MoveTip {
+                t,
+                r,
+                epoch,
+                from,
+                to,
+            } => self.land_move_tip((t, r, epoch), from, to),
         }
     }
 
-    /// The floor rises to `epoch`: the head goes, every image at or below it is dead (left
-    /// for a sweep).
+    /// The floor rises to `epoch`: the head and the tip go, every image and segment at or
+    /// below it is dead (left for a sweep).
     pub(super) fn raise_floor(&mut self, t: usize, epoch: u64) {
         let ts = &mut self.tenants[t];
         ts.floor = ts.floor.max(epoch);
         ts.head = None;
+        ts.tip = None;
         let floor = ts.floor;
+        let dead: Vec<_> = ts
+            .segments
+            .keys()
+            .filter(|o| o.0 <= floor)
+            .copied()
+            .collect();
+        for o in dead {
+            ts.segments.remove(&o);
+            ts.seg_leftovers.insert(o);
+        }
         let dead: Vec<_> = ts
             .objects
             .keys()
@@ -208,7 +241,7 @@ impl State {
         if !self.lease_down {
             for t in 0..TENANTS {
                 let floor = self.tenants[t].floor;
-                let dead = self.latest[r][t].is_some_and(|marker| marker <= floor);
+                let dead = self.markers[r][t].is_some_and(|marker| marker <= floor);
                 if dead && self.table[r][t].is_none() {
                     self.dirs[r][t] = Dir::Absent;
                 }
@@ -333,8 +366,11 @@ impl State {
             return vec![(vec![snap, f], s)];
         }
         let published = s.publish(k, false);
+        let head = s.tenures[&k].chain_head;
         let f = s.forget(k);
         let snaps = match published {
+            // A logged snapshot answers the head it published, erased right after.
+            Ok(()) if s.logged() => vec![Res::Head(head)],
             Ok(()) => vec![Res::Draining, Res::Fenced],
             Err(e) => vec![e],
         };
@@ -358,7 +394,15 @@ impl State {
     /// A run whose lease lapses while its batch commits (after the check before COMMIT): the
     /// commit stands in the local file only, the caller hears `Fenced` and the tenure ends,
     /// its writes in no image (promise 1).
-    pub(super) fn lapse_during_commit(&mut self, k: (usize, u64)) -> Res {
+    ///
+    /// Under `Shipped` no check follows the commit: the tip's compare-and-set in the lease
+    /// store (whose clock has not moved yet) is the authority, and the write is acknowledged.
+    pub(super) fn lapse_during_commit(&mut self, k: (usize, u64), id: String) -> Res {
+        if self.logged() {
+            let out = self.write(k, id);
+            self.now += TTL_MS + 1;
+            return out;
+        }
         let admitted = self.admission(k);
         self.now += TTL_MS + 1;
         match admitted {
@@ -376,15 +420,17 @@ impl State {
     /// waiting, and the run still under way is refused.
     pub(super) fn blocking_run(&self, k: (usize, u64), id: String) -> super::Outcomes {
         let mut gave_up = self.clone();
-        let w = gave_up.write(k, id);
-        if w != Res::Ok {
+        if let Err(w) = gave_up.admission(k) {
             let h = gave_up.handoff(k, false);
             return vec![(vec![w, h], gave_up)];
         }
+        // The handoff is handled (and given up) before the run's segment comes back: a
+        // segment not shipped ends the tenure after the handoff's answer.
+        let w = gave_up.commit_write(k, id);
         let mut flushed = self.clone();
         let h = flushed.handoff(k, false);
         // Refused while the tenant leaves, or once it is gone.
-        let mut outcomes = vec![(vec![Res::Ok, Res::DrainTimeout], gave_up)];
+        let mut outcomes = vec![(vec![w, Res::DrainTimeout], gave_up)];
         for refused in [Res::Draining, Res::Fenced] {
             outcomes.push((vec![refused, h.clone()], flushed.clone()));
         }

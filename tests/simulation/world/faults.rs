@@ -92,7 +92,7 @@ impl World {
                 Some(h) => self.forget_during_upload(&h).await,
                 None => vec![Res::Skipped, Res::Skipped],
             },
-            Op::Periodic => vec![Res::Ok],
+            Op::Periodic | Op::Images => vec![Res::Ok],
             _ => unreachable!("not a fault op: {op:?}"),
         }
     }
@@ -105,8 +105,13 @@ impl World {
             Late::Release => LeaseOp::Release,
             Late::PublishHead => LeaseOp::PublishHead,
             Late::MarkForgotten => LeaseOp::MarkForgotten,
+            Late::MoveTip => LeaseOp::MoveTip,
             Late::Put => {
                 self.durable.land_late_put(|key| key.ends_with(".db"));
+                return;
+            }
+            Late::SegmentPut => {
+                self.durable.land_late_put(|key| key.ends_with(".seg"));
                 return;
             }
         };

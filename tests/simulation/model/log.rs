@@ -1,0 +1,127 @@
+//! The model of the change log (`Durability::Shipped`, the default): a batch is acknowledged
+//! only once its segment is in the durable store and the lease store moved the tip to it
+//! (docs/guarantees.md, the change log). In the simulation every tenant's batches reach it one
+//! at a time, so each batch that changes pages is one segment, at the next position after the
+//! tenure's tip: the model predicts every segment's key exactly.
+//!
+//! A segment not shipped answers its caller `Unshipped` (outcome unknown) or `Fenced` (the
+//! store refused the tip for a lease it no longer holds) and ends the tenure (Abandoned); what
+//! the log holds is then decided by the stores alone — a kept-back tip move that lands later
+//! moves the tip by the store's rules, so a write whose caller heard `Unshipped` may yet be
+//! restored.
+
+use super::{HeldPut, Pos, Res, State};
+use crate::model::Held;
+use crate::ops::Late;
+
+/// How many more times the runtime asks again after a tip move of unknown outcome.
+const TIP_RETRIES: u32 = 2;
+
+impl State {
+    /// Ships the batch tenure `k` just committed (its ledger now `local`): `Ok` once the tip
+    /// moved; otherwise the tenure is lost and the caller hears why.
+    pub(super) fn ship(&mut self, k: (usize, u64)) -> Res {
+        let (t, epoch) = k;
+        let replica = self.tenures[&k].replica;
+        let from = self.tenures[&k].tip;
+        let to = (epoch, from.map_or(1, |f| f.1 + 1));
+        let content = self.tenures[&k].local.clone();
+        self.tenure(k).carry = false;
+        let out = self.ship_calls((t, replica, epoch), from, to, content);
+        if out == Res::Ok {
+            self.tenure(k).tip = Some(to);
+        } else {
+            self.lose(k);
+        }
+        out
+    }
+
+    /// The put of the segment at `to`, then the tip's compare-and-set from `from` (asked again
+    /// after an answer of unknown outcome).
+    fn ship_calls(
+        &mut self,
+        (t, r, epoch): (usize, usize, u64),
+        from: Option<Pos>,
+        to: Pos,
+        content: Vec<String>,
+    ) -> Res {
+        if self.durable_down {
+            return Res::Unshipped;
+        }
+        if self.take_late(Late::SegmentPut) {
+            self.held_puts.push(HeldPut {
+                t,
+                image: to,
+                segment: Some(content),
+            });
+            return Res::Unshipped;
+        }
+        self.put_segment(t, to, content);
+        for tries in 0..=TIP_RETRIES {
+            if self.lease_down {
+                // An outage leaves the outcome unknown: asked again.
+                continue;
+            }
+            if self.take_late(Late::MoveTip) {
+                self.held.push(Held::MoveTip {
+                    t,
+                    r,
+                    epoch,
+                    from,
+                    to,
+                });
+                continue;
+            }
+            if !self.store_live(t, r, epoch) || epoch <= self.tenants[t].floor {
+                // A first refusal is definite; after an unknown answer, an earlier try may
+                // have landed before the lease went.
+                return if tries == 0 {
+                    Res::Fenced
+                } else {
+                    Res::Unshipped
+                };
+            }
+            return match self.tenants[t].tip {
+                tip if tip == Some(to) => Res::Ok,
+                tip if tip == from => {
+                    self.tenants[t].tip = Some(to);
+                    Res::Ok
+                }
+                _ => Res::Unshipped,
+            };
+        }
+        Res::Unshipped
+    }
+
+    /// A segment's bytes reach the store (if absent): above the floor it is listed until a
+    /// forget; at or below it, a leftover for the next sweep.
+    pub(super) fn put_segment(&mut self, t: usize, at: Pos, content: Vec<String>) {
+        let ts = &mut self.tenants[t];
+        if at.0 > ts.floor {
+            ts.segments.entry(at).or_insert(content);
+        } else {
+            ts.seg_leftovers.insert(at);
+        }
+    }
+
+    /// A kept-back tip move lands by the store's rules: only for the live tenure above the
+    /// floor, only from the tip it saw.
+    pub(super) fn land_move_tip(
+        &mut self,
+        (t, r, epoch): (usize, usize, u64),
+        from: Option<Pos>,
+        to: Pos,
+    ) {
+        let live = self.store_live(t, r, epoch) && epoch > self.tenants[t].floor;
+        if live && self.tenants[t].tip == from {
+            self.tenants[t].tip = Some(to);
+        }
+    }
+
+    /// What an open restores under `Shipped`: the content at the tip, else the image's.
+    pub(super) fn log_content(&self, t: usize) -> Option<Vec<String>> {
+        let ts = &self.tenants[t];
+        ts.tip
+            .map(|tip| ts.segments.get(&tip).cloned().unwrap_or_default())
+    }
+}
