@@ -2,11 +2,13 @@
 //! the images' manifests, the lease record and `now` (docs/guarantees.md, the storage bound).
 //!
 //! - The **head** image always stays, and every image younger than `retain`; of the images
-//!   older than `retain`, the newest stays as the **base** of the window (a point-in-time
-//!   restore to any moment of the window starts from it or a younger one). Every other image
-//!   goes, with its manifest.
-//! - A segment of the chain stays if some kept image needs it: its `seq` lies above the oldest
-//!   kept image's log position. Segments at or below it are in every kept image already.
+//!   older than `retain`, the newest (the head, if it is one of them) stays as the **base** of
+//!   the window (a point-in-time restore to any moment of the window starts from it or a younger
+//!   one). Every other image goes, with its manifest.
+//! - A segment of the chain stays unless it lies at or below the base's log position: those are
+//!   in every kept image, and no moment of the window lies before the base. Without a base
+//!   (every image younger than `retain`), every segment stays: a moment of the window may lie
+//!   before the oldest image, and a point-in-time restore then starts from the log's beginning.
 //! - A segment that is not on the chain goes: one of an older tenure above the tip (a zombie's
 //!   late segment, which no tip can ever name), or one whose `seq` a later tenure shipped too.
 //! - Nothing at or below the floor is chosen (the floor's sweep deletes those), nothing outside
@@ -69,7 +71,7 @@ pub fn retention_plan(input: &RetentionInput<'_>) -> Vec<String> {
     let is_head = |i: &ImageInfo| input.head == Some((i.epoch, i.seq));
     let base = images
         .iter()
-        .filter(|i| i.created_at_ms < cutoff && !is_head(i))
+        .filter(|i| i.created_at_ms < cutoff)
         .max_by_key(|i| (i.created_at_ms, log_seq(i), i.epoch, i.seq))
         .copied();
     let kept: Vec<&ImageInfo> = images
@@ -84,9 +86,10 @@ pub fn retention_plan(input: &RetentionInput<'_>) -> Vec<String> {
             doomed.push(manifest_key(key, image.epoch, image.seq));
         }
     }
-    // The oldest position a kept image holds: segments at or below it are in every kept image.
-    // Without any image, every segment of the chain is needed.
-    let covered = kept.iter().map(|i| log_seq(i)).min().unwrap_or(0);
+    // Segments at or below the window's base are in every kept image, and no moment of the
+    // window lies before it. Without a base (every image is younger than `retain`, or there is
+    // none) a moment of the window may lie before the oldest image: every segment stays.
+    let covered = base.map_or(0, log_seq);
     let segments: Vec<LogPos> = input
         .listed
         .iter()
@@ -179,6 +182,25 @@ mod tests {
         want.extend((1..=20).map(|s| segment_key(&key(), pos(2, s))));
         want.sort();
         assert_eq!(plan, want);
+    }
+
+    #[test]
+    fn while_every_image_is_younger_than_retain_every_segment_stays() {
+        let images = [image(2, 1, 10, 29 * HOUR), image(2, 2, 20, 30 * HOUR)];
+        let segments: Vec<LogPos> = (1..=25).map(|s| pos(2, s)).collect();
+        let listed = listing(&images, &segments);
+        let plan = retention_plan(&RetentionInput {
+            key: &key(),
+            listed: &listed,
+            images: &images,
+            head: Some((2, 2)),
+            tip: Some(pos(2, 25)),
+            holder_epoch: 2,
+            floor: 0,
+            now_ms: 30 * HOUR,
+            retain_ms: 24 * HOUR,
+        });
+        assert!(plan.is_empty(), "a moment 29 h ago needs segments 1..10: {plan:?}");
     }
 
     #[test]
