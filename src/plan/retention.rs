@@ -200,7 +200,10 @@ mod tests {
             now_ms: 30 * HOUR,
             retain_ms: 24 * HOUR,
         });
-        assert!(plan.is_empty(), "a moment 29 h ago needs segments 1..10: {plan:?}");
+        assert!(
+            plan.is_empty(),
+            "a moment 29 h ago needs segments 1..10: {plan:?}"
+        );
     }
 
     #[test]

@@ -58,7 +58,6 @@ fn shipped_writes_survive_crashes_and_late_tip_moves_land_by_the_stores_rules() 
 /// copy dead, so a local sweep takes it; until then the trace stays. The generated mix models
 /// the directory as left behind; this test holds the runtime to the stated intent.
 #[test]
-#[ignore = "a failed open leaves its tenure marker's directory (see the doc comment)"]
 fn hole_a_failed_open_leaves_no_directory_behind() {
     use Op::*;
     model::FAILED_OPEN_LEAVES_NO_DIR.set(true);
@@ -80,7 +79,6 @@ fn hole_a_failed_open_leaves_no_directory_behind() {
 /// not whether the lease holds. No acknowledged write is lost (each is in the log already); the
 /// answer breaks the stated rule, and the release then finds a lease that may be another's.
 #[test]
-#[ignore = "a logged handoff is reported flushed after its lease lapsed (see the doc comment)"]
 fn hole_a_logged_handoff_whose_lease_lapsed_is_reported_failed() {
     use Op::*;
     model::LOGGED_FLUSH_NEEDS_THE_LEASE.set(true);

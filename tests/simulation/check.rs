@@ -242,9 +242,23 @@ fn segment_key(t: usize, (epoch, seq): Pos) -> String {
 
 fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
     let ts = &state.tenants[t];
+    // Segments off the chain (a seq a later tenure shipped too, or an older tenure's above the
+    // tip) may go at any time: retention deletes them after every new image
+    // (`src/plan/retention.rs`).
+    let tip = ts.tip.map_or(0, |p| p.1);
+    let holder = ts.row.as_ref().map_or(0, |row| row.epoch);
+    let off_chain = |&(e, seq): &(u64, u64)| {
+        (seq > tip && e < holder)
+            || (seq <= tip && ts.segments.keys().any(|&(e2, s2)| s2 == seq && e2 > e))
+    };
     let mut required: Vec<String> = ts.objects.keys().flat_map(|&o| object_keys(t, o)).collect();
     required.extend(ts.lone.iter().map(|&o| object_keys(t, o)[0].clone()));
-    required.extend(ts.segments.keys().map(|&p| segment_key(t, p)));
+    required.extend(
+        ts.segments
+            .keys()
+            .filter(|p| !off_chain(p))
+            .map(|&p| segment_key(t, p)),
+    );
     required.sort();
     let mut maybe: Vec<String> = ts
         .leftovers
@@ -253,6 +267,12 @@ fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
         .collect();
     maybe.extend(ts.stray.iter().map(|&o| object_keys(t, o)[0].clone()));
     maybe.extend(ts.seg_leftovers.iter().map(|&p| segment_key(t, p)));
+    maybe.extend(
+        ts.segments
+            .keys()
+            .filter(|p| off_chain(p))
+            .map(|&p| segment_key(t, p)),
+    );
     let listed = &seen.listings[t];
     let above: Vec<&String> = listed.iter().filter(|k| !maybe.contains(k)).collect();
     let required: Vec<&String> = required.iter().collect();

@@ -468,14 +468,25 @@ impl World {
             }
             by_tenant
         };
-        let finished = &self.finished;
-        let statuses = join_all(
-            self.handles
-                .iter()
-                .filter(|(k, _)| !finished.contains_key(k))
-                .map(|(k, h)| async move { (*k, h.status().await) }),
-        );
-        let (rows, listings, statuses) = futures::join!(rows, listings, statuses);
+        // A tenure that ended on a failed segment hands its lease back after its caller heard
+        // why: the statuses settle first (bounded), then the stores are read.
+        let settle_until = std::time::Instant::now() + Duration::from_secs(2);
+        let statuses = loop {
+            let finished = &self.finished;
+            let statuses: Vec<_> = join_all(
+                self.handles
+                    .iter()
+                    .filter(|(k, _)| !finished.contains_key(k))
+                    .map(|(k, h)| async move { (*k, h.status().await) }),
+            )
+            .await;
+            let settling = statuses.iter().any(|(_, s)| *s == TenantStatus::Abandoning);
+            if !settling || std::time::Instant::now() > settle_until {
+                break statuses;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        let (rows, listings) = futures::join!(rows, listings);
         let dirs = self
             .roots
             .iter()

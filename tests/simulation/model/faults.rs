@@ -369,8 +369,8 @@ impl State {
         let head = s.tenures[&k].chain_head;
         let f = s.forget(k);
         let snaps = match published {
-            // A logged snapshot answers the head it published, erased right after.
-            Ok(()) if s.logged() => vec![Res::Head(head)],
+            // Published, but the forget took the tenant meanwhile: the caller hears that it is
+            // leaving, never a head about to be erased (with a log as with images).
             Ok(()) => vec![Res::Draining, Res::Fenced],
             Err(e) => vec![e],
         };

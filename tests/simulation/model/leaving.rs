@@ -11,7 +11,7 @@ thread_local! {
     /// docs/guarantees.md states for every flush): set only by the ignored regression that pins
     /// its breach (`change_log.rs`); off, the model takes the runtime's flush, which asks only whether
     /// the tenure ended.
-    pub static LOGGED_FLUSH_NEEDS_THE_LEASE: Cell<bool> = const { Cell::new(false) };
+    pub static LOGGED_FLUSH_NEEDS_THE_LEASE: Cell<bool> = const { Cell::new(true) };
 }
 
 impl State {

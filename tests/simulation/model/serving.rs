@@ -10,7 +10,7 @@ thread_local! {
     /// Whether the model holds the runtime to the promise its failed open states (a directory
     /// the open made and wrote nothing into goes): set only by the ignored regression that
     /// pins its breach (`change_log.rs`); off, the model takes the directory the open leaves behind.
-    pub static FAILED_OPEN_LEAVES_NO_DIR: Cell<bool> = const { Cell::new(false) };
+    pub static FAILED_OPEN_LEAVES_NO_DIR: Cell<bool> = const { Cell::new(true) };
 }
 
 /// How many more times an open asks for the lease after an answer of unknown outcome.
