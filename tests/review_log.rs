@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use leasehold::LeaseStore;
+use leasehold_actors::Durability;
 
 /// A run that writes about `pages` 4 KiB pages in one batch.
 async fn write_pages(t: &leasehold_actors::TenantRef, pages: i64) {
@@ -376,5 +377,68 @@ async fn rv7_snapshots_waiting_behind_a_slow_upload_hold_a_bounded_number_of_des
         during <= before + 6,
         "40 snapshots waiting behind one upload hold {} more descriptors ({before} → {during})",
         during - before
+    );
+}
+
+/// Holds the next `n` calls of `move_tip`, each for `delay`, one after the other.
+fn slow_tip_moves(store: leasehold::testkit::FaultyLeaseStore, n: usize, delay: Duration) {
+    let next = store.clone();
+    store.before_next(leasehold::testkit::LeaseOp::MoveTip, move || async move {
+        if n > 1 {
+            slow_tip_moves(next, n - 1, delay);
+        }
+        tokio::time::sleep(delay).await;
+    });
+}
+
+/// Finding (Async bound): docs/guarantees.md gives the RPO of `Async { every }` as "the writes
+/// acknowledged in the last `every` plus one shipping (a put and a tip move, each under
+/// `store_deadline`)". But a tip move of unknown outcome is asked three times, each under
+/// `store_deadline`, and writes go on being acknowledged meanwhile: a crash-free run loses
+/// writes acknowledged over `every` + put + 3 tip moves.
+#[actix_rt::test]
+#[ignore = "finding 8: Async loses writes acknowledged over more than every + one put + one tip move"]
+async fn rv8_async_loses_no_more_than_the_declared_window() {
+    let every = Duration::from_millis(20);
+    let deadline = Duration::from_millis(300);
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        c.durability = Durability::Async { every };
+        c.store_deadline = deadline;
+    });
+    let t = a.open().await;
+    insert(&t, "k0").await.unwrap();
+    eventually(5_000, "k0 shipped", || async {
+        let r = fleet.leases.inner().read(&key()).await.unwrap().unwrap();
+        r.tip.is_some()
+    })
+    .await;
+    slow_tip_moves(fleet.leases.clone(), 3, 4 * deadline);
+    let started = std::time::Instant::now();
+    let mut acked = Vec::new();
+    for i in 0.. {
+        let k = format!("w{i}");
+        match insert(&t, &k).await {
+            Ok(_) => acked.push((k, started.elapsed())),
+            Err(_) => break,
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the log never failed"
+        );
+    }
+    fleet.advance(TTL + Duration::from_secs(1));
+    let b = fleet.replica("b");
+    let kept = keys_of(&b.open().await).await;
+    let lost: Vec<_> = acked.iter().filter(|(k, _)| !kept.contains(k)).collect();
+    let (Some(first), Some(last)) = (lost.first(), lost.last()) else {
+        panic!("nothing was lost: {kept:?}");
+    };
+    let span = last.1 - first.1;
+    let declared = every + deadline + deadline;
+    assert!(
+        span <= declared + Duration::from_millis(100),
+        "{} acknowledged writes lost, acknowledged over {span:?}; declared: every + one put + one tip move = {declared:?}",
+        lost.len()
     );
 }
