@@ -548,3 +548,54 @@ async fn rv_held_close_with_a_segment_in_flight_keeps_the_answer_and_the_log_in_
     };
     assert!(answer_fits, "answer {written:?}, successor {keys:?}");
 }
+
+/// Held up: a zombie (its own clock says it holds; the store gave the lease to a successor)
+/// commits locally and puts its segment, but its tip move is refused: it answers `Fenced`, the
+/// successor never reads the zombie's segment, and the successor's own next segment takes the
+/// same number in its epoch.
+#[actix_rt::test]
+async fn rv_held_a_zombies_segment_is_never_read_and_its_write_is_refused() {
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    insert(&t, "k1").await.unwrap();
+    // Only the store's clock moves: replica a still believes it holds the lease.
+    fleet.store_clock.advance(TTL + Duration::from_secs(1));
+    let b = fleet.replica("b");
+    let t2 = b.open().await;
+    let zombie = insert(&t, "zombie").await;
+    assert!(zombie.is_err(), "{zombie:?}");
+    insert(&t2, "k2").await.unwrap();
+    let keys = keys_of(&t2).await;
+    assert_eq!(keys, ["k1", "k2"]);
+    t2.abandon().await.unwrap();
+    let c = fleet.replica("c");
+    assert_eq!(keys_of(&c.open().await).await, ["k1", "k2"]);
+}
+
+/// Held up: a forget while a segment is in flight waits for it, then erases every object.
+#[actix_rt::test]
+async fn rv_held_a_forget_racing_a_segment_in_flight_leaves_nothing() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    insert(&t, "k0").await.unwrap();
+    t.snapshot().await.unwrap();
+    let (held, mut gate) = gated();
+    fleet
+        .durable
+        .before_next_put_matching(|k| k.ends_with(".seg"), held);
+    let written = actix_rt::spawn({
+        let t = t.clone();
+        async move { insert(&t, "in-flight").await }
+    });
+    gate.reached().await;
+    let forget = actix_rt::spawn(t.forget());
+    tokio::task::yield_now().await;
+    gate.open();
+    let _ = within(5_000, "the write", written).await;
+    within(5_000, "the forget", forget).await.unwrap().unwrap();
+    let stored = fleet.stored_of_tenant().await;
+    assert!(stored.is_empty(), "the forget left {stored:?}");
+}
