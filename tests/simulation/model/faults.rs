@@ -366,7 +366,6 @@ impl State {
             return vec![(vec![snap, f], s)];
         }
         let published = s.publish(k, false);
-        let head = s.tenures[&k].chain_head;
         let f = s.forget(k);
         let snaps = match published {
             // Published, but the forget took the tenant meanwhile: the caller hears that it is
