@@ -45,8 +45,20 @@ fn config() -> impl bincode::config::Config {
 }
 
 /// Encodes `value` as bincode 1 bytes.
+///
+/// bincode applies its limit only when decoding, so the limit is checked here too: nothing is
+/// written that [`decode`] would refuse (a batch that changed more than [`LIMIT`] bytes of
+/// pages cannot become a segment; its writes are never acknowledged).
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
-    bincode::serde::encode_to_vec(value, config()).map_err(|e| CodecError::Encode(e.to_string()))
+    let bytes = bincode::serde::encode_to_vec(value, config())
+        .map_err(|e| CodecError::Encode(e.to_string()))?;
+    if bytes.len() > LIMIT {
+        return Err(CodecError::Encode(format!(
+            "{} bytes is over the limit of {LIMIT} bytes a reader accepts",
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
 }
 
 /// Decodes a `T` that must take up all of `bytes`.

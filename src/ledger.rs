@@ -418,6 +418,31 @@ impl Ledger {
         }
     }
 
+    /// Copies what it can of the WAL into the database file without waiting for anyone
+    /// (`wal_checkpoint(PASSIVE)`: no busy handler, so a reader holding the WAL — an image being
+    /// taken — never blocks the caller); SQLite starts the WAL over at a later commit once
+    /// everything was copied. A logged ledger first reads the pages not taken yet, as
+    /// [`Ledger::checkpoint`] does. Returns whether every frame was copied.
+    pub fn checkpoint_passive(&mut self) -> Result<bool, LedgerError> {
+        if self.in_batch() {
+            return Err(LedgerError::Sqlite(
+                "checkpoint: a batch is open; commit or roll it back first".to_string(),
+            ));
+        }
+        if let Some(capture) = self.capture.as_mut() {
+            let frames = u32::try_from(capture.frames.swap(-1, Ordering::SeqCst)).ok();
+            if let Some(changes) = capture.cursor.take(frames).map_err(LedgerError::Io)? {
+                capture.cursor.carry(changes);
+            }
+        }
+        let (_busy, log, done): (i64, i64, i64) =
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
+        Ok(log == done)
+    }
+
     /// Moves every committed page from the WAL into the database file and truncates the WAL
     /// (`wal_checkpoint(TRUNCATE)`). Fails if a batch is open or another connection's read kept
     /// the checkpoint from finishing.

@@ -565,9 +565,19 @@ async fn p6_a_restore_reads_its_image_within_a_deadline_grown_by_the_manifests_s
     let image = take_image(&db, &dir.path().join("image.db")).unwrap();
     let (faulty, store) = paced(Duration::from_millis(50));
     let key = LeaseKey::parse("acme/t1").unwrap();
-    let manifest = upload_image(faulty.inner().as_ref(), &key, 1, 1, &image, None, None, 0)
-        .await
-        .unwrap();
+    let manifest = upload_image(
+        faulty.inner().as_ref(),
+        &key,
+        1,
+        1,
+        &image,
+        None,
+        None,
+        false,
+        0,
+    )
+    .await
+    .unwrap();
     let restored = fetch_restorable(&store, &key, Some(&manifest.image_ref()), 0).await;
     let (got, bytes) = restored
         .expect("the image is read in time")

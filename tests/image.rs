@@ -162,6 +162,7 @@ async fn an_uploaded_image_and_its_manifest_round_trip() {
         &image,
         Some(base.clone()),
         Some(LogPos { epoch: 3, seq: 9 }),
+        false,
         1_700,
     )
     .await
@@ -177,6 +178,7 @@ async fn an_uploaded_image_and_its_manifest_round_trip() {
             sha256: image.sha256.clone(),
             base: Some(base),
             created_at_ms: 1_700,
+            beyond_log: false,
             log: Some(LogPos { epoch: 3, seq: 9 }),
         }
     );
@@ -202,10 +204,10 @@ async fn the_same_epoch_and_seq_is_never_uploaded_twice() {
     let store = MemStore::default();
     let first = image_of(dir.path(), "a", &["k-1"]);
     let second = image_of(dir.path(), "b", &["k-1", "k-2"]);
-    upload_image(&store, &key(), 3, 1, &first, None, None, 1)
+    upload_image(&store, &key(), 3, 1, &first, None, None, false, 1)
         .await
         .unwrap();
-    let again = upload_image(&store, &key(), 3, 1, &second, None, None, 2).await;
+    let again = upload_image(&store, &key(), 3, 1, &second, None, None, false, 2).await;
     assert_eq!(
         again,
         Err(ImageError::AlreadyExists {
@@ -218,7 +220,7 @@ async fn the_same_epoch_and_seq_is_never_uploaded_twice() {
     );
     // A manifest alone in the way (an image upload that was lost) is refused the same way.
     store.remove(&image_key(&key(), 3, 1));
-    let again = upload_image(&store, &key(), 3, 1, &second, None, None, 2).await;
+    let again = upload_image(&store, &key(), 3, 1, &second, None, None, false, 2).await;
     assert_eq!(
         again,
         Err(ImageError::AlreadyExists {
@@ -235,7 +237,7 @@ async fn upload_refuses_a_file_that_changed_since_it_was_taken() {
     let mut bytes = std::fs::read(&image.path).unwrap();
     bytes[200] ^= 0xff;
     std::fs::write(&image.path, &bytes).unwrap();
-    corrupt_reason(upload_image(&store, &key(), 3, 1, &image, None, None, 1).await);
+    corrupt_reason(upload_image(&store, &key(), 3, 1, &image, None, None, false, 1).await);
     assert_eq!(
         store.list("").await.unwrap(),
         Vec::<String>::new(),
@@ -258,6 +260,7 @@ fn every_corrupt_manifest_is_refused() {
             sha256: "b".repeat(64),
         }),
         created_at_ms: 5,
+        beyond_log: false,
         log: None,
     };
     let with = |edit: &dyn Fn(&mut serde_json::Value)| {

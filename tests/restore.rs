@@ -34,6 +34,7 @@ async fn publish_chain(
             &image,
             refs.last().cloned(),
             None,
+            false,
             1,
         )
         .await
@@ -244,7 +245,7 @@ async fn an_image_round_trips_through_the_directory_store() {
     let dir = tempfile::tempdir().unwrap();
     let store = leasehold::durable::dir::DirStore::open(&dir.path().join("store")).unwrap();
     let image = image_of(dir.path(), "a", &["k-1", "k-2"]);
-    let m = upload_image(&store, &key(), 1, 1, &image, None, None, 1)
+    let m = upload_image(&store, &key(), 1, 1, &image, None, None, false, 1)
         .await
         .unwrap();
     let restored = fetch_restorable(&store, &key(), Some(&m.image_ref()), 0)

@@ -45,6 +45,11 @@ pub struct Manifest {
     /// absent, and the format stays 1).
     #[serde(default)]
     pub log: Option<LogPos>,
+    /// True when the image holds writes made after `log` that no segment carries (an image of
+    /// an `Images` tenure of a tenant with a log): a restore may continue the log from it, but
+    /// a point-in-time restore never uses it for a moment of the log.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub beyond_log: bool,
 }
 
 impl Manifest {
@@ -199,6 +204,7 @@ mod tests {
                 sha256: "a".repeat(64),
             }),
             created_at_ms: 17,
+            beyond_log: false,
             log: Some(LogPos { epoch: 3, seq: 41 }),
         }
     }

@@ -33,6 +33,7 @@ pub async fn upload_image(
     image: &ImageFile,
     base: Option<ImageRef>,
     log: Option<LogPos>,
+    beyond_log: bool,
     created_at_ms: u64,
 ) -> Result<Manifest, ImageError> {
     let bytes = tokio::fs::read(&image.path)
@@ -48,6 +49,7 @@ pub async fn upload_image(
         sha256: image.sha256.clone(),
         base,
         created_at_ms,
+        beyond_log,
         log,
     };
     let mkey = manifest_key(key, epoch, seq);
@@ -246,6 +248,7 @@ mod tests {
             base,
             created_at_ms: 0,
             log: None,
+            beyond_log: false,
         }
     }
 

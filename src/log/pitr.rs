@@ -227,7 +227,7 @@ async fn image_at(
     images: &[Manifest],
     at: Option<LogPos>,
 ) -> Result<Option<(Manifest, Vec<u8>)>, LogError> {
-    for m in images.iter().filter(|m| m.log == at) {
+    for m in images.iter().filter(|m| m.log == at && !m.beyond_log) {
         let ikey = image_key(key, m.epoch, m.seq);
         if let Some(bytes) = store.get_sized(&ikey, m.size).await?
             && verify(m, &bytes).is_ok()

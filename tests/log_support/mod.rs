@@ -172,7 +172,7 @@ pub async fn publish(
         size: bytes.len() as u64,
         sha256: sha256_hex(bytes),
     };
-    upload_image(store, &key(), epoch, seq, &file, base, log, 1)
+    upload_image(store, &key(), epoch, seq, &file, base, log, false, 1)
         .await
         .unwrap()
         .image_ref()

@@ -116,6 +116,9 @@ pub(crate) struct TenantActor {
     pub(super) image_wanted: Vec<ImageWant>,
     /// A retention sweep is under way.
     pub(super) retention_running: bool,
+    /// An image of a logged ledger is being taken and published: at most one at a time, so a
+    /// slow upload never piles up read transactions (each a connection holding the WAL).
+    pub(super) image_busy: bool,
 }
 
 impl TenantActor {
@@ -143,6 +146,7 @@ impl TenantActor {
             flush_wanted: None,
             image_wanted: Vec::new(),
             retention_running: false,
+            image_busy: false,
         }
     }
 
@@ -249,13 +253,14 @@ impl TenantActor {
         self.checkpoint_if_due();
     }
 
-    /// Checkpoints a logged ledger whose WAL holds more than [`CHECKPOINT_FRAMES`] read frames
-    /// (a reader taking an image may keep it from finishing; the next commit tries again).
+    /// Checkpoints a logged ledger whose WAL holds more than [`CHECKPOINT_FRAMES`] read frames,
+    /// passively: a reader taking an image never makes the actor's thread wait (SQLite starts
+    /// the WAL over once everything was copied and no reader needs it; the capture follows).
     fn checkpoint_if_due(&mut self) {
         if let Some(ledger) = self.ledger.as_mut()
             && ledger.wal_frames() >= CHECKPOINT_FRAMES
             && !ledger.in_batch()
-            && let Err(e) = ledger.checkpoint()
+            && let Err(e) = ledger.checkpoint_passive()
         {
             tracing::debug!(key = %self.cell.key, error = %e, "checkpoint postponed");
         }
@@ -301,6 +306,11 @@ impl Actor for TenantActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        // A segment still in flight (an abandon does not wait for it, nor does a replica
+        // dropped without `close()`): its callers hear an unknown outcome, never `Fenced`.
+        if let Some(log) = self.log.as_mut() {
+            log.abort();
+        }
         // Stopped before its tenure ended (its replica closed and dropped, its arbiter gone):
         // like a crash, nothing flushed, nothing released; its handles read it as abandoned.
         let status = self.tenure.status();

@@ -32,8 +32,6 @@ pub(crate) struct Cut {
     pub(crate) to: LogPos,
     /// Its encoded bytes.
     pub(crate) bytes: Vec<u8>,
-    /// The callers it answers.
-    pub(crate) callers: Vec<Finisher>,
 }
 
 /// Where the tenure's log stands.
@@ -50,6 +48,9 @@ pub(crate) struct LogShip {
     pending: Option<Changes>,
     /// Callers of batches since the last cut (answered when their changes are in the log).
     waiting: Vec<Finisher>,
+    /// Callers of the segment in flight: kept here, not in the shipping future, so that a
+    /// tenant that stops with a segment in flight still answers them (outcome unknown).
+    in_flight_callers: Vec<Finisher>,
     /// Sizes of the segments shipped since the newest image's position, oldest first.
     since_image: VecDeque<(u64, u64)>,
     /// The log position the newest image holds.
@@ -81,6 +82,7 @@ impl LogShip {
             in_flight: None,
             pending: None,
             waiting: Vec::new(),
+            in_flight_callers: Vec::new(),
             since_image: VecDeque::new(),
             image_pos,
             carried,
@@ -180,24 +182,19 @@ impl LogShip {
         let segment = Segment::from_changes(&self.key, to, self.tip, changes, created_at_ms);
         let bytes = segment.encode().map_err(Error::from)?;
         self.in_flight = Some(to);
+        self.in_flight_callers = std::mem::take(&mut self.waiting);
         Ok(Some(Cut {
             from: self.tip,
             to,
             bytes,
-            callers: std::mem::take(&mut self.waiting),
         }))
     }
 
     /// The segment at `to` of `bytes` bytes came back. On success the tip is `to`; on failure
     /// the log stops, and everyone waiting hears why.
-    pub(crate) fn shipped(
-        &mut self,
-        to: LogPos,
-        bytes: u64,
-        outcome: &Result<(), Error>,
-        callers: Vec<Finisher>,
-    ) {
+    pub(crate) fn shipped(&mut self, to: LogPos, bytes: u64, outcome: &Result<(), Error>) {
         self.in_flight = None;
+        let callers = std::mem::take(&mut self.in_flight_callers);
         match outcome {
             Ok(()) => {
                 self.tip = Some(to);
@@ -217,6 +214,19 @@ impl LogShip {
                 });
             }
         }
+    }
+
+    /// The tenant stopped (its actor is going): the callers of the segment in flight hear
+    /// `Unshipped` (their writes may yet be in the log), and so does everyone waiting.
+    pub(crate) fn abort(&mut self) {
+        let error = Error::Unshipped {
+            key: self.key.to_string(),
+            reason: "the tenant stopped while its segment was in flight".to_string(),
+        };
+        for caller in self.in_flight_callers.drain(..) {
+            caller(Err(error.clone()));
+        }
+        self.fail(error);
     }
 
     /// Stops the log: pending changes are never shipped, their callers hear `error`.

@@ -195,21 +195,24 @@ impl Publisher {
             &file,
             chain.head.clone(),
             log,
+            tips.is_none() && log.is_some(),
             wall_ms(),
         )
         .await;
         let _ = std::fs::remove_file(&file.path);
         let image = uploaded?.image_ref();
         if let Some(mut tips) = tips {
-            let reached = tokio::time::timeout(
-                self.rt.store_deadline,
-                tips.wait_for(|tip| reaches(*tip, log)),
-            )
-            .await;
-            if !matches!(reached, Ok(Ok(_))) {
-                // The log did not reach the image's position (it failed, or the tenure ended):
-                // the head stays where the log can follow it.
-                return Err(self.fenced());
+            // The segment in flight settles within its own bounds (a put and its tip moves,
+            // each under `store_deadline`): wait for it, however slow the store is.
+            if tips.wait_for(|tip| reaches(*tip, log)).await.is_err() {
+                // The log stopped short of the image's position (it failed, the tenure
+                // ended): the head stays where the log can follow it.
+                return Err(Error::Unshipped {
+                    key: self.key().to_string(),
+                    reason: format!(
+                        "the log never reached the image's position {log:?}; the image is not published"
+                    ),
+                });
             }
         }
         // A tenure that ended meanwhile (a lapse after a commit ends it) publishes nothing more:

@@ -51,18 +51,13 @@ impl TenantActor {
     }
 
     fn send(&mut self, cut: Cut, ctx: &mut Context<Self>) {
-        let Cut {
-            from,
-            to,
-            bytes,
-            callers,
-        } = cut;
+        let Cut { from, to, bytes } = cut;
         let len = bytes.len() as u64;
         self.feed(Input::Shipping, ctx);
         let work = ship(self.rt.clone(), self.cell.clone(), from, to, bytes);
         ctx.spawn(work.into_actor(self).map(move |outcome, act, ctx| {
             if let Some(log) = act.log.as_mut() {
-                log.shipped(to, len, &outcome, callers);
+                log.shipped(to, len, &outcome);
             }
             if let Err(error) = &outcome {
                 act.rt.events.emit(Event::ShipFailed {
@@ -128,9 +123,10 @@ impl TenantActor {
         let Some(log) = self.log.as_ref() else {
             return;
         };
-        if self.image_wanted.is_empty() || log.has_pending() {
+        if self.image_wanted.is_empty() || log.has_pending() || self.image_busy {
             return;
         }
+        self.image_busy = true;
         let position = log.position();
         let tips = log.tips();
         let wanted = std::mem::take(&mut self.image_wanted);
@@ -161,6 +157,7 @@ impl TenantActor {
             (outcome, publisher.head().await)
         };
         ctx.spawn(work.into_actor(self).map(move |(outcome, head), act, ctx| {
+            act.image_busy = false;
             if let Ok(Some(published)) = &outcome
                 && let Some(log) = act.log.as_mut()
             {
@@ -204,6 +201,8 @@ impl TenantActor {
                     ctx,
                 );
             }
+            // Wanted meanwhile: taken now if nothing is pending, else at the next cut.
+            act.take_wanted_images(ctx);
         }));
     }
 

@@ -238,8 +238,12 @@ pub(crate) struct Tenure {
     tickets: BTreeSet<u64>,
     /// The next ticket's id.
     next_ticket: u64,
-    /// Publishes under way: a forget raises the floor only once none is.
+    /// Image publishes under way: a forget raises the floor only once none is, and a
+    /// periodic snapshot is not started while one is.
     uploads: usize,
+    /// Segments of the change log in flight (at most one): a forget raises the floor only
+    /// once none is; they never hold back a periodic image (compaction keeps up under load).
+    ships: usize,
     /// Batches committed in this tenure.
     commits: u64,
     /// `commits` as of the newest published image (or the restore).
@@ -260,6 +264,7 @@ impl Tenure {
             tickets: BTreeSet::new(),
             next_ticket: 1,
             uploads: 0,
+            ships: 0,
             commits: 0,
             published: 0,
             skip_final_image: false,
@@ -402,7 +407,7 @@ impl Tenure {
                 outcome,
                 lease_gone,
             } => self.published(commits, final_image, outcome, lease_gone, &mut fx),
-            Input::Shipping => self.uploads += 1,
+            Input::Shipping => self.ships += 1,
             Input::Shipped(outcome) => self.shipped(outcome, &mut fx),
             Input::Abandon => self.abandon(&mut fx),
             Input::Forget => self.forget(&mut fx),
@@ -554,7 +559,7 @@ impl Tenure {
     }
 
     fn shipped(&mut self, outcome: Result<(), Error>, fx: &mut Vec<Effect>) {
-        self.uploads = self.uploads.saturating_sub(1);
+        self.ships = self.ships.saturating_sub(1);
         if let Err(error) = outcome
             && self.overtakable()
         {
@@ -597,7 +602,10 @@ impl Tenure {
 
     /// A forget raises the floor once no upload is under way (promise 5).
     fn settle_forget(&mut self, fx: &mut Vec<Effect>) {
-        if self.phase == Phase::Forgetting(Forgetting::Settling) && self.uploads == 0 {
+        if self.phase == Phase::Forgetting(Forgetting::Settling)
+            && self.uploads == 0
+            && self.ships == 0
+        {
             self.enter(Phase::Forgetting(Forgetting::Marking { tries: 1 }), fx);
             fx.push(Effect::MarkForgotten);
         }
