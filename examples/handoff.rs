@@ -1,11 +1,15 @@
 //! The handoff choreography on the embedded defaults: two replicas sharing one SQLite lease file
 //! and one durable directory (as two processes on one host would), each step printed.
 //!
-//! 1. Replica A opens a tenant and writes; a snapshot publishes an image.
+//! 1. Replica A opens a tenant and writes: each write is acknowledged once its segment of the
+//!    change log is in the durable store and the log tip moved (`Durability::Shipped`); a
+//!    snapshot publishes an image holding a log position.
 //! 2. A admits long work, then hands the tenant off while that work is still running: the drain
-//!    waits for it, a new write is refused with `Draining`, the final image is published.
-//! 3. Replica B opens the tenant and finds every acknowledged write.
-//! 4. B forgets the tenant: no image, manifest or local file of it is left.
+//!    waits for it, a new write is refused with `Draining`, the flush waits until the log holds
+//!    everything committed (no final image), then the lease is released.
+//! 3. Replica B opens the tenant (image + segments up to the tip) and finds every acknowledged
+//!    write.
+//! 4. B forgets the tenant: no image, segment, manifest or local file of it is left.
 //!
 //! Run: `cargo run --example handoff` (state goes to a temporary directory; `--keep DIR` keeps it).
 
@@ -98,7 +102,7 @@ async fn demo(root: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
     handing_off.await?;
     work.await?;
     println!(
-        "    handoff done in {:?}: final image published, lease released, local copy dropped",
+        "    handoff done in {:?}: log settled, lease released, local copy dropped",
         started.elapsed()
     );
 

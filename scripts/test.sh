@@ -37,7 +37,8 @@ status=$step
 # The runtime's tests once more on PostgreSQL + S3: the same tests, another backend (a matrix).
 step=0
 matrix=(--test handoff --test forget --test drain --test sweep --test local_files
-    --test fencing --test guarded_ledger --test observers --test close --test hardening)
+    --test fencing --test guarded_ledger --test observers --test close --test hardening
+    --test change_log)
 lh_log "runtime tests with LEASEHOLD_TEST_BACKEND=postgres-s3"
 lh_run env LEASEHOLD_TEST_BACKEND=postgres-s3 "$cargo" test --features "testkit postgres s3" \
     "${matrix[@]}" "$@" || step=$?

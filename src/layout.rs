@@ -62,6 +62,18 @@ pub fn segment_of(key: &LeaseKey, object_key: &str) -> Option<LogPos> {
     })
 }
 
+/// The image a manifest key of `key` names: `Some((epoch, seq))` for
+/// `<key>/e<epoch:08>/snap-<seq:06>.json`.
+pub fn manifest_of(key: &LeaseKey, object_key: &str) -> Option<(u64, u64)> {
+    let epoch = epoch_of(key, object_key)?;
+    let name = object_key.rsplit_once('/')?.1;
+    let digits = name.strip_prefix("snap-")?.strip_suffix(".json")?;
+    if digits.len() < 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((epoch, digits.parse().ok()?))
+}
+
 /// `<key>/e<epoch:08>/`: every object of one tenure.
 pub fn epoch_prefix(key: &LeaseKey, epoch: u64) -> String {
     format!("{key}/e{epoch:08}/")
@@ -113,6 +125,11 @@ mod tests {
         );
         assert_eq!(segment_of(&key(), &segment_key(&key(), pos)), Some(pos));
         assert_eq!(segment_of(&key(), "acme/t1/e00000003/log-42.seg"), None);
+        assert_eq!(
+            manifest_of(&key(), &manifest_key(&key(), 3, 7)),
+            Some((3, 7))
+        );
+        assert_eq!(manifest_of(&key(), &image_key(&key(), 3, 7)), None);
         assert_eq!(segment_of(&key(), "acme/t1/e00000003/snap-000001.db"), None);
     }
 

@@ -33,7 +33,7 @@ pub mod sums;
 pub use apply::{apply, finish};
 pub use capture::Changes;
 pub use error::LogError;
-pub use pitr::{PitrReport, Target, restore_to_from};
+pub use pitr::{PitrReport, Target, restore_to, restore_to_from};
 pub use restore::{Restored, fetch_log, restore_log};
 pub use segment::{Page, Segment, SegmentHeader};
 pub use sums::PageSums;

@@ -71,6 +71,77 @@ pub async fn sweep_dead_epochs_paged(
     Ok(deleted)
 }
 
+/// Applies retention to the tenant `key` whose lease record is `record` (docs/guarantees.md,
+/// the storage bound): lists the tenant, reads the manifests of its images above the floor,
+/// and deletes what [`crate::plan::retention::retention_plan`] chooses, in batches of
+/// [`SWEEP_PAGE_KEYS`]. `now_ms` is wall-clock milliseconds since the Unix epoch (manifests and
+/// segments carry wall-clock times). A manifest that is missing or does not parse counts as an
+/// image to keep (its image is never chosen). Returns how many objects went.
+pub async fn sweep_retention(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    record: &crate::lease::LeaseRecord,
+    now_ms: u64,
+    retain: std::time::Duration,
+) -> Result<usize, StoreError> {
+    use crate::plan::retention::{ImageInfo, RetentionInput, retention_plan};
+    let prefix = key.prefix();
+    let (mut listed, mut after) = (Vec::new(), None::<String>);
+    loop {
+        let page = store
+            .list_page(&prefix, after.as_deref(), SWEEP_PAGE_KEYS)
+            .await?;
+        listed.extend(page.keys);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    let mut images = Vec::new();
+    for object in &listed {
+        let Some((epoch, seq)) = crate::layout::manifest_of(key, object) else {
+            continue;
+        };
+        if epoch <= record.floor {
+            continue;
+        }
+        let parsed = store
+            .get(object)
+            .await?
+            .and_then(|bytes| crate::image::parse_manifest(&bytes, key, epoch, seq).ok());
+        images.push(match parsed {
+            Some(m) => ImageInfo {
+                epoch,
+                seq,
+                log: m.log,
+                created_at_ms: m.created_at_ms,
+            },
+            // Unreadable: kept as if published now, so it is never chosen.
+            None => ImageInfo {
+                epoch,
+                seq,
+                log: None,
+                created_at_ms: now_ms,
+            },
+        });
+    }
+    let doomed = retention_plan(&RetentionInput {
+        key,
+        listed: &listed,
+        images: &images,
+        head: record.head.as_ref().map(|h| (h.epoch, h.seq)),
+        tip: record.tip,
+        holder_epoch: record.epoch,
+        floor: record.floor,
+        now_ms,
+        retain_ms: crate::clock::duration_ms(retain),
+    });
+    for chunk in doomed.chunks(SWEEP_PAGE_KEYS) {
+        store.delete_keys(chunk).await?;
+    }
+    Ok(doomed.len())
+}
+
 /// What a sweep of a whole store found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -123,7 +124,8 @@ async fn arbitrary_sql_restores_byte_for_byte() {
 
 #[actix_rt::test]
 async fn a_segment_that_cannot_be_shipped_answers_an_unknown_outcome_and_ends_the_tenure() {
-    let fleet = Fleet::new().await;
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
     let a = fleet.replica_with("a", "a", |c| {
         c.store_deadline = Duration::from_millis(200);
     });
@@ -258,4 +260,234 @@ async fn async_acknowledges_at_commit_and_ships_every_period() {
     t.abandon().await.unwrap();
     let b = fleet.replica("b");
     assert_eq!(keys_of(&b.open().await).await.len(), 10);
+}
+
+fn is_segment(key: &str) -> bool {
+    key.ends_with(".seg")
+}
+
+#[actix_rt::test]
+async fn h1_shipped_a_write_during_the_flush_is_refused_and_every_acknowledged_write_is_in_the_log()
+{
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    insert(&t, "before-1").await.unwrap();
+    let (held, mut gate) = gated();
+    fleet.durable.before_next_put_matching(is_segment, held);
+    let in_flight = actix_rt::spawn({
+        let t = t.clone();
+        async move { insert(&t, "in-flight").await }
+    });
+    gate.reached().await;
+    let handoff = actix_rt::spawn({
+        let t = t.clone();
+        async move { t.handoff().await }
+    });
+    until_status(&t, TenantStatus::Flushing).await;
+    let late = insert(&t, "late").await;
+    assert!(
+        matches!(late, Err(ref e) if e.is_draining()),
+        "a write while the log settles is refused: {late:?}"
+    );
+    gate.open();
+    assert!(in_flight.await.unwrap().is_ok());
+    handoff.await.unwrap().unwrap();
+    let b = fleet.replica("b");
+    assert_eq!(keys_of(&b.open().await).await, ["before-1", "in-flight"]);
+}
+
+#[actix_rt::test]
+async fn h3_shipped_a_flush_whose_lease_lapsed_is_reported_failed_yet_the_log_keeps_every_acknowledged_write()
+ {
+    let fleet = Arc::new(Fleet::with_store_clock().await);
+    fleet.assert_store_clock_is_manual();
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    let (held, mut gate) = gated();
+    fleet.durable.before_next_put_matching(is_segment, held);
+    let in_flight = actix_rt::spawn({
+        let t = t.clone();
+        async move { insert(&t, "k-2").await }
+    });
+    gate.reached().await;
+    let handoff = actix_rt::spawn({
+        let t = t.clone();
+        async move { t.handoff().await }
+    });
+    until_status(&t, TenantStatus::Flushing).await;
+    // The holder's lease runs out while the last segment ships: the store (on its own clock)
+    // still holds it, so the tip moves and the write is the log's.
+    if let Some(clock) = &a.clock {
+        clock.advance(TTL);
+    }
+    gate.open();
+    let written = in_flight.await.unwrap();
+    let outcome = handoff.await.unwrap();
+    assert!(
+        matches!(outcome, Err(ref e) if e.is_fenced()),
+        "got {outcome:?}"
+    );
+    assert!(!a.flushed(&key()).await, "nothing claims a flush");
+    fleet.advance(TTL + Duration::from_secs(1));
+    let b = fleet.replica("b");
+    let keys = keys_of(&b.open().await).await;
+    assert!(keys.contains(&"k-1".to_string()));
+    assert_eq!(
+        keys.contains(&"k-2".to_string()),
+        written.is_ok(),
+        "k-2 is in the log exactly when it was acknowledged: {written:?}"
+    );
+}
+
+#[actix_rt::test]
+async fn l2_shipped_a_local_commit_the_log_never_got_is_not_recovered_by_the_next_open() {
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    fleet.durable.set_down(true);
+    let refused = insert(&t, "k-2").await.unwrap_err();
+    assert!(refused.is_outcome_unknown(), "{refused:?}");
+    until_status(&t, TenantStatus::Abandoned).await;
+    fleet.durable.set_down(false);
+    let local = rusqlite::Connection::open(a.ledger_file()).unwrap();
+    let in_file: i64 = local
+        .query_row(
+            "SELECT count(*) FROM events WHERE idem_key = 'k-2'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(in_file, 1, "k-2 was committed locally");
+    drop(local);
+    fleet.advance(TTL + Duration::from_secs(1));
+    // The same node opens it again: the log, not the local file, is the authority.
+    let t2 = a.open().await;
+    assert_eq!(keys_of(&t2).await, ["k-1"]);
+}
+
+#[actix_rt::test]
+async fn retention_keeps_durable_bytes_to_the_images_of_the_window_and_the_segments_after_them() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        c.snapshot_every = Some(Duration::from_millis(10));
+        c.compaction.segments = 5;
+        c.retain = Duration::from_millis(1);
+    });
+    let t = a.open().await;
+    for i in 0..60 {
+        insert(&t, &format!("k{i}")).await.unwrap();
+    }
+    // Compaction and retention run in the background: wait for the bound to hold.
+    eventually(10_000, "retention to bound the log", || async {
+        let stored = fleet.stored_of_tenant().await;
+        let images = stored.iter().filter(|k| is_image(k)).count();
+        let segments = stored.iter().filter(|k| is_segment(k)).count();
+        (1..=2).contains(&images) && segments <= 3 * 5
+    })
+    .await;
+    t.abandon().await.unwrap();
+    let b = fleet.replica("b");
+    assert_eq!(keys_of(&b.open().await).await.len(), 60);
+}
+
+#[actix_rt::test]
+async fn p5_shipped_a_forget_erases_every_segment_also_one_whose_put_outlived_its_deadline() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        c.store_deadline = Duration::from_millis(300);
+    });
+    let t = a.open().await;
+    for i in 0..5 {
+        insert(&t, &format!("k{i}")).await.unwrap();
+    }
+    t.snapshot().await.unwrap();
+    fleet
+        .durable
+        .land_puts_late(is_segment, leasehold::testkit::LateLanding::Tracked);
+    let late = insert(&t, "late").await;
+    assert!(late.is_err(), "its put timed out: {late:?}");
+    fleet.durable.clear_late_puts();
+    until_status(&t, TenantStatus::Abandoned).await;
+    // The tenure ended with the late put still held; a new tenure forgets the tenant while it
+    // is held, and the put lands only then.
+    fleet.advance(TTL + Duration::from_secs(1));
+    let t2 = a.open().await;
+    let forget = actix_rt::spawn(t2.forget());
+    // The put lands only once the forget has had every chance to sweep without it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!forget.is_finished(), "the forget waits for the late put");
+    fleet.durable.release_late_puts();
+    within(5_000, "the forget", forget).await.unwrap().unwrap();
+    let stored = fleet.stored_of_tenant().await;
+    assert!(stored.is_empty(), "the forget left {stored:?}");
+}
+
+#[actix_rt::test]
+async fn cl7_a_live_tenant_is_restored_as_of_a_log_position_into_a_plain_file() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    insert(&t, "k1").await.unwrap();
+    insert(&t, "k2").await.unwrap();
+    t.snapshot().await.unwrap();
+    insert(&t, "k3").await.unwrap();
+    insert(&t, "k4").await.unwrap();
+    let record = fleet.leases.inner().read(&key()).await.unwrap().unwrap();
+    let tip = record.tip.unwrap();
+    let dest = fleet.dir.path().join("as-of.db");
+    let target = leasehold::layout::LogPos {
+        epoch: tip.epoch,
+        seq: tip.seq - 1,
+    };
+    let report = leasehold::log::restore_to(
+        fleet.durable.inner().as_ref(),
+        fleet.leases.inner().as_ref(),
+        &key(),
+        leasehold::log::Target::Position(target),
+        &dest,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.position, target);
+    let file = rusqlite::Connection::open(&dest).unwrap();
+    let keys: Vec<String> = file
+        .prepare("SELECT idem_key FROM events ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        keys,
+        ["k1", "k2", "k3"],
+        "the state one segment before the tip"
+    );
+    // It never overwrites.
+    let again = leasehold::log::restore_to(
+        fleet.durable.inner().as_ref(),
+        fleet.leases.inner().as_ref(),
+        &key(),
+        leasehold::log::Target::Position(target),
+        &dest,
+    )
+    .await;
+    assert!(again.is_err());
+}
+
+#[actix_rt::test]
+async fn an_explicit_snapshot_after_quiet_ticks_still_takes_an_image_of_the_newest_writes() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        c.snapshot_every = Some(Duration::from_millis(5));
+    });
+    let t = a.open().await;
+    insert(&t, "k1").await.unwrap();
+    // Ticks pass without compaction being due.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let image = t.snapshot().await.unwrap();
+    assert!(image.is_some(), "an image of k1, not the (absent) old head");
 }

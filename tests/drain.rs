@@ -285,6 +285,7 @@ async fn r1_a_failed_handoff_does_not_start_a_second_renewal_chain_while_a_renew
     // after that handoff.
     let fleet = Fleet::real_time(Duration::from_millis(10_000), Duration::from_millis(500)).await;
     let a = fleet.replica_with("replica-a", "replica-a", |c| {
+        images(c);
         c.renew_every = Some(Duration::from_millis(600));
         c.snapshot_every = Some(Duration::from_millis(4_000));
     });

@@ -38,8 +38,8 @@ async fn m08_a_write_committed_during_a_snapshot_upload_reaches_the_final_image(
 #[actix_rt::test]
 async fn m11_a_forget_right_after_the_drain_settles_wins_and_no_image_outlives_it() {
     let fleet = Fleet::new().await;
-    let a = fleet.replica("replica-a");
-    let b = fleet.replica("replica-b");
+    let a = fleet.replica_images("replica-a");
+    let b = fleet.replica_images("replica-b");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     let ticket = t.admit().await.unwrap();
@@ -70,7 +70,7 @@ async fn m11_a_forget_right_after_the_drain_settles_wins_and_no_image_outlives_i
 #[actix_rt::test]
 async fn m14_a_flush_fenced_during_the_upload_ends_the_tenure() {
     let fleet = Arc::new(Fleet::new().await);
-    let a = fleet.replica("replica-a");
+    let a = fleet.replica_images("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     let f = fleet.clone();
@@ -92,7 +92,7 @@ async fn m14_a_flush_fenced_during_the_upload_ends_the_tenure() {
 #[actix_rt::test]
 async fn m29_a_flush_past_the_holders_margin_is_failed_though_the_store_still_holds() {
     let fleet = Fleet::new().await;
-    let a = fleet.replica("replica-a");
+    let a = fleet.replica_images("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     let clock = a.clock.clone().unwrap();
@@ -138,8 +138,8 @@ async fn m28_a_snapshot_queued_behind_an_upload_whose_lease_lapsed_uploads_nothi
 #[actix_rt::test]
 async fn m31_a_corrupt_head_falls_back_to_its_base_image() {
     let fleet = Fleet::new().await;
-    let a = fleet.replica("replica-a");
-    let b = fleet.replica("replica-b");
+    let a = fleet.replica_images("replica-a");
+    let b = fleet.replica_images("replica-b");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     t.snapshot().await.unwrap();
@@ -167,6 +167,7 @@ async fn m31_a_corrupt_head_falls_back_to_its_base_image() {
 async fn m36_close_reports_unflushed_tenants_in_open_order() {
     let fleet = Fleet::real_time(Duration::from_millis(3_000), Duration::from_millis(300)).await;
     let a = fleet.replica_with("replica-a", "replica-a", |c| {
+        images(c);
         c.drain_timeout = Duration::from_millis(800);
         c.renew_every = Some(Duration::from_millis(300));
     });
@@ -185,7 +186,7 @@ async fn m36_close_reports_unflushed_tenants_in_open_order() {
 #[actix_rt::test]
 async fn m41_an_abandoned_file_is_not_recovered_when_no_image_was_published() {
     let fleet = Fleet::new().await;
-    let a = fleet.replica("replica-a");
+    let a = fleet.replica_images("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     t.abandon().await.unwrap();
@@ -331,7 +332,7 @@ async fn m50_a_hung_lease_store_call_is_bounded_by_its_deadline() {
 #[actix_rt::test]
 async fn m51_an_abandon_during_the_release_of_a_flushed_handoff_is_a_no_op() {
     let fleet = Fleet::new().await;
-    let a = fleet.replica("replica-a");
+    let a = fleet.replica_images("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     let (held, gate) = gated();

@@ -89,7 +89,10 @@ async fn a_run_whose_lease_lapses_during_its_commit_is_reported_fenced_and_ends_
         reads_left: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
     };
     let c2 = clock.clone();
-    let a = fleet.replica_with("replica-a", "replica-a", move |c| c.clock = Arc::new(c2));
+    let a = fleet.replica_with("replica-a", "replica-a", move |c| {
+        images(c);
+        c.clock = Arc::new(c2);
+    });
     let t = a.open().await;
     insert(&t, "kept").await.unwrap();
     // Reads: the admission check and the check before COMMIT see the lease; the one after does not.
@@ -105,7 +108,7 @@ async fn a_run_whose_lease_lapses_during_its_commit_is_reported_fenced_and_ends_
         "the tenure ended"
     );
     assert_eq!(t.status().await, leasehold_actors::TenantStatus::Abandoned);
-    let b = fleet.replica("replica-b");
+    let b = fleet.replica_images("replica-b");
     fleet.advance(TTL + Duration::from_millis(1));
     let next = b.open().await;
     assert_eq!(
@@ -123,7 +126,10 @@ async fn an_image_in_flight_when_a_commit_lapses_is_never_published() {
         reads_left: Arc::new(std::sync::atomic::AtomicI64::new(i64::MIN)),
     };
     let c2 = clock.clone();
-    let a = fleet.replica_with("replica-a", "replica-a", move |c| c.clock = Arc::new(c2));
+    let a = fleet.replica_with("replica-a", "replica-a", move |c| {
+        images(c);
+        c.clock = Arc::new(c2);
+    });
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     let (held, mut gate) = gated();
@@ -180,6 +186,7 @@ async fn concurrent_runs_each_commit_atomically_and_a_failing_one_rolls_back_alo
 async fn a_store_call_that_never_returns_is_bounded_by_its_deadline() {
     let fleet = Fleet::new().await;
     let a = fleet.replica_with("replica-a", "replica-a", |c| {
+        images(c);
         c.store_deadline = Duration::from_millis(200)
     });
     let t = a.open().await;

@@ -78,8 +78,8 @@ async fn f2_a_snapshot_requested_after_forget_has_begun_is_refused_and_uploads_n
 #[actix_rt::test]
 async fn f3_forget_during_the_final_flush_wins_and_nothing_of_the_tenant_stays() {
     let fleet = Fleet::new().await;
-    let a = fleet.replica("replica-a");
-    let b = fleet.replica("replica-b");
+    let a = fleet.replica_images("replica-a");
+    let b = fleet.replica_images("replica-b");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     insert(&t, "k-2").await.unwrap();

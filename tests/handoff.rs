@@ -14,8 +14,8 @@ use leasehold_actors::{Event, TenantStatus};
 #[actix_rt::test]
 async fn h1_a_write_after_the_final_image_is_taken_is_refused_so_nothing_acknowledged_is_lost() {
     let fleet = Fleet::new().await;
-    let a = fleet.replica("replica-a");
-    let b = fleet.replica("replica-b");
+    let a = fleet.replica_images("replica-a");
+    let b = fleet.replica_images("replica-b");
     let t = a.open().await;
     let mut acknowledged = vec!["before-1".to_string(), "before-2".to_string()];
     for k in &acknowledged {
@@ -56,7 +56,7 @@ async fn h1_a_write_after_the_final_image_is_taken_is_refused_so_nothing_acknowl
 #[actix_rt::test]
 async fn h2_reads_are_refused_during_the_final_flush_and_work_again_when_the_flush_fails() {
     let fleet = Fleet::new().await;
-    let a = fleet.replica("replica-a");
+    let a = fleet.replica_images("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     let read: Arc<Mutex<Option<Result<u64, Error>>>> = Arc::default();
@@ -99,7 +99,7 @@ async fn h2_reads_are_refused_during_the_final_flush_and_work_again_when_the_flu
 #[actix_rt::test]
 async fn h3_a_flush_whose_lease_lapsed_during_the_upload_is_reported_failed_not_flushed() {
     let fleet = Arc::new(Fleet::new().await);
-    let a = fleet.replica("replica-a");
+    let a = fleet.replica_images("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     let f = fleet.clone();
@@ -127,8 +127,8 @@ async fn h3_a_flush_whose_lease_lapsed_during_the_upload_is_reported_failed_not_
 async fn h3b_a_successor_that_took_over_during_the_upload_keeps_what_it_pinned() {
     let fleet = Arc::new(Fleet::with_store_clock().await);
     fleet.assert_store_clock_is_manual();
-    let a = fleet.replica("replica-a");
-    let b = Arc::new(fleet.replica("replica-b"));
+    let a = fleet.replica_images("replica-a");
+    let b = Arc::new(fleet.replica_images("replica-b"));
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     t.snapshot().await.unwrap();
@@ -200,6 +200,7 @@ async fn insert_with(ticket: &leasehold_actors::Ticket, idem: &str) -> Result<Op
 async fn h5_a_handoff_that_resumes_service_after_a_failed_flush_does_not_double_the_renewals() {
     let fleet = Fleet::real_time(Duration::from_millis(900), Duration::from_millis(100)).await;
     let a = fleet.replica_with("replica-a", "replica-a", |c| {
+        images(c);
         c.renew_every = Some(Duration::from_millis(300))
     });
     let t = a.open().await;

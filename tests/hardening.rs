@@ -75,6 +75,7 @@ async fn hole4_promise3_a_write_acknowledged_while_draining_is_published_by_the_
 {
     let fleet = Fleet::real_time(Duration::from_millis(4_000), Duration::from_millis(400)).await;
     let a = fleet.replica_with("replica-a", "replica-a", |c| {
+        images(c);
         c.drain_timeout = Duration::from_secs(20);
         c.snapshot_every = Some(Duration::from_millis(100));
     });
@@ -99,7 +100,7 @@ async fn hole4_promise3_a_write_acknowledged_while_draining_is_published_by_the_
     t.abandon().await.unwrap();
     drop(ticket);
     assert!(handoff.await.unwrap().is_err(), "the abandon overtook it");
-    let b = fleet.replica("replica-b");
+    let b = fleet.replica_images("replica-b");
     let successor = b.open().await;
     assert_eq!(keys_of(&successor).await, ["k-1", "k-2"]);
 }

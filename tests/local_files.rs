@@ -37,7 +37,7 @@ async fn l1_a_flushed_handoff_leaves_no_local_copy_and_an_abandon_keeps_the_only
 #[actix_rt::test]
 async fn l2_an_abandoned_tenures_local_ledger_is_replaced_not_recovered_by_the_next_open() {
     let fleet = Fleet::new().await;
-    let a = fleet.replica("replica-a");
+    let a = fleet.replica_images("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
     t.snapshot().await.unwrap();

@@ -23,6 +23,7 @@ use leasehold_actors::TenantStatus;
 async fn review_promise6_a_drained_handoff_is_bounded_though_a_neighbour_blocks_the_arbiter() {
     let fleet = Fleet::real_time(Duration::from_millis(8_000), Duration::from_millis(800)).await;
     let a = fleet.replica_with("replica-a", "replica-a", |c| {
+        images(c);
         c.drain_timeout = Duration::from_millis(300);
         c.store_deadline = Duration::from_millis(250);
         c.arbiters = 1; // both tenants share one thread
@@ -97,7 +98,7 @@ async fn review_hole9_a_retried_open_is_not_locked_out_by_its_own_acquire_that_l
 #[actix_rt::test]
 async fn review_promise2_a_second_close_neither_misreports_nor_ends_the_replica_under_the_first() {
     let fleet = Fleet::with_store_clock().await;
-    let a = fleet.replica("replica-a");
+    let a = fleet.replica_images("replica-a");
     let t = a.open().await;
     insert(&t, "k-1").await.unwrap();
 
@@ -120,7 +121,7 @@ async fn review_promise2_a_second_close_neither_misreports_nor_ends_the_replica_
 
     // Whatever the replica did, a successor must find the acknowledged write.
     fleet.advance(TTL + Duration::from_secs(1));
-    let b = fleet.replica("replica-b");
+    let b = fleet.replica_images("replica-b");
     let tb = within(5_000, "the successor's open", b.open()).await;
     let restored = keys_of(&tb).await;
     assert_eq!(

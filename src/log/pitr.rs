@@ -68,6 +68,23 @@ pub struct PitrReport {
     pub sha256: String,
 }
 
+/// Restores the state of `key` as of `target` into a new file at `dest` (a plain SQLite file):
+/// the newest image at or before the target plus the segments up to it, within the retention
+/// window. Reads the tenant's lease record from `leases` for its tip and floor (no record: no
+/// log to restore), then does what [`restore_to_from`] does.
+pub async fn restore_to(
+    store: &dyn DurableStore,
+    leases: &dyn crate::LeaseStore,
+    key: &LeaseKey,
+    target: Target,
+    dest: &Path,
+) -> Result<PitrReport, LogError> {
+    check_dest(dest)?;
+    let record = leases.read(key).await?;
+    let (tip, floor) = record.map_or((None, 0), |r| (r.tip, r.floor));
+    restore_to_from(store, key, tip, floor, target, dest).await
+}
+
 /// Restores the state of `key` as of `target` into a new file at `dest`, from the log whose
 /// tip is `tip` above `floor`, as the tenant's lease record names them: read the record with
 /// [`crate::LeaseStore::read`] and pass its `tip` and `floor` (no record: no log to restore).

@@ -208,6 +208,12 @@ impl Fleet {
         self.replica_with(id, id, |_| {})
     }
 
+    /// A replica with the fleet's defaults and no change log (`Durability::Images`): for the
+    /// tests that pin how images carry a tenant (docs/testing.md, durability modes).
+    pub fn replica_images(&self, id: &str) -> Replica {
+        self.replica_with(id, id, images)
+    }
+
     /// A replica whose state root is `node` (two replicas given one node share it) and whose
     /// configuration `tweak` adjusts.
     pub fn replica_with(
@@ -330,6 +336,11 @@ impl Replica {
     pub fn ledger_file(&self) -> PathBuf {
         leasehold::paths::ledger_path(&self.state_root, &org(), &tenant())
     }
+}
+
+/// Switches a replica's configuration to `Durability::Images` (no change log).
+pub fn images(c: &mut RuntimeConfig) {
+    c.durability = leasehold_actors::Durability::Images;
 }
 
 /// Inserts one test event with idempotency key `idem`.

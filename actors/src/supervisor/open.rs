@@ -124,21 +124,25 @@ async fn start(
     })
     .await?;
     let db_path = dir.join(paths::LEDGER_FILE);
-    // The files belong to this tenure from now on: a forget that raises the floor past it makes
-    // them dead (see `local_copy_is_dead`). Marked first, so that no crash can leave a ledger
-    // here that no marker names.
-    let (tenure_dir, epoch) = (dir.clone(), record.epoch);
-    blocking(move || Ok(paths::write_tenure(&tenure_dir, epoch)?)).await?;
     // The durable head and log are the authority: a local file left by an abandoned tenure is
-    // replaced, never recovered (L2). Exactly the head and tip read by the acquire are restored.
-    let restored = leasehold::log::restore_log(
+    // replaced, never recovered (L2). Exactly the head and tip read by the acquire are fetched
+    // (and checked) before anything local is touched.
+    let fetched = leasehold::log::fetch_log(
         rt.durable.as_ref(),
         &plan.key,
         record.head.as_ref(),
         record.tip,
         record.floor,
-        &db_path,
     )
+    .await?;
+    let (tenure_dir, epoch, path) = (dir.clone(), record.epoch, db_path.clone());
+    let restored = blocking(move || {
+        // The files belong to this tenure from now on: a forget that raises the floor past it
+        // makes them dead (see `local_copy_is_dead`). Marked first, so that no crash can leave
+        // a ledger here that no marker names.
+        paths::write_tenure(&tenure_dir, epoch)?;
+        Ok(fetched.install(&path)?)
+    })
     .await?;
     let head = restored.image.clone();
     let (path, options, sums) = (db_path.clone(), rt.ledger.clone(), restored.sums.clone());

@@ -114,6 +114,8 @@ pub(crate) struct TenantActor {
     pub(super) flush_wanted: Option<u64>,
     /// Images wanted at the next cut of the log.
     pub(super) image_wanted: Vec<ImageWant>,
+    /// A retention sweep is under way.
+    pub(super) retention_running: bool,
 }
 
 impl TenantActor {
@@ -140,6 +142,7 @@ impl TenantActor {
             log: parts.log,
             flush_wanted: None,
             image_wanted: Vec::new(),
+            retention_running: false,
         }
     }
 

@@ -170,10 +170,12 @@ impl TenantActor {
                     ctx,
                 );
             }
+            // No image now: the tick counts as done, but the commits stay unimaged, so an
+            // explicit snapshot still takes one.
             let lease_gone = self.cell.is_ended();
             return self.feed(
                 Input::Published {
-                    commits,
+                    commits: 0,
                     final_image,
                     outcome: Ok(None),
                     lease_gone,

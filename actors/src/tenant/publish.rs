@@ -54,6 +54,14 @@ pub(crate) struct Publisher {
     chain: Mutex<Chain>,
 }
 
+/// Wall-clock milliseconds since the Unix epoch: a manifest's `created_at_ms`, which retention
+/// compares across replicas.
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Whether the tip `tip` holds the log position `log`.
 fn reaches(tip: Option<LogPos>, log: Option<LogPos>) -> bool {
     match (tip, log) {
@@ -187,7 +195,7 @@ impl Publisher {
             &file,
             chain.head.clone(),
             log,
-            self.rt.now_ms(),
+            wall_ms(),
         )
         .await;
         let _ = std::fs::remove_file(&file.path);

@@ -93,7 +93,9 @@ impl TenantActor {
         }
         let outcome = match log.failure() {
             Some(error) => Err(error.clone()),
-            None if self.cell.is_ended() => Err(self.fenced()),
+            // Everything acknowledged is in the log; a flush still counts only while the lease
+            // holds, as with images (promise 2 in docs/guarantees.md).
+            None if !self.cell.holds(self.rt.now_ms()) => Err(self.fenced()),
             None => Ok(None),
         };
         if let Some(commits) = self.flush_wanted.take() {
@@ -163,6 +165,7 @@ impl TenantActor {
                 && let Some(log) = act.log.as_mut()
             {
                 log.image_at(published.log);
+                act.sweep_retention(ctx);
             }
             let answer = match &outcome {
                 Ok(Some(published)) => Ok(Some(published.image.clone())),
@@ -184,6 +187,40 @@ impl TenantActor {
                     ctx,
                 );
             }
+        }));
+    }
+
+    /// Deletes, in the background, the images and segments of this tenant that no restore can
+    /// need and that are older than `retain` (docs/guarantees.md, the storage bound). One sweep
+    /// at a time; a failure is reported and the next new image tries again.
+    fn sweep_retention(&mut self, ctx: &mut Context<Self>) {
+        if self.retention_running {
+            return;
+        }
+        self.retention_running = true;
+        let (rt, key) = (self.rt.clone(), self.key().clone());
+        let work = async move {
+            let record = rt.leases.read(&key).await.map_err(|e| e.to_string())?;
+            let Some(record) = record else {
+                return Ok(0);
+            };
+            leasehold::sweep::sweep_retention(
+                rt.durable.as_ref(),
+                &key,
+                &record,
+                wall_ms(),
+                rt.retain,
+            )
+            .await
+            .map_err(|e| e.to_string())
+        };
+        ctx.spawn(work.into_actor(self).map(|swept, act, _| {
+            act.retention_running = false;
+            let key = act.key().to_string();
+            act.rt.events.emit(match swept {
+                Ok(objects) => Event::Swept { key, objects },
+                Err(error) => Event::SweepFailed { key, error },
+            });
         }));
     }
 

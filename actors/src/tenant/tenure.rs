@@ -12,6 +12,7 @@
 //!    forget  ──> Forgetting(Settling ─> Marking ─> Erasing ─> Releasing) ──> Ended(Forgotten)
 //!                                        └ floor not raised ─> Releasing ──> Ended(Abandoned)
 //!    lease lost, lapse after COMMIT, fenced publish ──> Ended(Abandoned)
+//!    a segment of the change log not shipped ──> Abandoning ──lease released──> Ended(Abandoned)
 //! ```
 //!
 //! The rows of the state table in `docs/architecture.md` are the unit tests at the bottom.
@@ -557,13 +558,16 @@ impl Tenure {
         if let Err(error) = outcome
             && self.overtakable()
         {
-            // The log cannot go on: nothing more may be acknowledged, the durable log is the
-            // authority at the next open.
+            // The log cannot go on: nothing more may be acknowledged, and the lease is handed
+            // back (a late landing of the failed segment is fenced by the epoch); the durable
+            // log is the authority at the next open.
             fx.push(Effect::Emit(Event::Lost {
                 key: self.key.clone(),
                 epoch: self.epoch,
             }));
-            self.lose_with(Err(error), fx);
+            self.overtake(Err(error), fx);
+            self.enter(Phase::Abandoning, fx);
+            fx.extend([Effect::CloseLedger, Effect::EndTenure, Effect::ReleaseLease]);
         }
         self.settle_forget(fx);
     }

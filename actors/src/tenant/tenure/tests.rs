@@ -460,9 +460,11 @@ fn row_log_a_failed_segment_ends_the_tenure_and_fails_the_flush_waiting_for_it()
         reason: "timeout".into(),
     };
     let fx = t.on(Input::Shipped(Err(unknown.clone())), Instant::now());
-    assert_eq!(t.status(), TenantStatus::Abandoned);
+    assert_eq!(t.status(), TenantStatus::Abandoning);
     assert_eq!(reply(&fx, Waiter::Handoff), Some(Err(unknown)));
-    assert!(fx.contains(&Effect::EndTenure) && fx.contains(&Effect::CloseLedger));
+    assert!(fx.ends_with(&[Effect::CloseLedger, Effect::EndTenure, Effect::ReleaseLease]));
+    t.on(Input::LeaseReleased, Instant::now());
+    assert_eq!(t.status(), TenantStatus::Abandoned);
 }
 
 #[test]
