@@ -306,6 +306,10 @@ async fn storage_part(backend: Backend, dir: &Path, s: &Sizes) {
         );
     }
     println!(
+        "the runtime's own retention: {} sweeps deleted {} objects ({} failed)",
+        f.swept.0, f.swept.1, f.swept.2
+    );
+    println!(
         "retention plan: {} objects, {} bytes; another replica then restored {} events (of {})",
         f.planned.0, f.planned.1, f.restored_events, f.events
     );

@@ -14,7 +14,7 @@ use leasehold::image::parse_manifest;
 use leasehold::layout::{epoch_of, segment_of};
 use leasehold::plan::retention::{ImageInfo, RetentionInput, retention_plan};
 use leasehold::{LeaseKey, OrgId, TenantId};
-use leasehold_actors::Durability;
+use leasehold_actors::{Durability, Event, Observer};
 
 use crate::backend::{Backend, replica, stores};
 use crate::writes::insert;
@@ -56,12 +56,37 @@ pub struct StorageFigures {
     pub loaded: Tally,
     /// The same after 1 s without writes (compaction ticks every 250 ms) and the handoff.
     pub after: Tally,
+    /// The runtime's own retention until the handoff: sweeps, objects deleted, failed sweeps.
+    pub swept: (usize, usize, usize),
     /// Objects and bytes the retention plan chose to delete.
     pub planned: (usize, u64),
     /// The durable store after the bench applied the plan.
     pub retained: Tally,
     /// Events another replica restored after that.
     pub restored_events: u64,
+}
+
+/// Counts the runtime's own retention sweeps (`Event::Swept`), their objects, and failures.
+#[derive(Default)]
+struct Sweeps {
+    sweeps: AtomicUsize,
+    objects: AtomicUsize,
+    failed: AtomicUsize,
+}
+
+impl Observer for Sweeps {
+    fn on_event(&self, event: &Event) {
+        match event {
+            Event::Swept { objects, .. } => {
+                self.sweeps.fetch_add(1, Ordering::Relaxed);
+                self.objects.fetch_add(*objects, Ordering::Relaxed);
+            }
+            Event::SweepFailed { .. } => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
 }
 
 async fn tally(store: &dyn DurableStore, key: &LeaseKey) -> (Tally, Vec<(String, u64)>) {
@@ -109,7 +134,12 @@ pub async fn measure(
         c.compaction.segments = segments;
         c.retain = Duration::from_secs(1);
     };
-    let a = replica(&s, "writer", Durability::Shipped, tweak);
+    let sweeps = Arc::new(Sweeps::default());
+    let observer: Arc<dyn Observer> = sweeps.clone();
+    let a = replica(&s, "writer", Durability::Shipped, |c| {
+        tweak(c);
+        c.observer = Some(observer);
+    });
     let org = OrgId::new("storage").expect("org");
     let id = TenantId::new("big").expect("id");
     let key = LeaseKey::new(&org, &id);
@@ -162,6 +192,15 @@ pub async fn measure(
     tokio::time::sleep(Duration::from_secs(1)).await;
     t.handoff().await.expect("handoff");
     let (after, sizes) = tally(&*s.durable, &key).await;
+    let swept = (
+        sweeps.sweeps.load(Ordering::Relaxed),
+        sweeps.objects.load(Ordering::Relaxed),
+        sweeps.failed.load(Ordering::Relaxed),
+    );
+    println!(
+        "  the runtime's own sweeps until the handoff: {} sweeps deleted {} objects, {} failed",
+        swept.0, swept.1, swept.2
+    );
     println!(
         "  after 1 s idle and the handoff: {} objects, {} bytes; planning retention ...",
         after.objects(),
@@ -228,6 +267,7 @@ pub async fn measure(
         ledger,
         loaded,
         after,
+        swept,
         planned: (doomed.len(), planned_bytes),
         retained,
         restored_events,
