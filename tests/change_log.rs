@@ -396,7 +396,8 @@ async fn retention_keeps_durable_bytes_to_the_images_of_the_window_and_the_segme
 
 #[actix_rt::test]
 async fn p5_shipped_a_forget_erases_every_segment_also_one_whose_put_outlived_its_deadline() {
-    let fleet = Fleet::new().await;
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
     let a = fleet.replica_with("a", "a", |c| {
         c.store_deadline = Duration::from_millis(300);
     });
@@ -517,4 +518,27 @@ async fn compaction_counts_the_segments_earlier_tenures_shipped() {
         || async { fleet.stored_of_tenant().await.iter().any(|k| is_image(k)) },
     )
     .await;
+}
+
+#[actix_rt::test]
+async fn an_open_whose_restore_took_most_of_the_term_renews_before_it_serves() {
+    // Found by the drill: a restore of a long log on S3 left the tenant with almost no term.
+    let fleet = Arc::new(Fleet::with_store_clock().await);
+    fleet.assert_store_clock_is_manual();
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    insert(&t, "k1").await.unwrap();
+    t.handoff().await.unwrap();
+    let f = fleet.clone();
+    // The restore's read takes 6 s of the 8 s the holder may act on a 10 s lease.
+    fleet.durable.before_next(
+        leasehold::testkit::StoreOp::Get,
+        hook(async move { f.advance(Duration::from_secs(6)) }),
+    );
+    let b = fleet.replica("b");
+    let t2 = b.open().await;
+    fleet.advance(Duration::from_secs(5));
+    insert(&t2, "k2")
+        .await
+        .expect("the open renewed: 11 s after the acquire the tenant still holds");
 }

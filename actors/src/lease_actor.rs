@@ -81,6 +81,11 @@ impl LeaseCell {
         !self.ended.load(Ordering::SeqCst) && now_ms < self.valid_until_ms.load(Ordering::SeqCst)
     }
 
+    /// The holder-clock millisecond (exclusive) until which the tenure holds.
+    pub(crate) fn valid_until_ms(&self) -> u64 {
+        self.valid_until_ms.load(Ordering::SeqCst)
+    }
+
     /// Extends the tenure by a renewal sent at `sent_at_ms`; never shortens it.
     pub(crate) fn extend(&self, sent_at_ms: u64) {
         let until = self.term.renewed(sent_at_ms).valid_until_ms();

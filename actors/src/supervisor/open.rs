@@ -155,17 +155,20 @@ async fn start(
         })
     })
     .await?;
-    // A restore of a long log may have taken much of the term: renew once before serving, so
-    // the tenant starts with a whole term (and is not handed out with almost none left).
+    // A restore of a long log may have taken much of the term: if it took more than half,
+    // renew once before serving, so the tenant is not handed out with almost no term left.
     let sent_at = rt.now_ms();
-    match rt
-        .leases
-        .renew(&plan.key, rt.replica.as_str(), record.epoch, rt.ttl)
-        .await
-    {
-        Ok(_) => cell.extend(sent_at),
-        Err(e) if e.outcome_unknown() => {} // the term from the acquire still counts
-        Err(e) => return Err(e.into()),
+    let term = leasehold::clock::duration_ms(rt.ttl.saturating_sub(rt.margin));
+    if cell.valid_until_ms().saturating_sub(sent_at) < term / 2 {
+        match rt
+            .leases
+            .renew(&plan.key, rt.replica.as_str(), record.epoch, rt.ttl)
+            .await
+        {
+            Ok(_) => cell.extend(sent_at),
+            Err(e) if e.outcome_unknown() => {} // the term from the acquire still counts
+            Err(e) => return Err(e.into()),
+        }
     }
     if !cell.holds(rt.now_ms()) {
         return Err(Error::Fenced {
