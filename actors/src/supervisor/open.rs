@@ -157,9 +157,10 @@ async fn start(
     .await?;
     // A restore of a long log may have taken much of the term: if it took more than half,
     // renew once before serving, so the tenant is not handed out with almost no term left.
+    // A restore that outlived the term is fenced (M42), never revived by a renewal.
     let sent_at = rt.now_ms();
     let term = leasehold::clock::duration_ms(rt.ttl.saturating_sub(rt.margin));
-    if cell.valid_until_ms().saturating_sub(sent_at) < term / 2 {
+    if cell.holds(sent_at) && cell.valid_until_ms().saturating_sub(sent_at) < term / 2 {
         match rt
             .leases
             .renew(&plan.key, rt.replica.as_str(), record.epoch, rt.ttl)
