@@ -266,6 +266,12 @@ impl<S: LeaseStore> LeaseStore for Deadline<S> {
         let call = self.inner.move_tip(key, owner, epoch, from, to);
         self.settle("move_tip", call).await
     }
+    async fn move_tips(
+        &self,
+        moves: &[crate::lease::TipMove],
+    ) -> Result<crate::lease::TipOutcomes, LeaseError> {
+        self.settle("move_tips", self.inner.move_tips(moves)).await
+    }
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,

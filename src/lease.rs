@@ -47,6 +47,25 @@ pub struct LeaseRecord {
     pub tip: Option<LogPos>,
 }
 
+/// One tip move of a [`LeaseStore::move_tips`] call: the arguments of a
+/// [`LeaseStore::move_tip`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TipMove {
+    /// The tenant.
+    pub key: LeaseKey,
+    /// The holder's owner name.
+    pub owner: String,
+    /// The holder's epoch.
+    pub epoch: u64,
+    /// The tip the holder last saw.
+    pub from: Option<LogPos>,
+    /// The position to move to.
+    pub to: LogPos,
+}
+
+/// What each move of a [`LeaseStore::move_tips`] call came to, in order.
+pub type TipOutcomes = Vec<Result<LeaseRecord, LeaseError>>;
+
 /// What one key of a [`LeaseStore::renew_many`] call came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RenewOutcome {
@@ -306,6 +325,25 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
         to: LogPos,
     ) -> Result<LeaseRecord, LeaseError>;
 
+    /// Moves the tips of many tenants in one round trip (the runtime coalesces the tip moves of
+    /// a replica's tenants this way, as `renew_many` does for renewals). Each outcome is what
+    /// [`LeaseStore::move_tip`] would have answered for that move, the moves applied one after
+    /// another in order; only a failure to reach the store is the outer `Err`, and then the
+    /// outcome of every move is unknown (each is safe to repeat).
+    ///
+    /// The provided version makes one `move_tip` call per move; a store that can, makes one
+    /// round trip of them (the SQLite store: one transaction). A wrapper forwards it.
+    async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
+        let mut outcomes = Vec::with_capacity(moves.len());
+        for m in moves {
+            match self.move_tip(&m.key, &m.owner, m.epoch, m.from, m.to).await {
+                Err(LeaseError::Store(e)) => return Err(LeaseError::Store(e)),
+                outcome => outcomes.push(outcome),
+            }
+        }
+        Ok(outcomes)
+    }
+
     /// Raises the floor to `epoch` and clears the head and the tip, for the live `(owner, epoch)`; the lease
     /// stays held so the caller can delete and then release. Repeating it for the same live
     /// tenure (a retry after a timeout that landed) returns the record again.
@@ -380,6 +418,9 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         to: LogPos,
     ) -> Result<LeaseRecord, LeaseError> {
         (**self).move_tip(key, owner, epoch, from, to).await
+    }
+    async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
+        (**self).move_tips(moves).await
     }
     async fn mark_forgotten(
         &self,

@@ -27,6 +27,7 @@ mod runtime;
 pub mod status;
 mod supervisor;
 mod tenant;
+mod tips;
 
 #[cfg(feature = "fault-switches")]
 pub use config::Breakage;

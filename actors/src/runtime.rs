@@ -25,6 +25,8 @@ pub(crate) struct Runtime {
     pub(crate) state_root: PathBuf,
     /// The lease store, every call bounded by `store_deadline`.
     pub(crate) leases: SharedLeaseStore,
+    /// Coalesces the tip moves of the replica's tenants into one lease-store call per round.
+    pub(crate) tips: crate::tips::TipBatcher,
     /// The durable store, every call bounded by `store_deadline`.
     pub(crate) durable: SharedDurableStore,
     /// The holder's monotonic clock.
@@ -78,6 +80,7 @@ impl Runtime {
         Ok(Arc::new(Self {
             replica: config.replica_id,
             state_root: config.state_root,
+            tips: crate::tips::TipBatcher::new(leases.clone()),
             leases,
             durable,
             clock: config.clock,

@@ -346,6 +346,39 @@ impl LeaseStore for SqliteLeaseStore {
         self.transition("move_tip", key, tenure, rule).await
     }
 
+    async fn move_tips(
+        &self,
+        moves: &[crate::lease::TipMove],
+    ) -> Result<crate::lease::TipOutcomes, LeaseError> {
+        if moves.is_empty() {
+            return Ok(Vec::new());
+        }
+        let moves = moves.to_vec();
+        // One transaction (one fsync) for every move, each decided by the same rule as
+        // `move_tip`, in order.
+        self.write("move_tips", move |conn, at| {
+            let mut outcomes = Vec::with_capacity(moves.len());
+            for m in &moves {
+                if let Err(refused) = check_tip_step(&m.key, m.epoch, m.from, m.to) {
+                    outcomes.push(Err(refused));
+                    continue;
+                }
+                let tenure = Tenure::new(&m.owner, m.epoch);
+                let key = m.key.as_str();
+                let row = load(conn, key)?;
+                match advance_tip(row.as_ref(), &tenure, m.from, m.to, at) {
+                    Ok(next) => {
+                        save(conn, key, &next)?;
+                        outcomes.push(Ok(next.record(key)));
+                    }
+                    Err(refusal) => outcomes.push(Err(refusal.into_error(key, &tenure))),
+                }
+            }
+            Ok(Ok(outcomes))
+        })
+        .await
+    }
+
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,

@@ -99,6 +99,7 @@ pub async fn lease_store_conformance(h: &LeaseHarness) {
     conformance_tip_move_retried_returns_the_record(h).await;
     conformance_tip_moves_only_for_the_live_tenure_above_the_floor(h).await;
     conformance_a_new_tenure_continues_the_tip_and_the_old_one_cannot(h).await;
+    conformance_many_tip_moves_in_one_call_are_the_moves_one_by_one(h).await;
 }
 
 /// `read` of a key that was never acquired is `None`.

@@ -276,11 +276,14 @@ pub(crate) async fn ship(
     }
     let mut tries = 0;
     loop {
-        match rt
-            .leases
-            .move_tip(&key, rt.replica.as_str(), cell.epoch, from, to)
-            .await
-        {
+        let asked = leasehold::lease::TipMove {
+            key: key.clone(),
+            owner: rt.replica.as_str().to_string(),
+            epoch: cell.epoch,
+            from,
+            to,
+        };
+        match rt.tips.move_tip(asked).await {
             Ok(_) => return Ok(()),
             Err(e) if e.outcome_unknown() && tries < TIP_RETRIES => tries += 1,
             Err(LeaseError::NotHeld { .. }) if tries == 0 => {

@@ -233,6 +233,77 @@ pub async fn conformance_a_new_tenure_continues_the_tip_and_the_old_one_cannot(h
     );
 }
 
+/// `move_tips` answers each move as `move_tip` would, in order, in one call: moves of several
+/// tenants, a second move of one tenant that follows the first in the same call, a refused
+/// move among them (which changes nothing), and a move of a lease that is not held.
+pub async fn conformance_many_tip_moves_in_one_call_are_the_moves_one_by_one(h: &LeaseHarness) {
+    use crate::lease::TipMove;
+    let rule = Rule("move_tips answers each move as move_tip would, in order");
+    let (k1, k2, k3) = (h.key("tips-1"), h.key("tips-2"), h.key("tips-3"));
+    let s = &h.store;
+    for k in [&k1, &k2] {
+        rule.ok("acquire", s.acquire(k, A, h.ttl).await);
+    }
+    let mv = |key: &LeaseKey, from: Option<LogPos>, to: LogPos| TipMove {
+        key: key.clone(),
+        owner: A.to_string(),
+        epoch: 1,
+        from,
+        to,
+    };
+    let moves = [
+        mv(&k1, None, pos(1, 1)),
+        mv(&k2, None, pos(1, 1)),
+        mv(&k1, Some(pos(1, 1)), pos(1, 2)),
+        mv(&k2, None, pos(1, 1)), // a retry of a move that landed: answered with the record
+        mv(&k2, Some(pos(1, 5)), pos(1, 6)), // a stale `from`: refused, nothing changed
+        mv(&k3, None, pos(1, 1)), // never acquired: not held
+    ];
+    let outcomes = rule.ok("move_tips", s.move_tips(&moves).await);
+    rule.eq("one outcome per move", outcomes.len(), moves.len());
+    let tips: Vec<Option<Option<LogPos>>> = outcomes
+        .iter()
+        .map(|o| o.as_ref().ok().map(|r| r.tip))
+        .collect();
+    rule.eq(
+        "the tips each move left",
+        tips[..4].to_vec(),
+        vec![
+            Some(Some(pos(1, 1))),
+            Some(Some(pos(1, 1))),
+            Some(Some(pos(1, 2))),
+            Some(Some(pos(1, 1))),
+        ],
+    );
+    let stale = outcomes[4].clone().map(|r| r.tip);
+    rule.refused(
+        "a stale from",
+        stale,
+        tip_moved(&k2, Some(pos(1, 1)), Some(pos(1, 5)), pos(1, 6)),
+    );
+    rule.eq(
+        "a lease never acquired is not held",
+        matches!(outcomes[5], Err(LeaseError::NotHeld { .. })),
+        true,
+    );
+    rule.eq(
+        "k1's tip as read",
+        read(h, rule, &k1).await.and_then(|r| r.tip),
+        Some(pos(1, 2)),
+    );
+    rule.eq(
+        "k2's tip as read",
+        read(h, rule, &k2).await.and_then(|r| r.tip),
+        Some(pos(1, 1)),
+    );
+    rule.eq(
+        "no moves, no outcomes",
+        rule.ok("move_tips of nothing", s.move_tips(&[]).await)
+            .len(),
+        0,
+    );
+}
+
 /// A log position.
 fn pos(epoch: u64, seq: u64) -> LogPos {
     LogPos { epoch, seq }
