@@ -429,12 +429,7 @@ impl Ledger {
                 "checkpoint: a batch is open; commit or roll it back first".to_string(),
             ));
         }
-        if let Some(capture) = self.capture.as_mut() {
-            let frames = u32::try_from(capture.frames.swap(-1, Ordering::SeqCst)).ok();
-            if let Some(changes) = capture.cursor.take(frames).map_err(LedgerError::Io)? {
-                capture.cursor.carry(changes);
-            }
-        }
+        self.carry_untaken()?;
         let (_busy, log, done): (i64, i64, i64) =
             self.conn
                 .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
@@ -455,12 +450,7 @@ impl Ledger {
                 "checkpoint: a batch is open; commit or roll it back first".to_string(),
             ));
         }
-        if let Some(capture) = self.capture.as_mut() {
-            let frames = u32::try_from(capture.frames.swap(-1, Ordering::SeqCst)).ok();
-            if let Some(changes) = capture.cursor.take(frames).map_err(LedgerError::Io)? {
-                capture.cursor.carry(changes);
-            }
-        }
+        self.carry_untaken()?;
         let (busy, log, done): (i64, i64, i64) =
             self.conn
                 .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
@@ -501,6 +491,19 @@ impl Ledger {
         let settled = self.rollback().and_then(|()| self.checkpoint());
         let closed = self.conn.close().map_err(|(_, e)| LedgerError::from(e));
         settled.and(closed)
+    }
+
+    /// A logged ledger reads the pages of commits not taken yet and carries them into the next
+    /// [`Ledger::take_changes`]: called before every checkpoint, so none loses a page the log
+    /// needs.
+    fn carry_untaken(&mut self) -> Result<(), LedgerError> {
+        if let Some(capture) = self.capture.as_mut() {
+            let frames = u32::try_from(capture.frames.swap(-1, Ordering::SeqCst)).ok();
+            if let Some(changes) = capture.cursor.take(frames).map_err(LedgerError::Io)? {
+                capture.cursor.carry(changes);
+            }
+        }
+        Ok(())
     }
 
     /// Runs `f` with the authorizer's guard up; a panic becomes [`LedgerError::Host`].
