@@ -270,7 +270,19 @@ impl<S: LeaseStore> LeaseStore for Deadline<S> {
         &self,
         moves: &[crate::lease::TipMove],
     ) -> Result<crate::lease::TipOutcomes, LeaseError> {
-        self.settle("move_tips", self.inner.move_tips(moves)).await
+        if self.inner.batches_tip_moves() {
+            // One round trip: one deadline.
+            return self.settle("move_tips", self.inner.move_tips(moves)).await;
+        }
+        // One call per move: each under its own deadline, each failure its own.
+        let mut outcomes = Vec::with_capacity(moves.len());
+        for m in moves {
+            outcomes.push(self.move_tip(&m.key, &m.owner, m.epoch, m.from, m.to).await);
+        }
+        Ok(outcomes)
+    }
+    fn batches_tip_moves(&self) -> bool {
+        self.inner.batches_tip_moves()
     }
     async fn mark_forgotten(
         &self,

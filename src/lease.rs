@@ -328,20 +328,25 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// Moves the tips of many tenants in one round trip (the runtime coalesces the tip moves of
     /// a replica's tenants this way, as `renew_many` does for renewals). Each outcome is what
     /// [`LeaseStore::move_tip`] would have answered for that move, the moves applied one after
-    /// another in order; only a failure to reach the store is the outer `Err`, and then the
-    /// outcome of every move is unknown (each is safe to repeat).
+    /// another in order; an outer `Err` (a store that batches and could not be reached) makes
+    /// the outcome of every move unknown (each is safe to repeat).
     ///
     /// The provided version makes one `move_tip` call per move; a store that can, makes one
     /// round trip of them (the SQLite store: one transaction). A wrapper forwards it.
     async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
         let mut outcomes = Vec::with_capacity(moves.len());
         for m in moves {
-            match self.move_tip(&m.key, &m.owner, m.epoch, m.from, m.to).await {
-                Err(LeaseError::Store(e)) => return Err(LeaseError::Store(e)),
-                outcome => outcomes.push(outcome),
-            }
+            // One move's failure is its own: the others are still tried.
+            outcomes.push(self.move_tip(&m.key, &m.owner, m.epoch, m.from, m.to).await);
         }
         Ok(outcomes)
+    }
+
+    /// Whether [`LeaseStore::move_tips`] is one round trip (then a deadline wrapper bounds
+    /// the whole call once; otherwise each move under its own deadline). The provided version
+    /// says no.
+    fn batches_tip_moves(&self) -> bool {
+        false
     }
 
     /// Raises the floor to `epoch` and clears the head and the tip, for the live `(owner, epoch)`; the lease
@@ -421,6 +426,9 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
     }
     async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
         (**self).move_tips(moves).await
+    }
+    fn batches_tip_moves(&self) -> bool {
+        (**self).batches_tip_moves()
     }
     async fn mark_forgotten(
         &self,

@@ -115,6 +115,7 @@ pub async fn sweep_retention(
                 seq,
                 log: m.log,
                 created_at_ms: m.created_at_ms,
+                beyond_log: m.beyond_log,
             },
             // Unreadable: kept as if published now, so it is never chosen.
             None => ImageInfo {
@@ -122,6 +123,7 @@ pub async fn sweep_retention(
                 seq,
                 log: None,
                 created_at_ms: now_ms,
+                beyond_log: true,
             },
         });
     }

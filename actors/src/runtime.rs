@@ -80,7 +80,7 @@ impl Runtime {
         Ok(Arc::new(Self {
             replica: config.replica_id,
             state_root: config.state_root,
-            tips: crate::tips::TipBatcher::new(leases.clone()),
+            tips: crate::tips::TipBatcher::new(leases.clone(), config.store_deadline),
             leases,
             durable,
             clock: config.clock,

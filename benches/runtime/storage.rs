@@ -224,6 +224,7 @@ pub async fn measure(
             seq,
             log: m.log,
             created_at_ms: m.created_at_ms,
+            beyond_log: m.beyond_log,
         });
     }
     let listed: Vec<String> = sizes.iter().map(|(k, _)| k.clone()).collect();

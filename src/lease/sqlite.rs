@@ -346,6 +346,10 @@ impl LeaseStore for SqliteLeaseStore {
         self.transition("move_tip", key, tenure, rule).await
     }
 
+    fn batches_tip_moves(&self) -> bool {
+        true
+    }
+
     async fn move_tips(
         &self,
         moves: &[crate::lease::TipMove],

@@ -30,6 +30,8 @@ pub struct ImageInfo {
     pub log: Option<LogPos>,
     /// Wall-clock milliseconds when it was published.
     pub created_at_ms: u64,
+    /// It holds writes beyond `log` that no segment carries (never a point-in-time base).
+    pub beyond_log: bool,
 }
 
 /// Everything retention decides from.
@@ -69,10 +71,31 @@ pub fn retention_plan(input: &RetentionInput<'_>) -> Vec<String> {
         .filter(|i| i.epoch > input.floor)
         .collect();
     let is_head = |i: &ImageInfo| input.head == Some((i.epoch, i.seq));
+    let head = images.iter().find(|i| is_head(i)).copied();
+    let head_seq = head.map_or(0, log_seq);
+    let segments: Vec<LogPos> = input
+        .listed
+        .iter()
+        .filter_map(|k| segment_of(key, k))
+        .filter(|p| p.epoch > input.floor)
+        .collect();
+    let mut newest_at: BTreeMap<u64, u64> = BTreeMap::new();
+    for p in &segments {
+        let e = newest_at.entry(p.seq).or_insert(p.epoch);
+        *e = (*e).max(p.epoch);
+    }
+    // The window's base must be an image a restore can start from: on the chain (its position
+    // is the head's, or the segment of the chain at its seq is of its epoch), not beyond its
+    // log, and not past the head's position (an image whose log never reached it is not).
+    let on_chain = |i: &ImageInfo| match i.log {
+        None => true,
+        Some(p) => head.and_then(|h| h.log) == Some(p) || newest_at.get(&p.seq) == Some(&p.epoch),
+    };
     let base = images
         .iter()
-        .filter(|i| i.created_at_ms < cutoff)
-        .max_by_key(|i| (i.created_at_ms, log_seq(i), i.epoch, i.seq))
+        .filter(|i| i.created_at_ms < cutoff && !i.beyond_log && log_seq(i) <= head_seq)
+        .filter(|i| on_chain(i))
+        .max_by_key(|i| (log_seq(i), i.created_at_ms, i.epoch, i.seq))
         .copied();
     let kept: Vec<&ImageInfo> = images
         .iter()
@@ -89,18 +112,7 @@ pub fn retention_plan(input: &RetentionInput<'_>) -> Vec<String> {
     // Segments at or below the window's base are in every kept image, and no moment of the
     // window lies before it. Without a base (every image is younger than `retain`, or there is
     // none) a moment of the window may lie before the oldest image: every segment stays.
-    let covered = base.map_or(0, log_seq);
-    let segments: Vec<LogPos> = input
-        .listed
-        .iter()
-        .filter_map(|k| segment_of(key, k))
-        .filter(|p| p.epoch > input.floor)
-        .collect();
-    let mut newest_at: BTreeMap<u64, u64> = BTreeMap::new();
-    for p in &segments {
-        let e = newest_at.entry(p.seq).or_insert(p.epoch);
-        *e = (*e).max(p.epoch);
-    }
+    let covered = base.map_or(0, log_seq).min(head_seq);
     let tip = input.tip.map_or(0, |t| t.seq);
     for p in segments {
         let zombie_above_tip = p.seq > tip && p.epoch < input.holder_epoch;
@@ -136,6 +148,7 @@ mod tests {
             seq,
             log: (log > 0).then_some(pos(epoch, log)),
             created_at_ms: created,
+            beyond_log: false,
         }
     }
 
@@ -182,6 +195,72 @@ mod tests {
         want.extend((1..=20).map(|s| segment_key(&key(), pos(2, s))));
         want.sort();
         assert_eq!(plan, want);
+    }
+
+    #[test]
+    fn an_image_whose_log_never_reached_its_position_is_never_the_base() {
+        // Found in review: epoch 2's image U at (2, 11) was uploaded, but segment (2, 11) never
+        // shipped; epoch 3 went on from 10 and its head N holds (3, 10)... then (3, 11) shipped.
+        // U is older than `retain`; were it the base, (3, 11) — which the head needs — would go.
+        let u = ImageInfo {
+            epoch: 2,
+            seq: 5,
+            log: Some(pos(2, 11)),
+            created_at_ms: HOUR,
+            beyond_log: false,
+        };
+        let n = ImageInfo {
+            epoch: 3,
+            seq: 1,
+            log: Some(pos(2, 10)),
+            created_at_ms: 30 * HOUR,
+            beyond_log: false,
+        };
+        let mut segments: Vec<LogPos> = (1..=10).map(|s| pos(2, s)).collect();
+        segments.push(pos(3, 11));
+        let images = [u, n];
+        let listed = listing(&images, &segments);
+        let plan = retention_plan(&RetentionInput {
+            key: &key(),
+            listed: &listed,
+            images: &images,
+            head: Some((3, 1)),
+            tip: Some(pos(3, 11)),
+            holder_epoch: 3,
+            floor: 0,
+            now_ms: 30 * HOUR,
+            retain_ms: 24 * HOUR,
+        });
+        assert!(
+            !plan.contains(&segment_key(&key(), pos(3, 11))),
+            "the head needs (3, 11): {plan:?}"
+        );
+    }
+
+    #[test]
+    fn an_image_beyond_its_log_is_never_the_base() {
+        let old = ImageInfo {
+            beyond_log: true,
+            ..image(2, 1, 20, HOUR)
+        };
+        let images = [old, image(2, 2, 30, 30 * HOUR)];
+        let segments: Vec<LogPos> = (1..=30).map(|s| pos(2, s)).collect();
+        let listed = listing(&images, &segments);
+        let plan = retention_plan(&RetentionInput {
+            key: &key(),
+            listed: &listed,
+            images: &images,
+            head: Some((2, 2)),
+            tip: Some(pos(2, 30)),
+            holder_epoch: 2,
+            floor: 0,
+            now_ms: 30 * HOUR,
+            retain_ms: 24 * HOUR,
+        });
+        assert!(
+            plan.iter().all(|k| !k.ends_with(".seg")),
+            "no base: every segment stays: {plan:?}"
+        );
     }
 
     #[test]

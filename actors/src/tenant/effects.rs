@@ -150,6 +150,11 @@ impl TenantActor {
     fn flush_bound(&self) -> std::time::Duration {
         let bytes = usize::try_from(self.publisher.ledger_bytes()).unwrap_or(usize::MAX);
         let upload = leasehold::deadline::put_deadline(self.rt.store_deadline, bytes);
+        if self.log.is_some() {
+            // Settling the log: the segment in flight and the next, each a put and up to three
+            // tip moves, each move waiting for the batch ahead of it; then the release.
+            return 2 * (upload + 6 * self.rt.store_deadline) + self.rt.store_deadline;
+        }
         2 * upload + 3 * self.rt.store_deadline
     }
 
