@@ -549,3 +549,31 @@ async fn an_open_whose_restore_took_most_of_the_term_renews_before_it_serves() {
         .await
         .expect("the open renewed: 11 s after the acquire the tenant still holds");
 }
+
+#[actix_rt::test]
+async fn a_zombies_refused_segment_is_taken_back() {
+    // Found by the drill: a replica paused past its lease put a segment after a successor had
+    // forgotten the tenant; its tip move was refused, and the segment stayed at or below the
+    // floor.
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    insert(&t, "k1").await.unwrap();
+    // Only the store's clock moves: replica a still believes it holds the lease.
+    fleet.store_clock.advance(TTL + Duration::from_secs(1));
+    let b = fleet.replica("b");
+    let _t2 = b.open().await;
+    let zombie = insert(&t, "zombie").await;
+    assert!(
+        matches!(zombie, Err(ref e) if e.is_fenced()),
+        "the zombie's write is refused: {zombie:?}"
+    );
+    let left: Vec<String> = fleet
+        .stored_of_tenant()
+        .await
+        .into_iter()
+        .filter(|k| k.contains("/e00000001/") && k.ends_with("log-000000000002.seg"))
+        .collect();
+    assert!(left.is_empty(), "the refused segment stayed: {left:?}");
+}

@@ -272,7 +272,22 @@ pub(crate) async fn ship(
                 return Err(unshipped(format!("{skey} already holds other bytes")));
             }
         }
-        Err(e) => return Err(unshipped(format!("put {skey}: {e}"))),
+        Err(e) => {
+            // No tip move was asked for it, so no restore will read it: once the put settles
+            // (it may still land, `Deadline` tracks it), it is taken back, so that a late
+            // landing leaves nothing behind (promise 5 in docs/guarantees.md).
+            let (durable, epoch_prefix, late) = (
+                rt.durable.clone(),
+                leasehold::layout::epoch_prefix(&key, to.epoch),
+                skey.clone(),
+            );
+            let limit = rt.drain_timeout;
+            tokio::spawn(async move {
+                let _ = durable.settle_puts(&epoch_prefix, limit).await;
+                let _ = durable.delete(&late).await;
+            });
+            return Err(unshipped(format!("put {skey}: {e}")));
+        }
     }
     let mut tries = 0;
     loop {
@@ -288,6 +303,13 @@ pub(crate) async fn ship(
             Err(e) if e.outcome_unknown() && tries < TIP_RETRIES => tries += 1,
             Err(LeaseError::NotHeld { .. }) if tries == 0 => {
                 cell.end();
+                // The first and only ask was refused: the tip never named this segment, so no
+                // restore can read it. A zombie (paused past its lease, its put landing after a
+                // successor's forget and sweep) takes it back rather than leave bytes behind
+                // (promise 5 in docs/guarantees.md); a failed delete leaves it to the next sweep.
+                if let Err(e) = rt.durable.delete(&skey).await {
+                    tracing::debug!(%key, error = %e, "a refused segment stays until the next sweep");
+                }
                 return Err(Error::Fenced {
                     key: key.to_string(),
                 });

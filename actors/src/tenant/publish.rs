@@ -216,8 +216,10 @@ impl Publisher {
             }
         }
         // A tenure that ended meanwhile (a lapse after a commit ends it) publishes nothing more:
-        // this image may hold a write its caller was told was fenced.
+        // this image may hold a write its caller was told was fenced. No head names it, so it
+        // is taken back (a zombie's image must not outlive a successor's forget).
         if !self.cell.holds(self.rt.now_ms()) {
+            self.take_back(seq).await;
             return Err(self.fenced());
         }
         let moved = self
@@ -231,8 +233,10 @@ impl Publisher {
             )
             .await;
         if let Err(leasehold::lease::LeaseError::NotHeld { .. }) = &moved {
-            // The store says the lease is gone: this tenure never holds again.
+            // The store says the lease is gone: this tenure never holds again, and the head
+            // never named this image.
             self.cell.end();
+            self.take_back(seq).await;
         }
         moved?;
         if !self.cell.holds(self.rt.now_ms()) {
@@ -246,6 +250,19 @@ impl Publisher {
             taken_at_ms,
             log,
         }))
+    }
+
+    /// Deletes image `seq` of this tenure and its manifest, which no head names (best effort:
+    /// what stays goes at the next sweep).
+    async fn take_back(&self, seq: u64) {
+        let epoch = self.cell.epoch;
+        let keys = [
+            leasehold::layout::image_key(self.key(), epoch, seq),
+            leasehold::layout::manifest_key(self.key(), epoch, seq),
+        ];
+        if let Err(e) = self.rt.durable.delete_keys(&keys).await {
+            tracing::debug!(key = %self.key(), error = %e, "a refused image stays until the next sweep");
+        }
     }
 
     fn scratch_path(&self, seq: u64) -> PathBuf {
