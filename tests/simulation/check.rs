@@ -267,6 +267,7 @@ fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
         .collect();
     maybe.extend(ts.stray.iter().map(|&o| object_keys(t, o)[0].clone()));
     maybe.extend(ts.seg_leftovers.iter().map(|&p| segment_key(t, p)));
+    maybe.extend(ts.seg_maybe.iter().map(|&p| segment_key(t, p)));
     maybe.extend(
         ts.segments
             .keys()

@@ -178,6 +178,9 @@ pub struct TenantState {
     pub segments: BTreeMap<Pos, Vec<String>>,
     /// Segments at or below the floor that may still be there until a sweep.
     pub seg_leftovers: BTreeSet<Pos>,
+    /// Segments whose put landed late after their ship had failed: no tip names them, and the
+    /// replica takes each back once its put settles, so each may or may not be there.
+    pub seg_maybe: BTreeSet<Pos>,
     /// Images (each with its manifest) above the floor, by `(epoch, seq)`: exactly these are
     /// in the store.
     pub objects: BTreeMap<(u64, u64), Image>,

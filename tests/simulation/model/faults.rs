@@ -79,9 +79,10 @@ impl State {
             self.land(call);
         }
         for put in std::mem::take(&mut self.held_puts) {
-            if let Some(content) = put.segment {
-                // A segment that lands with no tip moved to it is never read (only swept).
-                self.put_segment(put.t, put.image, content);
+            if put.segment.is_some() {
+                // A segment that lands with no tip moved to it is never read, and its replica
+                // takes it back (before or after it lands): it may be there or not.
+                self.tenants[put.t].seg_maybe.insert(put.image);
                 continue;
             }
             let ts = &mut self.tenants[put.t];
