@@ -451,38 +451,16 @@ async fn cl7_a_live_tenant_is_restored_as_of_a_log_position_into_a_plain_file() 
         epoch: tip.epoch,
         seq: tip.seq - 1,
     };
-    let report = leasehold::log::restore_to(
-        fleet.durable.inner().as_ref(),
-        fleet.leases.inner().as_ref(),
-        &key(),
-        leasehold::log::Target::Position(target),
-        &dest,
-    )
-    .await
-    .unwrap();
+    let report = restore_as_of(&fleet, target, &dest).await.unwrap();
     assert_eq!(report.position, target);
-    let file = rusqlite::Connection::open(&dest).unwrap();
-    let keys: Vec<String> = file
-        .prepare("SELECT idem_key FROM events ORDER BY seq")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let keys = keys_in_file(&dest);
     assert_eq!(
         keys,
         ["k1", "k2", "k3"],
         "the state one segment before the tip"
     );
     // It never overwrites.
-    let again = leasehold::log::restore_to(
-        fleet.durable.inner().as_ref(),
-        fleet.leases.inner().as_ref(),
-        &key(),
-        leasehold::log::Target::Position(target),
-        &dest,
-    )
-    .await;
+    let again = restore_as_of(&fleet, target, &dest).await;
     assert!(again.is_err());
 }
 

@@ -80,24 +80,9 @@ async fn rv2_point_in_time_restore_to_a_position_never_holds_later_writes() {
     t2.snapshot().await.unwrap().expect("an image");
     t2.abandon().await.unwrap();
     let dest = fleet.dir.path().join("as-of.db");
-    let report = leasehold::log::restore_to(
-        fleet.durable.inner().as_ref(),
-        fleet.leases.inner().as_ref(),
-        &key(),
-        leasehold::log::Target::Position(target),
-        &dest,
-    )
-    .await
-    .unwrap();
+    let report = restore_as_of(&fleet, target, &dest).await.unwrap();
     assert_eq!(report.position, target);
-    let file = rusqlite::Connection::open(&dest).unwrap();
-    let keys: Vec<String> = file
-        .prepare("SELECT idem_key FROM events ORDER BY seq")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let keys = keys_in_file(&dest);
     assert_eq!(
         keys,
         ["k1", "k2"],
@@ -171,14 +156,7 @@ async fn rv4_a_point_in_time_restore_reaches_a_moment_seconds_ago_with_the_defau
     })
     .await;
     let dest = fleet.dir.path().join("a-second-ago.db");
-    let restored = leasehold::log::restore_to(
-        fleet.durable.inner().as_ref(),
-        fleet.leases.inner().as_ref(),
-        &key(),
-        leasehold::log::Target::Position(first),
-        &dest,
-    )
-    .await;
+    let restored = restore_as_of(&fleet, first, &dest).await;
     let stored = fleet.stored_of_tenant().await;
     assert!(
         restored.is_ok(),

@@ -169,6 +169,30 @@ mod tests {
 
     const HOUR: u64 = 3_600_000;
 
+    /// The plan for the tenant holding `images` and `segments` (listed with a stray key),
+    /// with `head`, `tip`, `(holder_epoch, floor)` and `(now_ms, retain_ms)`.
+    fn plan_of(
+        images: &[ImageInfo],
+        segments: &[LogPos],
+        head: Option<(u64, u64)>,
+        tip: Option<LogPos>,
+        (holder_epoch, floor): (u64, u64),
+        (now_ms, retain_ms): (u64, u64),
+    ) -> Vec<String> {
+        let listed = listing(images, segments);
+        retention_plan(&RetentionInput {
+            key: &key(),
+            listed: &listed,
+            images,
+            head,
+            tip,
+            holder_epoch,
+            floor,
+            now_ms,
+            retain_ms,
+        })
+    }
+
     #[test]
     fn old_images_go_except_the_head_and_the_base_of_the_window_and_so_do_the_segments_they_cover()
     {
@@ -179,18 +203,14 @@ mod tests {
             image(2, 3, 30, 30 * HOUR),
         ];
         let segments: Vec<LogPos> = (1..=35).map(|s| pos(2, s)).collect();
-        let listed = listing(&images, &segments);
-        let plan = retention_plan(&RetentionInput {
-            key: &key(),
-            listed: &listed,
-            images: &images,
-            head: Some((2, 3)),
-            tip: Some(pos(2, 35)),
-            holder_epoch: 2,
-            floor: 0,
-            now_ms: 30 * HOUR,
-            retain_ms: 24 * HOUR,
-        });
+        let plan = plan_of(
+            &images,
+            &segments,
+            Some((2, 3)),
+            Some(pos(2, 35)),
+            (2, 0),
+            (30 * HOUR, 24 * HOUR),
+        );
         let mut want = vec![image_key(&key(), 2, 1), manifest_key(&key(), 2, 1)];
         want.extend((1..=20).map(|s| segment_key(&key(), pos(2, s))));
         want.sort();
@@ -219,18 +239,14 @@ mod tests {
         let mut segments: Vec<LogPos> = (1..=10).map(|s| pos(2, s)).collect();
         segments.push(pos(3, 11));
         let images = [u, n];
-        let listed = listing(&images, &segments);
-        let plan = retention_plan(&RetentionInput {
-            key: &key(),
-            listed: &listed,
-            images: &images,
-            head: Some((3, 1)),
-            tip: Some(pos(3, 11)),
-            holder_epoch: 3,
-            floor: 0,
-            now_ms: 30 * HOUR,
-            retain_ms: 24 * HOUR,
-        });
+        let plan = plan_of(
+            &images,
+            &segments,
+            Some((3, 1)),
+            Some(pos(3, 11)),
+            (3, 0),
+            (30 * HOUR, 24 * HOUR),
+        );
         assert!(
             !plan.contains(&segment_key(&key(), pos(3, 11))),
             "the head needs (3, 11): {plan:?}"
@@ -245,18 +261,14 @@ mod tests {
         };
         let images = [old, image(2, 2, 30, 30 * HOUR)];
         let segments: Vec<LogPos> = (1..=30).map(|s| pos(2, s)).collect();
-        let listed = listing(&images, &segments);
-        let plan = retention_plan(&RetentionInput {
-            key: &key(),
-            listed: &listed,
-            images: &images,
-            head: Some((2, 2)),
-            tip: Some(pos(2, 30)),
-            holder_epoch: 2,
-            floor: 0,
-            now_ms: 30 * HOUR,
-            retain_ms: 24 * HOUR,
-        });
+        let plan = plan_of(
+            &images,
+            &segments,
+            Some((2, 2)),
+            Some(pos(2, 30)),
+            (2, 0),
+            (30 * HOUR, 24 * HOUR),
+        );
         assert!(
             plan.iter().all(|k| !k.ends_with(".seg")),
             "no base: every segment stays: {plan:?}"
@@ -267,18 +279,14 @@ mod tests {
     fn while_every_image_is_younger_than_retain_every_segment_stays() {
         let images = [image(2, 1, 10, 29 * HOUR), image(2, 2, 20, 30 * HOUR)];
         let segments: Vec<LogPos> = (1..=25).map(|s| pos(2, s)).collect();
-        let listed = listing(&images, &segments);
-        let plan = retention_plan(&RetentionInput {
-            key: &key(),
-            listed: &listed,
-            images: &images,
-            head: Some((2, 2)),
-            tip: Some(pos(2, 25)),
-            holder_epoch: 2,
-            floor: 0,
-            now_ms: 30 * HOUR,
-            retain_ms: 24 * HOUR,
-        });
+        let plan = plan_of(
+            &images,
+            &segments,
+            Some((2, 2)),
+            Some(pos(2, 25)),
+            (2, 0),
+            (30 * HOUR, 24 * HOUR),
+        );
         assert!(
             plan.is_empty(),
             "a moment 29 h ago needs segments 1..10: {plan:?}"
@@ -288,18 +296,14 @@ mod tests {
     #[test]
     fn without_an_image_every_segment_of_the_chain_stays() {
         let segments: Vec<LogPos> = (1..=5).map(|s| pos(1, s)).collect();
-        let listed = listing(&[], &segments);
-        let plan = retention_plan(&RetentionInput {
-            key: &key(),
-            listed: &listed,
-            images: &[],
-            head: None,
-            tip: Some(pos(1, 5)),
-            holder_epoch: 1,
-            floor: 0,
-            now_ms: 100 * HOUR,
-            retain_ms: HOUR,
-        });
+        let plan = plan_of(
+            &[],
+            &segments,
+            None,
+            Some(pos(1, 5)),
+            (1, 0),
+            (100 * HOUR, HOUR),
+        );
         assert!(plan.is_empty(), "{plan:?}");
     }
 
@@ -309,18 +313,7 @@ mod tests {
         // epoch 3 also landed 13; epoch 4's 13 is in flight.
         let mut segments: Vec<LogPos> = (1..=10).map(|s| pos(3, s)).collect();
         segments.extend([pos(3, 11), pos(4, 11), pos(4, 12), pos(3, 13), pos(4, 13)]);
-        let listed = listing(&[], &segments);
-        let plan = retention_plan(&RetentionInput {
-            key: &key(),
-            listed: &listed,
-            images: &[],
-            head: None,
-            tip: Some(pos(4, 12)),
-            holder_epoch: 4,
-            floor: 0,
-            now_ms: HOUR,
-            retain_ms: HOUR,
-        });
+        let plan = plan_of(&[], &segments, None, Some(pos(4, 12)), (4, 0), (HOUR, HOUR));
         assert_eq!(
             plan,
             vec![
@@ -334,18 +327,14 @@ mod tests {
     fn nothing_at_or_below_the_floor_and_nothing_outside_the_layout_is_chosen() {
         let images = [image(1, 1, 3, 0), image(2, 1, 5, 0)];
         let segments: Vec<LogPos> = vec![pos(1, 1), pos(1, 2), pos(1, 3), pos(2, 4), pos(2, 5)];
-        let listed = listing(&images, &segments);
-        let plan = retention_plan(&RetentionInput {
-            key: &key(),
-            listed: &listed,
-            images: &images,
-            head: Some((2, 1)),
-            tip: Some(pos(2, 5)),
-            holder_epoch: 2,
-            floor: 1,
-            now_ms: 100 * HOUR,
-            retain_ms: HOUR,
-        });
+        let plan = plan_of(
+            &images,
+            &segments,
+            Some((2, 1)),
+            Some(pos(2, 5)),
+            (2, 1),
+            (100 * HOUR, HOUR),
+        );
         assert_eq!(
             plan,
             vec![

@@ -338,6 +338,35 @@ impl Replica {
     }
 }
 
+/// Restores the main tenant as of log position `at` into a new file `dest`
+/// (`leasehold::log::restore_to`, with the fleet's stores behind their faults).
+pub async fn restore_as_of(
+    fleet: &Fleet,
+    at: leasehold::layout::LogPos,
+    dest: &std::path::Path,
+) -> Result<leasehold::log::PitrReport, leasehold::log::LogError> {
+    leasehold::log::restore_to(
+        fleet.durable.inner().as_ref(),
+        fleet.leases.inner().as_ref(),
+        &key(),
+        leasehold::log::Target::Position(at),
+        dest,
+    )
+    .await
+}
+
+/// The idempotency keys of the events in the plain SQLite file at `path`, in order.
+pub fn keys_in_file(path: &std::path::Path) -> Vec<String> {
+    let file = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = file
+        .prepare("SELECT idem_key FROM events ORDER BY seq")
+        .unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 /// Switches a replica's configuration to `Durability::Images` (no change log).
 pub fn images(c: &mut RuntimeConfig) {
     c.durability = leasehold_actors::Durability::Images;
