@@ -4,6 +4,7 @@
 //! ```text
 //! put_if_absent   one PUT with If-None-Match: *        412 / 304 / 409 -> Put::AlreadyExists
 //! get             GET                                   404 -> None
+//! size            HEAD                                  404 -> None
 //! list_page       ListObjectsV2 with start-after        raw keys; what is no store key is skipped
 //! list            list_page until the end, sorted       keys below the store's own prefix
 //! delete          DELETE                                a missing key is not an error
@@ -303,6 +304,19 @@ impl DurableStore for S3Store {
             match found.bytes().await {
                 Ok(bytes) => Ok(Some(bytes.to_vec())),
                 Err(e) => Err(s3_error("get", &self.limits, e)),
+            }
+        })
+        .await
+    }
+
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        check_key(key)?;
+        let path = self.path(key)?;
+        self.bounded("size", async {
+            match self.inner.head(&path).await {
+                Ok(meta) => Ok(Some(meta.size)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(s3_error("size", &self.limits, e)),
             }
         })
         .await
