@@ -33,11 +33,13 @@ use crate::image::{ImageError, ImageFile};
 use crate::log::PageSums;
 use crate::log::capture::{Changes, WalCursor};
 
+mod batch_size;
 mod event;
 mod guard;
 
 pub use event::{Event, NewEvent};
 
+use batch_size::BatchMeter;
 use event::{event_from_row, read_event_row};
 use guard::HostGuard;
 
@@ -88,6 +90,17 @@ pub enum LedgerError {
     /// A local I/O error.
     #[error("i/o: {0}")]
     Io(String),
+    /// The run changed more pages than one batch may (a logged ledger's run limit, see
+    /// [`Ledger::limit_runs`]); its savepoint was rolled back, nothing of it is committed.
+    #[error(
+        "the run's pages take {bytes} bytes as a segment of the change log, more than the {limit} one batch may; nothing of it was committed: split it into smaller runs"
+    )]
+    TooLarge {
+        /// The bytes its pages take as a segment (measured, never less than they do).
+        bytes: u64,
+        /// The most one run may take.
+        limit: u64,
+    },
 }
 
 impl From<rusqlite::Error> for LedgerError {
@@ -138,6 +151,8 @@ pub struct Ledger {
     guard: Arc<HostGuard>,
     /// The capture of committed pages, for a ledger opened with [`Ledger::open_logged`].
     capture: Option<Capture>,
+    /// Measures each run against the run limit, once [`Ledger::limit_runs`] set one.
+    meter: Option<BatchMeter>,
 }
 
 /// What a logged ledger keeps to read its commits' pages back from the WAL.
@@ -237,6 +252,7 @@ impl Ledger {
             path: path.to_path_buf(),
             guard,
             capture: None,
+            meter: None,
         })
     }
 
@@ -286,6 +302,26 @@ impl Ledger {
         capture.cursor.take(frames).map_err(LedgerError::Io)
     }
 
+    /// From now on, a run whose pages would take more than `bytes` bytes as a segment of the
+    /// change log ([`crate::log::segment::encoded_bound`]) is rolled back in its savepoint and
+    /// fails with [`LedgerError::TooLarge`] before anything commits; [`Ledger::batch_bytes`] tells
+    /// how large the open batch has grown. How it is measured, and the bound:
+    /// `src/ledger/batch_size.rs`.
+    pub fn limit_runs(&mut self, bytes: u64) {
+        self.meter = Some(BatchMeter::new(bytes));
+    }
+
+    /// The bytes the open batch's pages take as a segment, as measured after its runs: 0 while
+    /// the whole database fits the run limit (nothing needs measuring) or no limit is set.
+    pub fn batch_bytes(&self) -> u64 {
+        self.meter.as_ref().map_or(0, BatchMeter::batch_bytes)
+    }
+
+    /// The last run refused with [`LedgerError::TooLarge`]: its bytes and the limit; taken.
+    pub fn take_refused_run(&mut self) -> Option<(u64, u64)> {
+        self.meter.as_mut().and_then(BatchMeter::take_refused)
+    }
+
     /// Page 1 of the database as of the last changes taken (logged ledgers only): what an
     /// image's first page must be to hold exactly the same bytes as the ledger.
     pub fn page_one(&self) -> Option<&[u8]> {
@@ -320,7 +356,11 @@ impl Ledger {
                 "begin: a batch is already open; commit or roll it back first".to_string(),
             ));
         }
-        self.runtime_exec("BEGIN IMMEDIATE")
+        self.runtime_exec("BEGIN IMMEDIATE")?;
+        if let Some(meter) = self.meter.as_mut() {
+            meter.begin(&self.conn)?;
+        }
+        Ok(())
     }
 
     /// Runs one call of the open batch in its own savepoint.
@@ -339,7 +379,17 @@ impl Ledger {
             ));
         }
         self.runtime_exec(SAVEPOINT_CALL)?;
+        let before = match self.meter.as_ref() {
+            Some(meter) => Some(meter.before_run(&self.conn)?),
+            None => None,
+        };
         let outcome = self.call_host(f);
+        let outcome = match (outcome, before) {
+            (Ok(value), Some(before)) if self.in_batch() => {
+                self.measure_run(before).map(|()| value)
+            }
+            (outcome, _) => outcome,
+        };
         if !self.in_batch() {
             return Err(LedgerError::Sqlite(format!(
                 "SQLite rolled the whole batch back during the call ({})",
@@ -524,6 +574,18 @@ impl Ledger {
                 panic_text(&*panic)
             )))
         })
+    }
+
+    /// Measures the run that began at `before` (its savepoint still open) against the run limit.
+    fn measure_run(&mut self, before: u64) -> Result<(), LedgerError> {
+        let carried = self
+            .capture
+            .as_ref()
+            .map_or(0, |c| c.cursor.carried_pages());
+        match self.meter.as_mut() {
+            Some(meter) => meter.after_run(&mut self.conn, before, carried),
+            None => Ok(()),
+        }
     }
 
     /// Rolls the call's savepoint back and releases it, keeping the rest of the batch.

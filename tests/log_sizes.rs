@@ -1,6 +1,8 @@
 //! Sizes against the store (docs/guarantees.md, the numbers and "Limits"): a restore reads every
 //! segment within a deadline grown with its size, however large the segment, and fetches only so
-//! many bytes at once that segments sharing one slow link still arrive in time.
+//! many bytes at once that segments sharing one slow link still arrive in time; and a logged
+//! ledger measures a batch before `COMMIT`, so that a run too large for a segment is refused
+//! before anything of it commits.
 //!
 //! The store is a [`MemStore`] behind a [`FaultyStore`] whose reads take tokio time in proportion
 //! to their bytes ([`Pace`]), behind the runtime's [`Deadline`], on a paused clock: what is
@@ -13,7 +15,9 @@ use std::time::Duration;
 
 use leasehold::deadline::Deadline;
 use leasehold::durable::{DurableStore, SharedDurableStore};
-use leasehold::log::{Restored, restore_log};
+use leasehold::ledger::{Ledger, LedgerError, LedgerOptions};
+use leasehold::log::segment::encoded_bound;
+use leasehold::log::{PageSums, Restored, restore_log};
 use leasehold::testkit::{FaultyStore, MemStore, Pace};
 use log_support::{Db, Log, key};
 
@@ -91,4 +95,105 @@ async fn promise3_many_small_segments_restore_over_one_shared_slow_link() {
     let restored = restore_and_compare(&store, &log, &db.bytes()).await;
     let restored = restored.expect("41 segments of half a MiB each restore over a 10 MiB/s link");
     assert_eq!(restored.segments, 41);
+}
+
+// ---- The batch's size before COMMIT (`src/ledger/batch_size.rs`).
+
+/// A logged ledger in `dir` whose runs may take `limit` bytes as a segment, holding a table
+/// `t(b BLOB)` with one row of `seed` bytes.
+fn limited_ledger(dir: &std::path::Path, limit: u64, seed: usize) -> Ledger {
+    let path = dir.join("ledger.db");
+    let mut ledger = Ledger::open_logged(&path, &LedgerOptions::default(), &PageSums::empty())
+        .expect("a logged ledger");
+    ledger
+        .run(|tx| {
+            tx.execute("CREATE TABLE t(b BLOB)", [])?;
+            tx.execute("INSERT INTO t VALUES (randomblob(?1))", [seed as i64])
+        })
+        .unwrap();
+    ledger.take_changes().unwrap();
+    ledger.limit_runs(limit);
+    ledger
+}
+
+/// A run inserting a blob of `bytes` bytes.
+fn insert_blob(ledger: &mut Ledger, bytes: usize) -> Result<usize, LedgerError> {
+    ledger.run_savepoint(|tx| tx.execute("INSERT INTO t VALUES (randomblob(?1))", [bytes as i64]))
+}
+
+fn rows_of(ledger: &mut Ledger) -> i64 {
+    ledger
+        .run(|tx| tx.query_row("SELECT count(*) FROM t", [], |r| r.get(0)))
+        .unwrap()
+}
+
+/// A run over the limit is rolled back in its savepoint before anything commits; the runs
+/// before and after it in the batch commit, and its pages are in no change.
+#[test]
+fn a_run_over_the_limit_is_refused_before_commit_and_the_batch_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let limit = 256 << 10;
+    let mut ledger = limited_ledger(dir.path(), limit, 400 << 10);
+    ledger.begin().unwrap();
+    insert_blob(&mut ledger, 1_000).unwrap();
+    let refused = insert_blob(&mut ledger, 300 << 10);
+    assert!(
+        matches!(refused, Err(LedgerError::TooLarge { bytes, limit: l }) if bytes > 300 << 10 && l == limit),
+        "{refused:?}"
+    );
+    assert_eq!(ledger.take_refused_run().map(|(_, l)| l), Some(limit));
+    insert_blob(&mut ledger, 2_000).unwrap();
+    ledger.commit().unwrap();
+    let changes = ledger.take_changes().unwrap().expect("changes");
+    let bytes = encoded_bound(changes.page_size, changes.pages.len() as u64);
+    assert!(
+        bytes < limit,
+        "the refused run's pages are not committed: {bytes}"
+    );
+    assert_eq!(rows_of(&mut ledger), 3, "the seed and the two small runs");
+    let error = leasehold::Error::from(refused.unwrap_err());
+    assert_eq!(error.code(), "LEASEHOLD_BATCH_TOO_LARGE");
+}
+
+/// What is measured before COMMIT is never less than what the batch's changes carry after it,
+/// also across cache spills (runs of several MiB against a 2 MiB page cache). It counts each run
+/// on its own (a page that several runs change counts once per run, with page 1 every time), so
+/// a batch of many small runs is counted high: such a batch closes early, never late.
+#[test]
+fn the_measure_before_commit_never_counts_less_than_the_committed_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ledger = limited_ledger(dir.path(), 32 << 20, 40 << 20);
+    for runs in [&[1_000usize, 5 << 20, 3 << 20][..], &[6 << 20], &[10; 200]] {
+        ledger.begin().unwrap();
+        for &bytes in runs {
+            insert_blob(&mut ledger, bytes).unwrap();
+        }
+        ledger
+            .run_savepoint(|tx| tx.execute("UPDATE t SET b = zeroblob(100) WHERE rowid = 1", []))
+            .unwrap();
+        let measured = ledger.batch_bytes();
+        ledger.commit().unwrap();
+        let changes = ledger.take_changes().unwrap().expect("changes");
+        let actual = encoded_bound(changes.page_size, changes.pages.len() as u64);
+        let n = runs.len() as u64 + 1;
+        println!("{n} runs: measured {measured} bytes before COMMIT, the changes take {actual}");
+        assert!(measured >= actual, "measured {measured} < {actual}");
+        // Per run: its pages, page 1 and the page the row's table and index share.
+        let slack = n * 3 * (4096 + 12) + actual / 100;
+        assert!(
+            measured <= actual + slack,
+            "measured {measured}, more than {actual} + {slack}"
+        );
+    }
+}
+
+/// A ledger whose whole database fits the run limit measures nothing (no flush, no count).
+#[test]
+fn a_database_smaller_than_the_run_limit_is_not_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ledger = limited_ledger(dir.path(), 64 << 20, 1_000);
+    ledger.begin().unwrap();
+    insert_blob(&mut ledger, 1 << 20).unwrap();
+    assert_eq!(ledger.batch_bytes(), 0);
+    ledger.commit().unwrap();
 }

@@ -253,6 +253,31 @@ impl TenantActor {
         self.checkpoint_if_due();
     }
 
+    /// With `Async`, the refusal of a run while the log is `async_pending_limit` behind: the
+    /// bytes committed and not yet shipped are bounded (docs/guarantees.md, the numbers).
+    fn log_behind(&self) -> Option<Error> {
+        if !matches!(self.rt.durability, crate::config::Durability::Async { .. }) {
+            return None;
+        }
+        let log = self.log.as_ref()?;
+        let pending = log.unshipped_bytes();
+        (pending >= self.rt.async_pending_limit && log.failure().is_none()).then(|| {
+            Error::LogBehind {
+                key: self.key().to_string(),
+                pending_bytes: pending,
+                limit: self.rt.async_pending_limit,
+            }
+        })
+    }
+
+    /// A run was refused with nothing of it committed: said to the observer and `tracing`.
+    fn batch_refused(&self, error: &Error) {
+        self.rt.events.emit(crate::events::Event::BatchRefused {
+            key: self.key().to_string(),
+            error: error.to_string(),
+        });
+    }
+
     /// Checkpoints a logged ledger whose WAL holds more than [`CHECKPOINT_FRAMES`] read frames,
     /// passively: a reader taking an image never makes the actor's thread wait (SQLite starts
     /// the WAL over once everything was copied and no reader needs it; the capture follows).
@@ -330,6 +355,10 @@ impl Handler<Run> for TenantActor {
         if let Err(e) = self.tenure.admits(msg.ticket, self.held()) {
             return msg.job.refuse(e);
         }
+        if let Some(behind) = self.log_behind() {
+            self.batch_refused(&behind);
+            return msg.job.refuse(behind);
+        }
         let Some(ledger) = self.ledger.as_mut() else {
             return msg
                 .job
@@ -346,12 +375,22 @@ impl Handler<Run> for TenantActor {
         let started = std::time::Instant::now();
         let finisher = msg.job.execute(ledger);
         let took = started.elapsed();
+        let refused = ledger.take_refused_run();
+        let batch_bytes = ledger.batch_bytes();
         if took >= SLOW_RUN {
             tracing::warn!(key = %self.key(), took_ms = took.as_millis() as u64,
                 "a run held the tenant's thread; tenants on the same arbiter waited for it");
         }
         if let Some(batch) = self.batch.as_mut() {
             batch.push(finisher);
+        }
+        if let Some((bytes, limit)) = refused {
+            self.batch_refused(&Error::BatchTooLarge { bytes, limit });
+        }
+        if batch_bytes >= self.rt.segment_limit / 2 {
+            // No further run joins it: with each run at most half a segment, every committed
+            // batch fits one (docs/guarantees.md, "Limits").
+            self.commit_batch(ctx);
         }
     }
 }

@@ -26,6 +26,7 @@ impl TenantActor {
         let Some(log) = self.log.as_mut() else {
             return;
         };
+        let next = log.next_position();
         match log.cut(wall_ms()) {
             Ok(Some(cut)) => {
                 self.take_wanted_images(ctx);
@@ -36,13 +37,16 @@ impl TenantActor {
                 self.check_flush(ctx);
             }
             Err(error) => {
-                let error = Error::Unshipped {
-                    key: self.key().to_string(),
-                    reason: format!("cutting a segment failed: {error}"),
-                };
+                // The batches it held hear `error`; the log stops, and says so (a tenure never
+                // ends silently, docs/guarantees.md, "Limits").
                 if let Some(log) = self.log.as_mut() {
                     log.fail(error.clone());
                 }
+                self.rt.events.emit(Event::ShipFailed {
+                    key: self.key().to_string(),
+                    segment: next.to_string(),
+                    error: error.to_string(),
+                });
                 self.feed(Input::Shipping, ctx);
                 self.feed(Input::Shipped(Err(error)), ctx);
                 self.check_flush(ctx);

@@ -1,0 +1,270 @@
+//! The change log's size limits in the runtime (docs/guarantees.md, "Limits" and the numbers):
+//! a batch too large for one segment is refused before `COMMIT` in every logged mode, batches
+//! waiting to ship are cut into several segments of whole batches, `Async` never lets more than
+//! its pending limit wait, compaction follows the bytes as they grow, and an open decodes its
+//! segments off the thread its renewals run on.
+//!
+//! A small `segment_limit` (256 KiB: a batch may take 128 KiB) drives all of it cheaply.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use leasehold::ledger::LedgerError;
+use leasehold_actors::{Durability, Event, RuntimeConfig, TenantRef, TenantStatus};
+
+/// The segment limit of these tests: a batch may take half of it.
+const LIMIT: u64 = 256 << 10;
+
+/// A replica config with the small segment limit.
+fn small_segments(c: &mut RuntimeConfig) {
+    c.segment_limit = LIMIT;
+}
+
+/// A replica config with the small segment limit, on `Async` every `ms`.
+fn small_async(ms: u64) -> impl FnOnce(&mut RuntimeConfig) {
+    move |c| {
+        small_segments(c);
+        c.durability = Durability::Async {
+            every: Duration::from_millis(ms),
+        };
+    }
+}
+
+/// A run inserting one row `idem` with a blob of `bytes` random bytes.
+async fn blob(t: &TenantRef, idem: &str, bytes: usize) -> Result<(), leasehold::Error> {
+    let idem = idem.to_string();
+    t.run(move |tx| {
+        tx.execute(
+            "CREATE TABLE IF NOT EXISTS bulk (idem TEXT PRIMARY KEY, b BLOB)",
+            [],
+        )?;
+        tx.execute(
+            "INSERT INTO bulk VALUES (?1, randomblob(?2))",
+            rusqlite::params![idem, bytes as i64],
+        )
+        .map(|_| ())
+    })
+    .await
+}
+
+/// The `idem` of every row of `bulk`, in order (none when there is no such table).
+async fn blobs_of(t: &TenantRef) -> Vec<String> {
+    t.run(|tx| {
+        let exists: i64 = tx.query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'bulk'",
+            [],
+            |r| r.get(0),
+        )?;
+        if exists == 0 {
+            return Ok(Vec::new());
+        }
+        let mut stmt = tx.prepare("SELECT idem FROM bulk ORDER BY rowid")?;
+        let rows = stmt
+            .query_map([], |r| r.get(0))
+            .map_err(|e| LedgerError::Sqlite(e.to_string()))?;
+        Ok(rows.map(Result::unwrap).collect())
+    })
+    .await
+    .unwrap()
+}
+
+/// The sizes of the tenant's segments in the durable store.
+async fn segment_sizes(fleet: &Fleet) -> Vec<(String, u64)> {
+    let mut sizes = Vec::new();
+    for k in fleet.stored_of_tenant().await {
+        if k.ends_with(".seg") {
+            let size = fleet.durable.inner().size(&k).await.unwrap().unwrap();
+            sizes.push((k, size));
+        }
+    }
+    sizes
+}
+
+/// Asserts that no segment is larger than [`LIMIT`], and returns how many there are.
+async fn segments_within_the_limit(fleet: &Fleet) -> usize {
+    let sizes = segment_sizes(fleet).await;
+    for (k, size) in &sizes {
+        assert!(*size <= LIMIT, "{k} takes {size} bytes, over {LIMIT}");
+    }
+    sizes.len()
+}
+
+/// What a successor restores: hands `t` off and opens the tenant on a new replica.
+async fn successor_blobs(fleet: &Fleet, t: TenantRef, node: &str) -> Vec<String> {
+    t.handoff().await.expect("the handoff flushes the log");
+    let b = fleet.replica(node);
+    blobs_of(&b.open().await).await
+}
+
+fn is_too_large(outcome: &Result<(), leasehold::Error>) -> bool {
+    matches!(outcome, Err(e) if e.code() == "LEASEHOLD_BATCH_TOO_LARGE")
+}
+
+/// Hole 2: `Async` acknowledged a batch its next cut could not encode; the log stopped, the
+/// tenure ended with no `ship_failed`, and the successor had nothing of it. Now the batch is
+/// refused before `COMMIT` with a typed error, an event says so, and the tenant serves on.
+#[actix_rt::test]
+async fn promise3_async_never_acknowledges_a_batch_too_large_for_a_segment() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", small_async(20));
+    let t = a.open().await;
+    blob(&t, "small-1", 1_000).await.unwrap();
+    let big = blob(&t, "big", 300 << 10).await;
+    assert!(is_too_large(&big), "{big:?}");
+    blob(&t, "small-2", 1_000).await.unwrap();
+    assert_eq!(t.status().await, TenantStatus::Serving);
+    assert!(
+        a.saw(
+            |e| matches!(e, Event::BatchRefused { error, .. } if error.contains("batch too large"))
+        )
+        .await
+    );
+    assert!(!a.saw(|e| matches!(e, Event::ShipFailed { .. })).await);
+    assert_eq!(
+        successor_blobs(&fleet, t, "b").await,
+        ["small-1", "small-2"]
+    );
+}
+
+/// Hole 2 on `Shipped`: the oversize batch was committed locally, then answered `Unshipped`
+/// and the tenure ended. Now it is refused before `COMMIT`, the same way as on `Async`.
+#[actix_rt::test]
+async fn promise3_shipped_refuses_a_batch_too_large_for_a_segment_and_serves_on() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", small_segments);
+    let t = a.open().await;
+    blob(&t, "small-1", 1_000).await.unwrap();
+    let big = blob(&t, "big", 300 << 10).await;
+    assert!(is_too_large(&big), "{big:?}");
+    blob(&t, "small-2", 1_000).await.unwrap();
+    assert_eq!(t.status().await, TenantStatus::Serving);
+    assert!(a.saw(|e| matches!(e, Event::BatchRefused { .. })).await);
+    assert_eq!(
+        successor_blobs(&fleet, t, "b").await,
+        ["small-1", "small-2"]
+    );
+    segments_within_the_limit(&fleet).await;
+}
+
+/// Hole 2: batches merged into one pending segment passed the limit together. Ten batches of
+/// 60 KiB that wait behind one period are cut into several segments, each of whole batches and
+/// within the limit; the successor has every one.
+#[actix_rt::test]
+async fn promise3_async_cuts_the_batches_waiting_into_segments_within_the_limit() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", small_async(500));
+    let t = a.open().await;
+    let names: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
+    for name in &names {
+        blob(&t, name, 60 << 10).await.unwrap();
+    }
+    assert_eq!(successor_blobs(&fleet, t, "b").await, names);
+    let segments = segments_within_the_limit(&fleet).await;
+    assert!(
+        segments >= 3,
+        "600 KiB in segments of at most 256 KiB: {segments}"
+    );
+    assert!(!a.saw(|e| matches!(e, Event::ShipFailed { .. })).await);
+}
+
+/// The same on `Shipped`: batches that commit while a segment is in flight wait, and are cut
+/// into several segments once it is back; each caller hears `Ok` once its own batch is in.
+#[actix_rt::test]
+async fn promise3_shipped_batches_behind_a_segment_in_flight_are_cut_within_the_limit() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", small_segments);
+    let t = a.open().await;
+    blob(&t, "first", 1_000).await.unwrap();
+    fleet.durable.hang_puts(true);
+    let mut writes = Vec::new();
+    for i in 0..8 {
+        let t = t.clone();
+        writes.push(actix_rt::spawn(async move {
+            blob(&t, &format!("w{i}"), 60 << 10).await
+        }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fleet.durable.hang_puts(false);
+    for w in writes {
+        w.await
+            .unwrap()
+            .expect("every batch is shipped and acknowledged");
+    }
+    let mut want = vec!["first".to_string()];
+    want.extend((0..8).map(|i| format!("w{i}")));
+    assert_eq!(successor_blobs(&fleet, t, "b").await, want);
+    segments_within_the_limit(&fleet).await;
+}
+
+/// A group commit of many runs, each well within the limit, that together pass it: the batch is
+/// committed once it reaches half the limit, so every batch fits one segment and none is
+/// refused.
+#[actix_rt::test]
+async fn promise3_a_burst_of_runs_is_committed_in_batches_that_each_fit_a_segment() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", small_segments);
+    let t = a.open().await;
+    blob(&t, "seed", 100 << 10).await.unwrap();
+    let runs: Vec<_> = (0..12)
+        .map(|i| {
+            let t = t.clone();
+            async move { blob(&t, &format!("r{i}"), 30 << 10).await }
+        })
+        .collect();
+    for outcome in futures::future::join_all(runs).await {
+        outcome.expect("no run of a burst is refused for the burst's size");
+    }
+    assert_eq!(blobs_of(&t).await.len(), 13);
+    assert_eq!(t.status().await, TenantStatus::Serving);
+    segments_within_the_limit(&fleet).await;
+}
+
+/// `Async` lets at most `async_pending_limit` wait: while its log is that far behind (puts
+/// hang), a run is refused with `LogBehind` before it runs; once the log catches up, runs are
+/// acknowledged again, and every acknowledged write reaches the successor.
+#[actix_rt::test]
+async fn promise3_async_refuses_runs_while_its_log_is_behind_by_the_pending_limit() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        small_async(10)(c);
+        c.async_pending_limit = 100 << 10;
+    });
+    let t = a.open().await;
+    fleet.durable.hang_puts(true);
+    let mut acknowledged = Vec::new();
+    let mut refused = None;
+    for i in 0..20 {
+        let name = format!("w{i}");
+        match blob(&t, &name, 30 << 10).await {
+            Ok(()) => acknowledged.push(name),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    let refused = refused.expect("a run is refused once 100 KiB wait");
+    assert_eq!(refused.code(), "LEASEHOLD_LOG_BEHIND", "{refused}");
+    // Each run takes 30 KiB of blob, some 45 KB of pages with its b-tree and page 1: at most
+    // the limit plus one batch were acknowledged and wait.
+    assert!(
+        (2..=4).contains(&acknowledged.len()),
+        "at most 100 KiB and one batch waiting: {acknowledged:?}"
+    );
+    assert!(a.saw(|e| matches!(e, Event::BatchRefused { .. })).await);
+    fleet.durable.hang_puts(false);
+    eventually(
+        5_000,
+        "the log catches up and runs are acknowledged again",
+        || {
+            let t = t.clone();
+            async move { blob(&t, "after", 1_000).await.is_ok() }
+        },
+    )
+    .await;
+    acknowledged.push("after".into());
+    assert_eq!(successor_blobs(&fleet, t, "b").await, acknowledged);
+}
