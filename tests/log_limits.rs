@@ -268,3 +268,34 @@ async fn promise3_async_refuses_runs_while_its_log_is_behind_by_the_pending_limi
     acknowledged.push("after".into());
     assert_eq!(successor_blobs(&fleet, t, "b").await, acknowledged);
 }
+
+/// Triage: compaction was checked only every `snapshot_every`, so a tenant writing fast could
+/// pile up far more than `compaction.bytes` of segments for a restore to hold. It is checked as
+/// each segment ships: with the period an hour away, the image comes once the bytes are there.
+#[actix_rt::test]
+async fn triage_compaction_is_due_as_the_segments_bytes_grow_not_only_at_the_period() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        c.snapshot_every = Some(Duration::from_secs(3_600));
+        c.compaction.bytes = 200 << 10;
+    });
+    let t = a.open().await;
+    for i in 0..3 {
+        blob(&t, &format!("w{i}"), 40 << 10).await.unwrap();
+    }
+    let images = || async { fleet.stored_of_tenant().await.iter().any(|k| is_image(k)) };
+    assert!(!images().await, "about 150 KB of segments: no image yet");
+    for i in 3..6 {
+        blob(&t, &format!("w{i}"), 40 << 10).await.unwrap();
+    }
+    eventually(
+        5_000,
+        "a compaction image once 200 KiB of segments shipped",
+        images,
+    )
+    .await;
+    assert!(
+        a.saw(|e| matches!(e, Event::SnapshotPublished { .. }))
+            .await
+    );
+}

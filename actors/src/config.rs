@@ -71,6 +71,23 @@ impl Compaction {
     pub fn due(&self, segments: u64, bytes: u64) -> bool {
         segments > 0 && (segments >= self.segments || bytes >= self.bytes)
     }
+
+    /// Whether a shipped segment, which brought the log since the newest image to `segments`
+    /// segments of `bytes` bytes, calls for an image now, given that one was last asked for at
+    /// `asked` (`None`: never since the newest image). Due, and a whole compaction's worth
+    /// (segments or bytes) past the last ask: so a tenant whose images keep failing asks at most
+    /// once per compaction's worth of shipped segments (and at every `snapshot_every`).
+    pub fn due_again(&self, asked: Option<(u64, u64)>, segments: u64, bytes: u64) -> bool {
+        if !self.due(segments, bytes) {
+            return false;
+        }
+        match asked {
+            Some((s, b)) if s <= segments => {
+                segments >= s.saturating_add(self.segments) || bytes >= b.saturating_add(self.bytes)
+            }
+            _ => true,
+        }
+    }
 }
 
 /// The smallest [`RuntimeConfig::segment_limit`]: 64 KiB. A batch may take half of it, which
@@ -452,6 +469,22 @@ mod tests {
         assert_eq!(default_max_open(Some(20_000), 8), (20_000 - 128 - 128) / 3);
         assert_eq!(default_max_open(Some(10), 8), 1, "never zero");
         assert_eq!(default_max_open(None, 8), 1_000_000);
+    }
+
+    #[test]
+    fn compaction_is_asked_again_only_a_whole_compaction_later() {
+        let c = Compaction {
+            segments: 10,
+            bytes: 100,
+        };
+        assert!(!c.due_again(None, 3, 99), "not due");
+        assert!(c.due_again(None, 3, 100), "due by bytes, never asked");
+        assert!(c.due_again(None, 10, 5), "due by count, never asked");
+        let asked = Some((3, 100));
+        assert!(!c.due_again(asked, 4, 150), "asked already");
+        assert!(c.due_again(asked, 4, 200), "a compaction's bytes later");
+        assert!(c.due_again(asked, 13, 150), "a compaction's segments later");
+        assert!(c.due_again(Some((50, 900)), 4, 100), "an image came since");
     }
 
     #[test]

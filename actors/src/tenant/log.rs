@@ -71,6 +71,9 @@ pub(crate) struct LogShip {
     /// Segments and bytes since the newest image that earlier tenures shipped (counted until an
     /// image holds the restored tip), so compaction is due across tenures too.
     carried: (u64, u64),
+    /// Segments and bytes since the newest image when a shipped segment last asked for a
+    /// compaction image (`Compaction::due_again`).
+    compaction_asked: Option<(u64, u64)>,
     /// Set once a segment failed: nothing more is cut, and every later caller is refused.
     failed: Option<Error>,
     /// Publishes the confirmed tip (an image may move the head only to a position at or below it).
@@ -104,6 +107,7 @@ impl LogShip {
             since_image: VecDeque::new(),
             image_pos: start.image_pos,
             carried: start.carried,
+            compaction_asked: None,
             failed: None,
             tips,
         }
@@ -158,6 +162,18 @@ impl LogShip {
             self.since_image.len() as u64 + self.carried.0,
             bytes + self.carried.1,
         )
+    }
+
+    /// Whether the segments shipped since the newest image call for a compaction image now
+    /// (`compaction`'s thresholds reached, and a whole compaction's worth past the last time
+    /// this said yes); a yes is remembered.
+    pub(crate) fn ask_compaction(&mut self, compaction: &crate::config::Compaction) -> bool {
+        let (segments, bytes) = self.since_image();
+        let due = compaction.due_again(self.compaction_asked, segments, bytes);
+        if due {
+            self.compaction_asked = Some((segments, bytes));
+        }
+        due
     }
 
     /// The newest image now holds `pos`: segments up to it no longer count toward compaction.

@@ -70,9 +70,29 @@ impl TenantActor {
                     error: error.to_string(),
                 });
             }
+            let shipped = outcome.is_ok();
             act.feed(Input::Shipped(outcome), ctx);
+            if shipped {
+                act.compact_if_due(ctx);
+            }
             act.ship_next(ctx);
         }));
+    }
+
+    /// Compaction follows the bytes as they grow: checked after every shipped segment, not only
+    /// every `snapshot_every`, so the segments a restore holds stay near `compaction`
+    /// (docs/guarantees.md, the storage bound). Only with periodic compaction on; an image under
+    /// way is not doubled (the tenure's snapshot plan refuses a second upload), and a tenant
+    /// whose images fail asks again only a whole compaction's worth later.
+    fn compact_if_due(&mut self, ctx: &mut Context<Self>) {
+        let compaction = self.rt.compaction;
+        let Some(log) = self.log.as_mut() else {
+            return;
+        };
+        if self.rt.snapshot_every.is_some() && log.ask_compaction(&compaction) {
+            let held = self.held();
+            self.feed(Input::Tick { held }, ctx);
+        }
     }
 
     /// A handoff's flush: ship everything committed, then go on once the log has settled.
