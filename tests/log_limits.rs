@@ -299,3 +299,44 @@ async fn triage_compaction_is_due_as_the_segments_bytes_grow_not_only_at_the_per
             .await
     );
 }
+
+/// Triage: an open decoded its segments (SHA-256 and the codec, in proportion to their bytes) on
+/// the supervisor's thread, where the lease renewals run too. A ticker on that thread measures
+/// how long it is held while a successor restores two segments of 20 MB: the decoding runs on the
+/// blocking pool, so the thread answers within a few milliseconds throughout.
+#[actix_rt::test]
+async fn triage_an_open_decodes_its_segments_off_the_thread_of_the_renewals() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    for i in 0..2 {
+        blob(&t, &format!("w{i}"), 20 << 20).await.unwrap();
+    }
+    t.handoff().await.unwrap();
+    let b = fleet.replica("b");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ticker = actix_rt::spawn({
+        let done = done.clone();
+        async move {
+            let mut longest = Duration::ZERO;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let asked = std::time::Instant::now();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                longest = longest.max(asked.elapsed());
+            }
+            longest
+        }
+    });
+    let started = std::time::Instant::now();
+    let t2 = b.open().await;
+    let took = started.elapsed();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let longest = ticker.await.unwrap();
+    println!("the open took {took:?}; the supervisor's thread was held at most {longest:?}");
+    assert_eq!(blobs_of(&t2).await.len(), 2);
+    // Decoding one of these segments inline held the thread about a second (debug build).
+    assert!(
+        longest < Duration::from_millis(300),
+        "a 2 ms sleep on the supervisor's thread took {longest:?} during a {took:?} open"
+    );
+}
