@@ -92,6 +92,20 @@ pub enum StoreError {
         /// The error, as text.
         message: String,
     },
+    /// The object is larger than the backend takes in one put (S3: 5 GiB, `S3_MAX_PUT_BYTES`);
+    /// refused before any request, so nothing was written: a definite refusal, not an unknown
+    /// outcome (docs/guarantees.md, "Limits").
+    #[error("{op}: {key} is {bytes} bytes; the store takes at most {limit} in one put")]
+    TooLarge {
+        /// The operation.
+        op: &'static str,
+        /// The object's key.
+        key: String,
+        /// Its size.
+        bytes: u64,
+        /// The most the store takes in one put.
+        limit: u64,
+    },
     /// Any other error the backend returned.
     #[error("{op}: {message}")]
     Backend {

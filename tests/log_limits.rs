@@ -340,3 +340,87 @@ async fn triage_an_open_decodes_its_segments_off_the_thread_of_the_renewals() {
         "a 2 ms sleep on the supervisor's thread took {longest:?} during a {took:?} open"
     );
 }
+
+/// A durable store that refuses puts of images over `max` bytes before any request, as S3
+/// refuses a single put over 5 GiB; everything else passes through.
+#[derive(Debug)]
+struct ImagePutLimit {
+    inner: leasehold::durable::SharedDurableStore,
+    max: u64,
+    refused: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl leasehold::DurableStore for ImagePutLimit {
+    async fn put_if_absent(
+        &self,
+        key: &str,
+        bytes: Vec<u8>,
+    ) -> Result<leasehold::durable::Put, leasehold::durable::StoreError> {
+        if is_image(key) && bytes.len() as u64 > self.max {
+            self.refused
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(leasehold::durable::StoreError::TooLarge {
+                op: "put_if_absent",
+                key: key.to_string(),
+                bytes: bytes.len() as u64,
+                limit: self.max,
+            });
+        }
+        self.inner.put_if_absent(key, bytes).await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, leasehold::durable::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn size(&self, key: &str) -> Result<Option<u64>, leasehold::durable::StoreError> {
+        self.inner.size(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, leasehold::durable::StoreError> {
+        self.inner.list(prefix).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), leasehold::durable::StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn delete_prefix(&self, prefix: &str) -> Result<usize, leasehold::durable::StoreError> {
+        self.inner.delete_prefix(prefix).await
+    }
+}
+
+/// Triage: a tenant whose image is larger than the store takes in one put (S3: 5 GiB) could
+/// never compact, and tried again at every period — each time copying the whole ledger only to
+/// be refused. The refusal is typed (`StoreError::TooLarge`, not an unknown outcome), reported at
+/// every period (`snapshot_failed`), and the image is not taken again while the ledger is no
+/// smaller; the log keeps every write and the tenant serves on.
+#[actix_rt::test]
+async fn triage_an_image_too_large_for_the_store_is_reported_at_every_period_not_retaken() {
+    let fleet = Fleet::new().await;
+    let limited = std::sync::Arc::new(ImagePutLimit {
+        inner: fleet.durable.shared(),
+        max: 64 << 10,
+        refused: Default::default(),
+    });
+    let store = limited.clone();
+    let a = fleet.replica_with("a", "a", move |c| {
+        c.durable = store;
+        c.snapshot_every = Some(Duration::from_millis(40));
+        c.compaction.segments = 2;
+    });
+    let t = a.open().await;
+    for i in 0..3 {
+        blob(&t, &format!("w{i}"), 40 << 10).await.unwrap();
+    }
+    let failed = |e: &Event| matches!(e, Event::SnapshotFailed { error, .. } if error.contains("takes at most"));
+    eventually(3_000, "the refused compaction is reported", || async {
+        a.saw(failed).await
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    blob(&t, "later", 1_000).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refused = limited.refused.load(std::sync::atomic::Ordering::SeqCst);
+    let reported = a.events().await.iter().filter(|e| failed(e)).count();
+    assert_eq!(refused, 1, "the image was taken again only to be refused");
+    assert!(reported >= 5, "reported at every period: {reported}");
+    assert_eq!(t.status().await, TenantStatus::Serving);
+    assert_eq!(successor_blobs(&fleet, t, "b").await.len(), 4);
+}

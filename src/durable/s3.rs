@@ -24,7 +24,7 @@
 //! `put_if_absent` is a single conditional `PUT`: multipart uploads have no conditional create
 //! in `object_store`, and an object must appear whole or not at all. S3 caps a single `PUT` at
 //! 5 GiB ([`S3_MAX_PUT_BYTES`]); a larger image is refused before any request with
-//! [`StoreError::Backend`]. The bytes are also held in memory for the call, so the practical
+//! [`StoreError::TooLarge`] (a definite refusal: nothing was sent). The bytes are also held in memory for the call, so the practical
 //! bound is the replica's memory. Larger images would be split into numbered part objects, each
 //! created by its own `put_if_absent`, with the manifest listing the parts and their digests:
 //! the manifest stays the one object whose presence (and the head in the lease store) publishes
@@ -264,12 +264,11 @@ impl DurableStore for S3Store {
         check_key(key)?;
         let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
         if size > self.limits.max_object_bytes {
-            return Err(StoreError::Backend {
+            return Err(StoreError::TooLarge {
                 op: "put_if_absent",
-                message: format!(
-                    "{key} is {size} bytes; one conditional PUT takes at most {} bytes",
-                    self.limits.max_object_bytes
-                ),
+                key: key.to_string(),
+                bytes: size,
+                limit: self.limits.max_object_bytes,
             });
         }
         let path = self.path(key)?;

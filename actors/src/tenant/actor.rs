@@ -119,6 +119,9 @@ pub(crate) struct TenantActor {
     /// An image of a logged ledger is being taken and published: at most one at a time, so a
     /// slow upload never piles up read transactions (each a connection holding the WAL).
     pub(super) image_busy: bool,
+    /// The durable store refused an image of this many bytes for its size, and why: periodic
+    /// images are not taken again until the ledger is smaller (docs/guarantees.md, "Limits").
+    pub(super) image_too_large: Option<(u64, Error)>,
 }
 
 impl TenantActor {
@@ -147,6 +150,7 @@ impl TenantActor {
             image_wanted: Vec::new(),
             retention_running: false,
             image_busy: false,
+            image_too_large: None,
         }
     }
 

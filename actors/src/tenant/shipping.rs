@@ -4,6 +4,7 @@
 
 use actix::prelude::*;
 use leasehold::Error;
+use leasehold::durable::StoreError;
 use leasehold::image::ReadSnapshot;
 use tokio::sync::oneshot;
 
@@ -182,6 +183,7 @@ impl TenantActor {
         };
         ctx.spawn(work.into_actor(self).map(move |(outcome, head), act, ctx| {
             act.image_busy = false;
+            act.note_image_outcome(&outcome);
             if let Ok(Some(published)) = &outcome
                 && let Some(log) = act.log.as_mut()
             {
@@ -262,6 +264,44 @@ impl TenantActor {
                 Err(error) => Event::SweepFailed { key, error },
             });
         }));
+    }
+
+    /// Remembers an image the durable store refused for its size (S3 takes at most 5 GiB in
+    /// one put): periodic images and compaction are then not taken again, only to be refused,
+    /// until the ledger is smaller than that image (docs/guarantees.md, "Limits").
+    pub(super) fn note_image_outcome<T>(&mut self, outcome: &Result<T, Error>) {
+        if let Err(error @ Error::Store(StoreError::TooLarge { bytes, limit, .. })) = outcome {
+            tracing::warn!(key = %self.key(), bytes, limit, %error,
+                "the durable store refuses an image this large: no periodic image or compaction \
+                 is taken until the ledger is smaller; the log keeps every write");
+            self.image_too_large = Some((*bytes, error.clone()));
+        }
+    }
+
+    /// Why a periodic image or compaction is not taken: the store refused an image no smaller
+    /// than the ledger is now. `None` once the ledger is smaller.
+    pub(super) fn image_refused_for_size(&mut self) -> Option<Error> {
+        let (bytes, error) = self.image_too_large.as_ref()?;
+        if self.publisher.ledger_bytes() < *bytes {
+            self.image_too_large = None;
+            return None;
+        }
+        Some(error.clone())
+    }
+
+    /// A compaction image that is not taken (the store refused one this large): the tick is
+    /// over and reported failed, so the refusal is heard at every period, never retried.
+    pub(super) fn image_not_taken(&mut self, refused: Error, ctx: &mut Context<Self>) {
+        let lease_gone = self.cell.is_ended();
+        self.feed(
+            Input::Published {
+                commits: 0,
+                final_image: false,
+                outcome: Err(refused),
+                lease_gone,
+            },
+            ctx,
+        );
     }
 
     /// An explicit snapshot of a logged tenant: a new image at the next cut.
