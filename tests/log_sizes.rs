@@ -197,3 +197,38 @@ fn a_database_smaller_than_the_run_limit_is_not_measured() {
     assert_eq!(ledger.batch_bytes(), 0);
     ledger.commit().unwrap();
 }
+
+/// The figure for docs/guarantees.md ("Limits"): what measuring each run costs a ledger larger
+/// than the run limit (each run's dirty pages flushed to the WAL at its end), against one that
+/// fits it whole (nothing measured). `cargo test --release --test log_sizes -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore]
+fn figure_the_cost_of_measuring_each_run() {
+    for (name, limit) in [("not measured", 64 << 20), ("measured", 256 << 10)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = limited_ledger(dir.path(), limit, 1 << 20);
+        let started = std::time::Instant::now();
+        for batch in 0..200 {
+            ledger.begin().unwrap();
+            for run in 0..100 {
+                ledger
+                    .run_savepoint(|tx| {
+                        tx.insert_event(&leasehold::ledger::NewEvent::new(
+                            "test",
+                            format!("k-{batch}-{run}"),
+                        ))
+                    })
+                    .unwrap();
+            }
+            ledger.commit().unwrap();
+            ledger.take_changes().unwrap();
+        }
+        let took = started.elapsed();
+        println!(
+            "{name}: 20,000 runs of one insert in batches of 100: {:.1} ms, {:.1} µs a run",
+            took.as_secs_f64() * 1e3,
+            took.as_secs_f64() * 1e6 / 20_000.0
+        );
+    }
+}
