@@ -302,26 +302,6 @@ impl Ledger {
         capture.cursor.take(frames).map_err(LedgerError::Io)
     }
 
-    /// From now on, a run whose pages would take more than `bytes` bytes as a segment of the
-    /// change log ([`crate::log::segment::encoded_bound`]) is rolled back in its savepoint and
-    /// fails with [`LedgerError::TooLarge`] before anything commits; [`Ledger::batch_bytes`] tells
-    /// how large the open batch has grown. How it is measured, and the bound:
-    /// `src/ledger/batch_size.rs`.
-    pub fn limit_runs(&mut self, bytes: u64) {
-        self.meter = Some(BatchMeter::new(bytes));
-    }
-
-    /// The bytes the open batch's pages take as a segment, as measured after its runs: 0 while
-    /// the whole database fits the run limit (nothing needs measuring) or no limit is set.
-    pub fn batch_bytes(&self) -> u64 {
-        self.meter.as_ref().map_or(0, BatchMeter::batch_bytes)
-    }
-
-    /// The last run refused with [`LedgerError::TooLarge`]: its bytes and the limit; taken.
-    pub fn take_refused_run(&mut self) -> Option<(u64, u64)> {
-        self.meter.as_mut().and_then(BatchMeter::take_refused)
-    }
-
     /// Page 1 of the database as of the last changes taken (logged ledgers only): what an
     /// image's first page must be to hold exactly the same bytes as the ledger.
     pub fn page_one(&self) -> Option<&[u8]> {
@@ -574,18 +554,6 @@ impl Ledger {
                 panic_text(&*panic)
             )))
         })
-    }
-
-    /// Measures the run that began at `before` (its savepoint still open) against the run limit.
-    fn measure_run(&mut self, before: u64) -> Result<(), LedgerError> {
-        let carried = self
-            .capture
-            .as_ref()
-            .map_or(0, |c| c.cursor.carried_pages());
-        match self.meter.as_mut() {
-            Some(meter) => meter.after_run(&mut self.conn, before, carried),
-            None => Ok(()),
-        }
     }
 
     /// Rolls the call's savepoint back and releases it, keeping the rest of the batch.

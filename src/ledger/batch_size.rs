@@ -29,8 +29,42 @@
 
 use rusqlite::Connection;
 
-use super::LedgerError;
+use super::{Ledger, LedgerError};
 use crate::log::segment::encoded_bound;
+
+impl Ledger {
+    /// From now on, a run whose pages would take more than `bytes` bytes as a segment of the
+    /// change log ([`crate::log::segment::encoded_bound`]) is rolled back in its savepoint and
+    /// fails with [`LedgerError::TooLarge`] before anything commits; [`Ledger::batch_bytes`] tells
+    /// how large the open batch has grown. How it is measured, and the bound:
+    /// `src/ledger/batch_size.rs`.
+    pub fn limit_runs(&mut self, bytes: u64) {
+        self.meter = Some(BatchMeter::new(bytes));
+    }
+
+    /// The bytes the open batch's pages take as a segment, as measured after its runs: 0 while
+    /// the whole database fits the run limit (nothing needs measuring) or no limit is set.
+    pub fn batch_bytes(&self) -> u64 {
+        self.meter.as_ref().map_or(0, BatchMeter::batch_bytes)
+    }
+
+    /// The last run refused with [`LedgerError::TooLarge`]: its bytes and the limit; taken.
+    pub fn take_refused_run(&mut self) -> Option<(u64, u64)> {
+        self.meter.as_mut().and_then(BatchMeter::take_refused)
+    }
+
+    /// Measures the run that began at `before` (its savepoint still open) against the run limit.
+    pub(super) fn measure_run(&mut self, before: u64) -> Result<(), LedgerError> {
+        let carried = self
+            .capture
+            .as_ref()
+            .map_or(0, |c| c.cursor.carried_pages());
+        match self.meter.as_mut() {
+            Some(meter) => meter.after_run(&mut self.conn, before, carried),
+            None => Ok(()),
+        }
+    }
+}
 
 /// Measures the open batch of one logged ledger against a run limit.
 #[derive(Debug)]

@@ -223,10 +223,17 @@ impl TenantActor {
                     key: self.key().to_string(),
                     reason: format!("reading the commit's pages failed: {e}"),
                 };
+                let mut segment = String::new();
                 if let Some(log) = self.log.as_mut() {
+                    segment = log.next_position().to_string();
                     log.add(None, callers);
                     log.fail(error.clone());
                 }
+                self.rt.events.emit(crate::events::Event::ShipFailed {
+                    key: self.key().to_string(),
+                    segment,
+                    error: error.to_string(),
+                });
                 self.feed(Input::Committed { lapsed: false }, ctx);
                 self.feed(Input::Shipping, ctx);
                 self.feed(Input::Shipped(Err(error)), ctx);
