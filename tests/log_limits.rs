@@ -288,16 +288,17 @@ async fn triage_compaction_is_due_as_the_segments_bytes_grow_not_only_at_the_per
     for i in 3..6 {
         blob(&t, &format!("w{i}"), 40 << 10).await.unwrap();
     }
+    // The event follows the head's move, which follows the image's put.
     eventually(
         5_000,
         "a compaction image once 200 KiB of segments shipped",
-        images,
+        || async {
+            a.saw(|e| matches!(e, Event::SnapshotPublished { .. }))
+                .await
+        },
     )
     .await;
-    assert!(
-        a.saw(|e| matches!(e, Event::SnapshotPublished { .. }))
-            .await
-    );
+    assert!(images().await);
 }
 
 /// Triage: an open decoded its segments (SHA-256 and the codec, in proportion to their bytes) on
