@@ -162,6 +162,10 @@ impl<S: DurableStore> DurableStore for Deadline<S> {
         let limit = put_deadline(self.limit, bytes);
         settle_within(limit, "get", self.inner.get_sized(key, expected)).await
     }
+    /// A size carries no payload: one call's `limit`.
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        self.settle("size", self.inner.size(key)).await
+    }
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         self.settle("list", self.inner.list(prefix)).await
     }

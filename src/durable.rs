@@ -92,6 +92,20 @@ pub enum StoreError {
         /// The error, as text.
         message: String,
     },
+    /// The object is larger than the backend takes in one put (S3: 5 GiB, `S3_MAX_PUT_BYTES`);
+    /// refused before any request, so nothing was written: a definite refusal, not an unknown
+    /// outcome (docs/guarantees.md, "Limits").
+    #[error("{op}: {key} is {bytes} bytes; the store takes at most {limit} in one put")]
+    TooLarge {
+        /// The operation.
+        op: &'static str,
+        /// The object's key.
+        key: String,
+        /// Its size.
+        bytes: u64,
+        /// The most the store takes in one put.
+        limit: u64,
+    },
     /// Any other error the backend returned.
     #[error("{op}: {message}")]
     Backend {
@@ -134,6 +148,16 @@ pub trait DurableStore: Send + Sync + fmt::Debug + 'static {
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let _ = expected_bytes;
         self.get(key).await
+    }
+
+    /// The size in bytes of the object under `key`, or `None` when there is none: what a reader
+    /// asks before a get whose deadline must grow with the object (a segment of the change log,
+    /// whose size no manifest names; docs/guarantees.md, the numbers). Backends answer from
+    /// metadata (a `stat`, one `HEAD` on S3); the default reads the object, so a wrapper that
+    /// does not pass the call on is correct but slow.
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        let found = self.get(key).await?;
+        Ok(found.map(|bytes| u64::try_from(bytes.len()).unwrap_or(u64::MAX)))
     }
 
     /// Every key under `prefix`, sorted. `prefix` is `""` or ends with `/`.
@@ -196,6 +220,9 @@ impl<S: DurableStore + ?Sized> DurableStore for Arc<S> {
     }
     async fn get_sized(&self, key: &str, expected: u64) -> Result<Option<Vec<u8>>, StoreError> {
         (**self).get_sized(key, expected).await
+    }
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        (**self).size(key).await
     }
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         (**self).list(prefix).await

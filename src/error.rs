@@ -133,6 +133,34 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
+    /// A run changed more pages than one batch of the change log may take (half of the
+    /// runtime's `segment_limit`, so that every committed batch fits one segment): it was rolled
+    /// back before `COMMIT` and nothing of it was committed or acknowledged, in every logged mode
+    /// (docs/guarantees.md, "Limits"). Split it into smaller runs; the tenant serves on.
+    #[error(
+        "batch too large: its pages take {bytes} bytes as a segment of the change log, more than the {limit} one batch may take; nothing of it was committed: split it into smaller runs"
+    )]
+    BatchTooLarge {
+        /// The bytes its pages take as a segment (measured, never less than they do).
+        bytes: u64,
+        /// The most one batch may take.
+        limit: u64,
+    },
+    /// An `Async` tenant has `pending_bytes` committed and not yet in the change log, as many as
+    /// it may let wait (`async_pending_limit`): the run was refused before it ran, nothing of it
+    /// was committed. The log is behind the writes; retry shortly (docs/guarantees.md, the
+    /// numbers).
+    #[error(
+        "log behind: tenant {key} has {pending_bytes} bytes committed and not yet shipped, at its limit of {limit}; nothing was run: retry shortly"
+    )]
+    LogBehind {
+        /// The tenant's lease key.
+        key: String,
+        /// Bytes committed and not yet in the change log (pending and in flight).
+        pending_bytes: u64,
+        /// `async_pending_limit`.
+        limit: u64,
+    },
     /// The database the lease store's URL names does not exist (SQLSTATE 3D000); nothing was
     /// started.
     #[error("unknown database {database:?}: {reason}")]
@@ -165,6 +193,8 @@ impl Error {
             Error::AuthFailed { .. } => "LEASEHOLD_AUTH_FAILED",
             Error::UnknownDatabase { .. } => "LEASEHOLD_UNKNOWN_DATABASE",
             Error::Unshipped { .. } => "LEASEHOLD_UNSHIPPED",
+            Error::BatchTooLarge { .. } => "LEASEHOLD_BATCH_TOO_LARGE",
+            Error::LogBehind { .. } => "LEASEHOLD_LOG_BEHIND",
         }
     }
 
@@ -220,7 +250,10 @@ impl From<LeaseError> for Error {
 
 impl From<LedgerError> for Error {
     fn from(e: LedgerError) -> Self {
-        Error::Ledger(e)
+        match e {
+            LedgerError::TooLarge { bytes, limit } => Error::BatchTooLarge { bytes, limit },
+            other => Error::Ledger(other),
+        }
     }
 }
 
@@ -316,6 +349,12 @@ mod tests {
             Error::Unshipped {
                 key: "k".into(),
                 reason: "r".into(),
+            },
+            Error::BatchTooLarge { bytes: 2, limit: 1 },
+            Error::LogBehind {
+                key: "k".into(),
+                pending_bytes: 2,
+                limit: 1,
             },
         ];
         let mut codes: Vec<_> = all.iter().map(Error::code).collect();

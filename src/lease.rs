@@ -188,11 +188,15 @@ pub fn check_tip_step(
     })
 }
 
-/// Whether a store error leaves a write's outcome unknown: everything but a refused key (checked
-/// before any I/O). Conservative on purpose: an `Unavailable` that never reached the backend is
-/// also reported unknown, which costs a re-read; the opposite mistake would lose a write.
+/// Whether a store error leaves a write's outcome unknown: everything but a refused key or an
+/// object too large for one put (both checked before any I/O). Conservative on purpose: an
+/// `Unavailable` that never reached the backend is also reported unknown, which costs a
+/// re-read; the opposite mistake would lose a write.
 pub fn store_outcome_unknown(e: &StoreError) -> bool {
-    !matches!(e, StoreError::InvalidKey { .. })
+    !matches!(
+        e,
+        StoreError::InvalidKey { .. } | StoreError::TooLarge { .. }
+    )
 }
 
 /// A fresh attempt id for [`LeaseStore::acquire`]: random per process, then counted, so two

@@ -33,11 +33,13 @@ use crate::image::{ImageError, ImageFile};
 use crate::log::PageSums;
 use crate::log::capture::{Changes, WalCursor};
 
+mod batch_size;
 mod event;
 mod guard;
 
 pub use event::{Event, NewEvent};
 
+use batch_size::BatchMeter;
 use event::{event_from_row, read_event_row};
 use guard::HostGuard;
 
@@ -88,6 +90,17 @@ pub enum LedgerError {
     /// A local I/O error.
     #[error("i/o: {0}")]
     Io(String),
+    /// The run changed more pages than one batch may (a logged ledger's run limit, see
+    /// [`Ledger::limit_runs`]); its savepoint was rolled back, nothing of it is committed.
+    #[error(
+        "the run's pages take {bytes} bytes as a segment of the change log, more than the {limit} one batch may; nothing of it was committed: split it into smaller runs"
+    )]
+    TooLarge {
+        /// The bytes its pages take as a segment (measured, never less than they do).
+        bytes: u64,
+        /// The most one run may take.
+        limit: u64,
+    },
 }
 
 impl From<rusqlite::Error> for LedgerError {
@@ -138,6 +151,8 @@ pub struct Ledger {
     guard: Arc<HostGuard>,
     /// The capture of committed pages, for a ledger opened with [`Ledger::open_logged`].
     capture: Option<Capture>,
+    /// Measures each run against the run limit, once [`Ledger::limit_runs`] set one.
+    meter: Option<BatchMeter>,
 }
 
 /// What a logged ledger keeps to read its commits' pages back from the WAL.
@@ -237,6 +252,7 @@ impl Ledger {
             path: path.to_path_buf(),
             guard,
             capture: None,
+            meter: None,
         })
     }
 
@@ -320,7 +336,11 @@ impl Ledger {
                 "begin: a batch is already open; commit or roll it back first".to_string(),
             ));
         }
-        self.runtime_exec("BEGIN IMMEDIATE")
+        self.runtime_exec("BEGIN IMMEDIATE")?;
+        if let Some(meter) = self.meter.as_mut() {
+            meter.begin(&self.conn)?;
+        }
+        Ok(())
     }
 
     /// Runs one call of the open batch in its own savepoint.
@@ -339,7 +359,17 @@ impl Ledger {
             ));
         }
         self.runtime_exec(SAVEPOINT_CALL)?;
+        let before = match self.meter.as_ref() {
+            Some(meter) => Some(meter.before_run(&self.conn)?),
+            None => None,
+        };
         let outcome = self.call_host(f);
+        let outcome = match (outcome, before) {
+            (Ok(value), Some(before)) if self.in_batch() => {
+                self.measure_run(before).map(|()| value)
+            }
+            (outcome, _) => outcome,
+        };
         if !self.in_batch() {
             return Err(LedgerError::Sqlite(format!(
                 "SQLite rolled the whole batch back during the call ({})",

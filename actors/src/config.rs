@@ -71,7 +71,29 @@ impl Compaction {
     pub fn due(&self, segments: u64, bytes: u64) -> bool {
         segments > 0 && (segments >= self.segments || bytes >= self.bytes)
     }
+
+    /// Whether a shipped segment, which brought the log since the newest image to `segments`
+    /// segments of `bytes` bytes, calls for an image now, given that one was last asked for at
+    /// `asked` (`None`: never since the newest image). Due, and a whole compaction's worth
+    /// (segments or bytes) past the last ask: so a tenant whose images keep failing asks at most
+    /// once per compaction's worth of shipped segments (and at every `snapshot_every`).
+    pub fn due_again(&self, asked: Option<(u64, u64)>, segments: u64, bytes: u64) -> bool {
+        if !self.due(segments, bytes) {
+            return false;
+        }
+        match asked {
+            Some((s, b)) if s <= segments => {
+                segments >= s.saturating_add(self.segments) || bytes >= b.saturating_add(self.bytes)
+            }
+            _ => true,
+        }
+    }
 }
+
+/// The smallest [`RuntimeConfig::segment_limit`]: 64 KiB. A batch may take half of it, which
+/// with the default 4 KiB pages is a handful of pages: small enough for tests to cut many
+/// segments and refuse large batches cheaply, large enough for an ordinary write.
+pub const MIN_SEGMENT_LIMIT: u64 = 64 << 10;
 
 /// Everything a [`crate::Supervisor`] needs. Build it with [`RuntimeConfig::new`], which fills in
 /// the defaults, then change fields; [`RuntimeConfig::validate`] runs at start.
@@ -103,6 +125,19 @@ pub struct RuntimeConfig {
     pub snapshot_every: Option<Duration>,
     /// When a tenant with a change log takes a new image. Default: 1,000 segments or 64 MiB.
     pub compaction: Compaction,
+    /// The most bytes one segment of the change log may take (`Shipped` and `Async`). A run whose
+    /// pages would take more than half of it is refused before `COMMIT` with
+    /// `Error::BatchTooLarge`, a batch of runs is committed once it reaches half of it, and
+    /// committed batches waiting to ship are cut into as many segments as they need, each of
+    /// whole batches — so every batch fits one segment and a restore never stops inside one
+    /// (docs/guarantees.md, "Limits"). Between [`MIN_SEGMENT_LIMIT`] and the codec's limit
+    /// (`leasehold::codec::LIMIT`, 1 GiB), which is the default.
+    pub segment_limit: u64,
+    /// With `Async`: the most bytes a tenant lets wait committed and not yet in the change log
+    /// (pending and in flight). A run is refused with `Error::LogBehind` while this much waits,
+    /// so a crash loses at most this plus one batch (docs/guarantees.md, the numbers). Default
+    /// 64 MiB: eight seconds of the slowest store a deadline allows for.
+    pub async_pending_limit: u64,
     /// How long images and segments stay restorable (point-in-time restore) after a newer image
     /// made them unneeded for the current state; older ones are deleted. Default 24 h.
     pub retain: Duration,
@@ -158,6 +193,8 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("durability", &self.durability)
             .field("snapshot_every", &self.snapshot_every)
             .field("compaction", &self.compaction)
+            .field("segment_limit", &self.segment_limit)
+            .field("async_pending_limit", &self.async_pending_limit)
             .field("retain", &self.retain)
             .field("local_sweep_every", &self.local_sweep_every)
             .field("drain_timeout", &self.drain_timeout)
@@ -189,6 +226,8 @@ impl RuntimeConfig {
             durability: Durability::Shipped,
             snapshot_every: Some(Duration::from_secs(60)),
             compaction: Compaction::default(),
+            segment_limit: leasehold::codec::LIMIT as u64,
+            async_pending_limit: 64 << 20,
             retain: Duration::from_secs(24 * 60 * 60),
             local_sweep_every: Some(Duration::from_secs(60)),
             drain_timeout: Duration::from_secs(120),
@@ -234,6 +273,15 @@ impl RuntimeConfig {
         }
         if self.compaction.segments == 0 || self.compaction.bytes == 0 {
             return invalid("compaction", "segments and bytes must be at least 1");
+        }
+        if !(MIN_SEGMENT_LIMIT..=leasehold::codec::LIMIT as u64).contains(&self.segment_limit) {
+            return invalid(
+                "segment_limit",
+                "must be between 64 KiB and the codec's limit of 1 GiB",
+            );
+        }
+        if self.async_pending_limit == 0 {
+            return invalid("async_pending_limit", "must be at least 1 byte");
         }
         positive("retain", self.retain)?;
         if let Some(every) = self.local_sweep_every {
@@ -384,6 +432,18 @@ mod tests {
             ),
             ("compaction", Box::new(|c| c.compaction.segments = 0)),
             ("retain", Box::new(|c| c.retain = Duration::ZERO)),
+            (
+                "segment_limit",
+                Box::new(|c| c.segment_limit = MIN_SEGMENT_LIMIT - 1),
+            ),
+            (
+                "segment_limit",
+                Box::new(|c| c.segment_limit = leasehold::codec::LIMIT as u64 + 1),
+            ),
+            (
+                "async_pending_limit",
+                Box::new(|c| c.async_pending_limit = 0),
+            ),
         ];
         for (name, break_it) in cases {
             let mut c = config(dir.path());
@@ -409,6 +469,22 @@ mod tests {
         assert_eq!(default_max_open(Some(20_000), 8), (20_000 - 128 - 128) / 3);
         assert_eq!(default_max_open(Some(10), 8), 1, "never zero");
         assert_eq!(default_max_open(None, 8), 1_000_000);
+    }
+
+    #[test]
+    fn compaction_is_asked_again_only_a_whole_compaction_later() {
+        let c = Compaction {
+            segments: 10,
+            bytes: 100,
+        };
+        assert!(!c.due_again(None, 3, 99), "not due");
+        assert!(c.due_again(None, 3, 100), "due by bytes, never asked");
+        assert!(c.due_again(None, 10, 5), "due by count, never asked");
+        let asked = Some((3, 100));
+        assert!(!c.due_again(asked, 4, 150), "asked already");
+        assert!(c.due_again(asked, 4, 200), "a compaction's bytes later");
+        assert!(c.due_again(asked, 13, 150), "a compaction's segments later");
+        assert!(c.due_again(Some((50, 900)), 4, 100), "an image came since");
     }
 
     #[test]

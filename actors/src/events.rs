@@ -81,6 +81,16 @@ pub enum Event {
         /// The error, as text.
         error: String,
     },
+    /// A run was refused with nothing of it committed, and the tenant serves on: its pages would
+    /// not fit one segment of the change log (`BatchTooLarge`, before `COMMIT`), or an `Async`
+    /// tenant's log is as far behind as it may be (`LogBehind`, before the run ran)
+    /// (docs/guarantees.md, "Limits").
+    BatchRefused {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The error its caller heard, as text.
+        error: String,
+    },
     /// A handoff gave up waiting for admitted work; the tenant serves again.
     DrainTimeout {
         /// `<org>/<tenant>`.
@@ -149,6 +159,7 @@ impl Event {
             Event::SnapshotPublished { .. } => "snapshot_published",
             Event::SnapshotFailed { .. } => "snapshot_failed",
             Event::ShipFailed { .. } => "ship_failed",
+            Event::BatchRefused { .. } => "batch_refused",
             Event::DrainTimeout { .. } => "drain_timeout",
             Event::Released { .. } => "released",
             Event::Forgotten { .. } => "forgotten",
@@ -276,6 +287,9 @@ fn trace(event: &Event) {
             segment,
             error,
         } => tracing::warn!(%key, %segment, %error, "shipping a segment failed; the tenure ends"),
+        Event::BatchRefused { key, error } => {
+            tracing::warn!(%key, %error, "a run was refused; nothing of it was committed")
+        }
         Event::DrainTimeout { key, after_ms } => tracing::warn!(%key, after_ms, "drain timeout"),
         Event::RenewFailed { error } => tracing::warn!(%error, "renewal failed"),
         Event::SweepFailed { key, error } => tracing::warn!(%key, %error, "sweep failed"),

@@ -31,7 +31,7 @@ mod tips;
 
 #[cfg(feature = "fault-switches")]
 pub use config::Breakage;
-pub use config::{Compaction, Durability, RuntimeConfig};
+pub use config::{Compaction, Durability, MIN_SEGMENT_LIMIT, RuntimeConfig};
 pub use events::{Event, EventLog, Observer};
 pub use lease_actor::live_tenants;
 pub use status::TenantStatus;

@@ -43,6 +43,10 @@ pub(crate) struct Runtime {
     pub(crate) snapshot_every: Option<Duration>,
     /// When a logged tenant takes a new image.
     pub(crate) compaction: crate::config::Compaction,
+    /// The most bytes one segment may take; a batch may take half of it.
+    pub(crate) segment_limit: u64,
+    /// With `Async`: the most bytes committed and not yet shipped before runs are refused.
+    pub(crate) async_pending_limit: u64,
     /// How long unneeded images and segments stay.
     pub(crate) retain: Duration,
     /// Periodic local sweep period, or `None`.
@@ -90,6 +94,8 @@ impl Runtime {
             durability: config.durability,
             snapshot_every: config.snapshot_every,
             compaction: config.compaction,
+            segment_limit: config.segment_limit,
+            async_pending_limit: config.async_pending_limit,
             retain: config.retain,
             local_sweep_every: config.local_sweep_every,
             drain_timeout: config.drain_timeout,

@@ -96,6 +96,12 @@ impl DurableStore for DirStore {
         blocking("get", move || get_blocking(&root, &key)).await
     }
 
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        check_key(key)?;
+        let (root, key) = (self.root.clone(), key.to_owned());
+        blocking("size", move || size_blocking(&root, &key)).await
+    }
+
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         check_list_prefix(prefix)?;
         let (root, prefix) = (self.root.clone(), prefix.to_owned());
@@ -443,6 +449,21 @@ fn get_blocking(root: &Path, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
     file.read_to_end(&mut bytes)
         .map_err(|e| io_at(OP, &path, &e))?;
     Ok(Some(bytes))
+}
+
+/// The length of the file of `key`, without following a symlink.
+fn size_blocking(root: &Path, key: &str) -> Result<Option<u64>, StoreError> {
+    const OP: &str = "size";
+    if inspect(OP, root, key)? != Found::File {
+        return Ok(None);
+    }
+    let path = path_of(root, key);
+    match fs::symlink_metadata(&path) {
+        Ok(m) if m.is_file() => Ok(Some(m.len())),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_at(OP, &path, &e)),
+    }
 }
 
 fn delete_blocking(root: &Path, key: &str) -> Result<(), StoreError> {

@@ -103,6 +103,13 @@ pub async fn conformance_put_get_round_trips(store: &dyn DurableStore, ns: &str)
             ),
             None => broken(RULE, format_args!("{key:?} is missing right after its put")),
         }
+        let size = ok(RULE, format_args!("size {key:?}"), store.size(&key).await);
+        expect_eq(
+            RULE,
+            format_args!("the size of {key:?}"),
+            size,
+            Some(bytes.len() as u64),
+        );
     }
 }
 
@@ -141,6 +148,11 @@ pub async fn conformance_get_missing_is_none(store: &dyn DurableStore, ns: &str)
         prefix,
         None,
     );
+    for name in ["missing/nothing", "missing/sub"] {
+        let key = format!("{ns}/{name}");
+        let size = ok(RULE, format_args!("size {key:?}"), store.size(&key).await);
+        expect_eq(RULE, format_args!("size of {key:?}"), size, None);
+    }
 }
 
 /// `list` returns full keys, sorted, under whole segments only.
@@ -452,6 +464,7 @@ pub async fn conformance_bad_keys_are_refused_everywhere(store: &dyn DurableStor
             store.put_if_absent(&key, b"bad".to_vec()).await,
         );
         expect_invalid(RULE, format_args!("get {key:?}"), store.get(&key).await);
+        expect_invalid(RULE, format_args!("size {key:?}"), store.size(&key).await);
         expect_invalid(
             RULE,
             format_args!("delete {key:?}"),

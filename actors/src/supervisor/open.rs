@@ -14,7 +14,7 @@ use super::SupervisorActor;
 use crate::events::Event;
 use crate::lease_actor::{LeaseActor, LeaseCell, Register};
 use crate::runtime::Runtime;
-use crate::tenant::log::LogShip;
+use crate::tenant::log::{LogShip, LogStart};
 use crate::tenant::publish::Publisher;
 use crate::tenant::{TenantActor, TenantParts, TenantRef};
 
@@ -147,9 +147,14 @@ async fn start(
     let head = restored.image.clone();
     let (path, options, sums) = (db_path.clone(), rt.ledger.clone(), restored.sums.clone());
     let logged = rt.durability.logged();
+    // Every committed batch must fit one segment: a run may take half of it (a batch closes
+    // once it reaches half), measured before COMMIT (docs/guarantees.md, "Limits").
+    let run_limit = rt.segment_limit / 2;
     let ledger = blocking(move || {
         Ok(if logged {
-            Ledger::open_logged(&path, &options, &sums)?
+            let mut ledger = Ledger::open_logged(&path, &options, &sums)?;
+            ledger.limit_runs(run_limit);
+            ledger
         } else {
             Ledger::open(&path, &options)?
         })
@@ -188,9 +193,12 @@ async fn start(
         LogShip::new(
             plan.key.clone(),
             record.epoch,
-            restored.position,
-            restored.image_log,
-            (restored.segments as u64, restored.segment_bytes),
+            rt.segment_limit,
+            LogStart {
+                tip: restored.position,
+                image_pos: restored.image_log,
+                carried: (restored.segments as u64, restored.segment_bytes),
+            },
         )
     });
     let ended = Arc::new(crate::status::StatusCell::new(crate::TenantStatus::Serving));

@@ -119,6 +119,9 @@ pub(crate) struct TenantActor {
     /// An image of a logged ledger is being taken and published: at most one at a time, so a
     /// slow upload never piles up read transactions (each a connection holding the WAL).
     pub(super) image_busy: bool,
+    /// The durable store refused an image of this many bytes for its size, and why: periodic
+    /// images are not taken again until the ledger is smaller (docs/guarantees.md, "Limits").
+    pub(super) image_too_large: Option<(u64, Error)>,
 }
 
 impl TenantActor {
@@ -147,6 +150,7 @@ impl TenantActor {
             image_wanted: Vec::new(),
             retention_running: false,
             image_busy: false,
+            image_too_large: None,
         }
     }
 
@@ -219,10 +223,17 @@ impl TenantActor {
                     key: self.key().to_string(),
                     reason: format!("reading the commit's pages failed: {e}"),
                 };
+                let mut segment = String::new();
                 if let Some(log) = self.log.as_mut() {
+                    segment = log.next_position().to_string();
                     log.add(None, callers);
                     log.fail(error.clone());
                 }
+                self.rt.events.emit(crate::events::Event::ShipFailed {
+                    key: self.key().to_string(),
+                    segment,
+                    error: error.to_string(),
+                });
                 self.feed(Input::Committed { lapsed: false }, ctx);
                 self.feed(Input::Shipping, ctx);
                 self.feed(Input::Shipped(Err(error)), ctx);
@@ -251,6 +262,31 @@ impl TenantActor {
             }
         }
         self.checkpoint_if_due();
+    }
+
+    /// With `Async`, the refusal of a run while the log is `async_pending_limit` behind: the
+    /// bytes committed and not yet shipped are bounded (docs/guarantees.md, the numbers).
+    fn log_behind(&self) -> Option<Error> {
+        if !matches!(self.rt.durability, crate::config::Durability::Async { .. }) {
+            return None;
+        }
+        let log = self.log.as_ref()?;
+        let pending = log.unshipped_bytes();
+        (pending >= self.rt.async_pending_limit && log.failure().is_none()).then(|| {
+            Error::LogBehind {
+                key: self.key().to_string(),
+                pending_bytes: pending,
+                limit: self.rt.async_pending_limit,
+            }
+        })
+    }
+
+    /// A run was refused with nothing of it committed: said to the observer and `tracing`.
+    fn batch_refused(&self, error: &Error) {
+        self.rt.events.emit(crate::events::Event::BatchRefused {
+            key: self.key().to_string(),
+            error: error.to_string(),
+        });
     }
 
     /// Checkpoints a logged ledger whose WAL holds more than [`CHECKPOINT_FRAMES`] read frames,
@@ -330,6 +366,10 @@ impl Handler<Run> for TenantActor {
         if let Err(e) = self.tenure.admits(msg.ticket, self.held()) {
             return msg.job.refuse(e);
         }
+        if let Some(behind) = self.log_behind() {
+            self.batch_refused(&behind);
+            return msg.job.refuse(behind);
+        }
         let Some(ledger) = self.ledger.as_mut() else {
             return msg
                 .job
@@ -346,12 +386,22 @@ impl Handler<Run> for TenantActor {
         let started = std::time::Instant::now();
         let finisher = msg.job.execute(ledger);
         let took = started.elapsed();
+        let refused = ledger.take_refused_run();
+        let batch_bytes = ledger.batch_bytes();
         if took >= SLOW_RUN {
             tracing::warn!(key = %self.key(), took_ms = took.as_millis() as u64,
                 "a run held the tenant's thread; tenants on the same arbiter waited for it");
         }
         if let Some(batch) = self.batch.as_mut() {
             batch.push(finisher);
+        }
+        if let Some((bytes, limit)) = refused {
+            self.batch_refused(&Error::BatchTooLarge { bytes, limit });
+        }
+        if batch_bytes >= self.rt.segment_limit / 2 {
+            // No further run joins it: with each run at most half a segment, every committed
+            // batch fits one (docs/guarantees.md, "Limits").
+            self.commit_batch(ctx);
         }
     }
 }

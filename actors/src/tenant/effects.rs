@@ -167,6 +167,9 @@ impl TenantActor {
             }
             let (segments, bytes) = log.since_image();
             if self.rt.compaction.due(segments, bytes) {
+                if let Some(refused) = self.image_refused_for_size() {
+                    return self.image_not_taken(refused, ctx);
+                }
                 return self.want_image(
                     super::actor::ImageWant {
                         commits,
@@ -188,6 +191,19 @@ impl TenantActor {
                 ctx,
             );
         }
+        if image && let Some(refused) = self.image_refused_for_size() {
+            let lease_gone = self.cell.is_ended();
+            let outcome = Err(refused);
+            return self.feed(
+                Input::Published {
+                    commits,
+                    final_image,
+                    outcome,
+                    lease_gone,
+                },
+                ctx,
+            );
+        }
         let publisher = self.publisher.clone();
         let held = self.cell.holds(self.rt.now_ms());
         let fenced = self.fenced();
@@ -199,6 +215,7 @@ impl TenantActor {
             }
         };
         ctx.spawn(work.into_actor(self).map(move |outcome, act, ctx| {
+            act.note_image_outcome(&outcome);
             act.feed(
                 Input::Published {
                     commits,

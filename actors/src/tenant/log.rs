@@ -1,7 +1,8 @@
 //! The tenant's change log (`Shipped` and `Async`): committed changes wait here, are cut into
 //! a segment at the next log position, and shipped one segment at a time — the segment put in
-//! the durable store, then the tip moved by compare-and-set in the lease store. Runs that
-//! commit while a segment is in flight form the next one (docs/guarantees.md, the change log).
+//! the durable store, then the tip moved by compare-and-set in the lease store. Batches that
+//! commit while a segment is in flight form the next one, or the next ones: a segment holds
+//! whole batches, at most `segment_limit` bytes (docs/guarantees.md, the change log, "Limits").
 //!
 //! [`LogShip`] is the bookkeeping, run on the actor's thread; [`ship`] is the store calls of one
 //! segment, run as a future whose completion the actor feeds back.
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use leasehold::durable::Put;
 use leasehold::layout::{LogPos, segment_key};
 use leasehold::lease::LeaseError;
+use leasehold::log::segment::encoded_bound;
 use leasehold::log::{Changes, Segment};
 use leasehold::{Error, LeaseKey};
 use tokio::sync::watch;
@@ -34,20 +36,31 @@ pub(crate) struct Cut {
     pub(crate) bytes: Vec<u8>,
 }
 
+/// One committed batch waiting to be cut: what it changed (nothing, for a batch that wrote
+/// nothing) and who waits for it.
+struct Committed {
+    /// Its changes; `None` when it wrote nothing.
+    changes: Option<Changes>,
+    /// Its callers (`Shipped`), answered once it is in the log.
+    callers: Vec<Finisher>,
+}
+
 /// Where the tenure's log stands.
 pub(crate) struct LogShip {
     /// The tenant's key.
     key: LeaseKey,
     /// The tenure's epoch: the directory its segments go to.
     epoch: u64,
+    /// The most bytes one segment may take (`segment_limit`).
+    segment_limit: u64,
     /// The tip the lease store confirmed last (or the restore found).
     tip: Option<LogPos>,
-    /// The segment in flight.
-    in_flight: Option<LogPos>,
-    /// Changes committed since the last cut.
-    pending: Option<Changes>,
-    /// Callers of batches since the last cut (answered when their changes are in the log).
-    waiting: Vec<Finisher>,
+    /// The segment in flight, and its bytes.
+    in_flight: Option<(LogPos, u64)>,
+    /// Batches committed since the last cut, oldest first.
+    pending: VecDeque<Committed>,
+    /// The bytes their pages take ([`encoded_bound`] of each batch, summed).
+    pending_bytes: u64,
     /// Callers of the segment in flight: kept here, not in the shipping future, so that a
     /// tenant that stops with a segment in flight still answers them (outcome unknown).
     in_flight_callers: Vec<Finisher>,
@@ -58,34 +71,43 @@ pub(crate) struct LogShip {
     /// Segments and bytes since the newest image that earlier tenures shipped (counted until an
     /// image holds the restored tip), so compaction is due across tenures too.
     carried: (u64, u64),
+    /// Segments and bytes since the newest image when a shipped segment last asked for a
+    /// compaction image (`Compaction::due_again`).
+    compaction_asked: Option<(u64, u64)>,
     /// Set once a segment failed: nothing more is cut, and every later caller is refused.
     failed: Option<Error>,
     /// Publishes the confirmed tip (an image may move the head only to a position at or below it).
     tips: watch::Sender<Option<LogPos>>,
 }
 
+/// Where a tenure's log starts: what the restore found.
+pub(crate) struct LogStart {
+    /// The tip the restore ended at.
+    pub(crate) tip: Option<LogPos>,
+    /// The position the newest image holds.
+    pub(crate) image_pos: Option<LogPos>,
+    /// Segments and bytes since that image, shipped by earlier tenures.
+    pub(crate) carried: (u64, u64),
+}
+
 impl LogShip {
-    /// The log of the tenure of `key` at `epoch`, whose restore ended at `tip`, with the newest
-    /// image holding `image_pos`.
-    pub(crate) fn new(
-        key: LeaseKey,
-        epoch: u64,
-        tip: Option<LogPos>,
-        image_pos: Option<LogPos>,
-        carried: (u64, u64),
-    ) -> Self {
-        let (tips, _) = watch::channel(tip);
+    /// The log of the tenure of `key` at `epoch`, whose segments take at most `segment_limit`
+    /// bytes, starting where the restore left it.
+    pub(crate) fn new(key: LeaseKey, epoch: u64, segment_limit: u64, start: LogStart) -> Self {
+        let (tips, _) = watch::channel(start.tip);
         Self {
             key,
             epoch,
-            tip,
+            segment_limit,
+            tip: start.tip,
             in_flight: None,
-            pending: None,
-            waiting: Vec::new(),
+            pending: VecDeque::new(),
+            pending_bytes: 0,
             in_flight_callers: Vec::new(),
             since_image: VecDeque::new(),
-            image_pos,
-            carried,
+            image_pos: start.image_pos,
+            carried: start.carried,
+            compaction_asked: None,
             failed: None,
             tips,
         }
@@ -99,18 +121,33 @@ impl LogShip {
     /// The position of everything committed and cut: the segment in flight, else the tip. Only
     /// meaningful when nothing is pending.
     pub(crate) fn position(&self) -> Option<LogPos> {
-        self.in_flight.or(self.tip)
+        self.in_flight.map(|(pos, _)| pos).or(self.tip)
+    }
+
+    /// The position the next segment will take.
+    pub(crate) fn next_position(&self) -> LogPos {
+        LogPos {
+            epoch: self.epoch,
+            seq: self.tip.map_or(1, |t| t.seq + 1),
+        }
     }
 
     /// Whether changes wait to be cut.
     pub(crate) fn has_pending(&self) -> bool {
-        self.pending.is_some()
+        self.pending.iter().any(|c| c.changes.is_some())
+    }
+
+    /// The bytes committed and not yet in the log: the batches waiting to be cut and the
+    /// segment in flight (what `Async` bounds, docs/guarantees.md, the numbers).
+    pub(crate) fn unshipped_bytes(&self) -> u64 {
+        let in_flight = self.in_flight.map_or(0, |(_, bytes)| bytes);
+        self.pending_bytes.saturating_add(in_flight)
     }
 
     /// Whether everything committed is in the log (or the log failed): nothing in flight,
     /// nothing pending, no caller waiting.
     pub(crate) fn settled(&self) -> bool {
-        self.in_flight.is_none() && self.pending.is_none() && self.waiting.is_empty()
+        self.in_flight.is_none() && self.pending.is_empty()
     }
 
     /// Why the log stopped, if it did.
@@ -125,6 +162,18 @@ impl LogShip {
             self.since_image.len() as u64 + self.carried.0,
             bytes + self.carried.1,
         )
+    }
+
+    /// Whether the segments shipped since the newest image call for a compaction image now
+    /// (`compaction`'s thresholds reached, and a whole compaction's worth past the last time
+    /// this said yes); a yes is remembered.
+    pub(crate) fn ask_compaction(&mut self, compaction: &crate::config::Compaction) -> bool {
+        let (segments, bytes) = self.since_image();
+        let due = compaction.due_again(self.compaction_asked, segments, bytes);
+        if due {
+            self.compaction_asked = Some((segments, bytes));
+        }
+        due
     }
 
     /// The newest image now holds `pos`: segments up to it no longer count toward compaction.
@@ -145,8 +194,8 @@ impl LogShip {
         }
     }
 
-    /// A batch committed: its changes (if it wrote any) join the pending ones, its callers wait
-    /// for them. A caller of a log that failed is refused at once.
+    /// A batch committed: its changes (if it wrote any) wait to be cut, its callers wait for
+    /// them. A caller of a log that failed is refused at once.
     pub(crate) fn add(&mut self, changes: Option<Changes>, callers: Vec<Finisher>) {
         if let Some(error) = &self.failed {
             for caller in callers {
@@ -154,40 +203,106 @@ impl LogShip {
             }
             return;
         }
-        if let Some(changes) = changes {
-            match self.pending.as_mut() {
-                Some(pending) => pending.merge(changes),
-                None => self.pending = Some(changes),
-            }
+        if let Some(changes) = &changes {
+            let bytes = encoded_bound(changes.page_size, changes.pages.len() as u64);
+            self.pending_bytes = self.pending_bytes.saturating_add(bytes);
         }
-        self.waiting.extend(callers);
+        self.pending.push_back(Committed { changes, callers });
     }
 
-    /// The next segment to ship, if none is in flight and changes are pending. Callers whose
-    /// batches wrote nothing are answered here once everything before them is in the log.
+    /// The next segment to ship, if none is in flight and changes are pending: the oldest
+    /// pending batches, whole, as many as fit `segment_limit` together (at least one), so a
+    /// long run of batches goes as several segments and a restore never stops inside a batch.
+    /// Callers of batches that wrote nothing are answered here once everything before them is in
+    /// the log, or ride with the segment cut before them. A single batch too large for a segment
+    /// is an error (the batch was measured before it committed, so this does not happen).
     pub(crate) fn cut(&mut self, created_at_ms: u64) -> Result<Option<Cut>, Error> {
         if self.in_flight.is_some() || self.failed.is_some() {
             return Ok(None);
         }
-        let Some(changes) = self.pending.take() else {
-            for caller in self.waiting.drain(..) {
-                caller(Ok(()));
+        while self.pending.front().is_some_and(|c| c.changes.is_none()) {
+            if let Some(done) = self.pending.pop_front() {
+                for caller in done.callers {
+                    caller(Ok(()));
+                }
             }
+        }
+        let Some((changes, callers)) = self.take_segment() else {
             return Ok(None);
         };
-        let to = LogPos {
-            epoch: self.epoch,
-            seq: self.tip.map_or(1, |t| t.seq + 1),
-        };
+        let to = self.next_position();
         let segment = Segment::from_changes(&self.key, to, self.tip, changes, created_at_ms);
-        let bytes = segment.encode().map_err(Error::from)?;
-        self.in_flight = Some(to);
-        self.in_flight_callers = std::mem::take(&mut self.waiting);
+        let limit = self.segment_limit;
+        let encoded = segment
+            .encode()
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| match bytes.len() as u64 {
+                len if len > limit => Err(format!(
+                    "it takes {len} bytes, more than segment_limit ({limit})"
+                )),
+                _ => Ok(bytes),
+            });
+        let bytes = match encoded {
+            Ok(bytes) => bytes,
+            Err(reason) => {
+                let error = Error::Unshipped {
+                    key: self.key.to_string(),
+                    reason: format!("cutting segment {to} failed: {reason}"),
+                };
+                for caller in callers {
+                    caller(Err(error.clone()));
+                }
+                return Err(error);
+            }
+        };
+        let len = bytes.len() as u64;
+        self.in_flight = Some((to, len));
+        self.in_flight_callers = callers;
         Ok(Some(Cut {
             from: self.tip,
             to,
             bytes,
         }))
+    }
+
+    /// Takes the oldest pending batches that fit one segment together, merged, with their
+    /// callers (and those of the batches without changes among and right after them).
+    fn take_segment(&mut self) -> Option<(Changes, Vec<Finisher>)> {
+        let first = self.pending.pop_front()?;
+        let mut callers = first.callers;
+        let Some(mut changes) = first.changes else {
+            // Everything before it is in the log (none is in flight): it is done.
+            for caller in callers {
+                caller(Ok(()));
+            }
+            return None;
+        };
+        while let Some(next) = self.pending.front() {
+            let fits = match &next.changes {
+                None => true,
+                Some(later) => {
+                    let pages = merged_pages(&changes, later);
+                    encoded_bound(later.page_size, pages) <= self.segment_limit
+                }
+            };
+            if !fits {
+                break;
+            }
+            let Some(next) = self.pending.pop_front() else {
+                break;
+            };
+            if let Some(later) = next.changes {
+                changes.merge(later);
+            }
+            callers.extend(next.callers);
+        }
+        self.pending_bytes = self
+            .pending
+            .iter()
+            .filter_map(|c| c.changes.as_ref())
+            .map(|c| encoded_bound(c.page_size, c.pages.len() as u64))
+            .sum();
+        Some((changes, callers))
     }
 
     /// The segment at `to` of `bytes` bytes came back. On success the tip is `to`; on failure
@@ -231,14 +346,26 @@ impl LogShip {
 
     /// Stops the log: pending changes are never shipped, their callers hear `error`.
     pub(crate) fn fail(&mut self, error: Error) {
-        self.pending = None;
-        for caller in self.waiting.drain(..) {
-            caller(Err(error.clone()));
+        self.pending_bytes = 0;
+        for waiting in self.pending.drain(..) {
+            for caller in waiting.callers {
+                caller(Err(error.clone()));
+            }
         }
         if self.failed.is_none() {
             self.failed = Some(error);
         }
     }
+}
+
+/// How many pages `earlier` and `later` change together (a page both change counts once).
+fn merged_pages(earlier: &Changes, later: &Changes) -> u64 {
+    let new = later
+        .pages
+        .keys()
+        .filter(|p| !earlier.pages.contains_key(p))
+        .count();
+    (earlier.pages.len() + new) as u64
 }
 
 /// Ships one segment: put it under its key, then move the tip from `from` to `to`. `Ok` only

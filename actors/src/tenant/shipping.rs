@@ -4,6 +4,7 @@
 
 use actix::prelude::*;
 use leasehold::Error;
+use leasehold::durable::StoreError;
 use leasehold::image::ReadSnapshot;
 use tokio::sync::oneshot;
 
@@ -26,6 +27,7 @@ impl TenantActor {
         let Some(log) = self.log.as_mut() else {
             return;
         };
+        let next = log.next_position();
         match log.cut(wall_ms()) {
             Ok(Some(cut)) => {
                 self.take_wanted_images(ctx);
@@ -36,13 +38,16 @@ impl TenantActor {
                 self.check_flush(ctx);
             }
             Err(error) => {
-                let error = Error::Unshipped {
-                    key: self.key().to_string(),
-                    reason: format!("cutting a segment failed: {error}"),
-                };
+                // The batches it held hear `error`; the log stops, and says so (a tenure never
+                // ends silently, docs/guarantees.md, "Limits").
                 if let Some(log) = self.log.as_mut() {
                     log.fail(error.clone());
                 }
+                self.rt.events.emit(Event::ShipFailed {
+                    key: self.key().to_string(),
+                    segment: next.to_string(),
+                    error: error.to_string(),
+                });
                 self.feed(Input::Shipping, ctx);
                 self.feed(Input::Shipped(Err(error)), ctx);
                 self.check_flush(ctx);
@@ -66,9 +71,29 @@ impl TenantActor {
                     error: error.to_string(),
                 });
             }
+            let shipped = outcome.is_ok();
             act.feed(Input::Shipped(outcome), ctx);
+            if shipped {
+                act.compact_if_due(ctx);
+            }
             act.ship_next(ctx);
         }));
+    }
+
+    /// Compaction follows the bytes as they grow: checked after every shipped segment, not only
+    /// every `snapshot_every`, so the segments a restore holds stay near `compaction`
+    /// (docs/guarantees.md, the storage bound). Only with periodic compaction on; an image under
+    /// way is not doubled (the tenure's snapshot plan refuses a second upload), and a tenant
+    /// whose images fail asks again only a whole compaction's worth later.
+    fn compact_if_due(&mut self, ctx: &mut Context<Self>) {
+        let compaction = self.rt.compaction;
+        let Some(log) = self.log.as_mut() else {
+            return;
+        };
+        if self.rt.snapshot_every.is_some() && log.ask_compaction(&compaction) {
+            let held = self.held();
+            self.feed(Input::Tick { held }, ctx);
+        }
     }
 
     /// A handoff's flush: ship everything committed, then go on once the log has settled.
@@ -158,6 +183,7 @@ impl TenantActor {
         };
         ctx.spawn(work.into_actor(self).map(move |(outcome, head), act, ctx| {
             act.image_busy = false;
+            act.note_image_outcome(&outcome);
             if let Ok(Some(published)) = &outcome
                 && let Some(log) = act.log.as_mut()
             {
@@ -238,6 +264,44 @@ impl TenantActor {
                 Err(error) => Event::SweepFailed { key, error },
             });
         }));
+    }
+
+    /// Remembers an image the durable store refused for its size (S3 takes at most 5 GiB in
+    /// one put): periodic images and compaction are then not taken again, only to be refused,
+    /// until the ledger is smaller than that image (docs/guarantees.md, "Limits").
+    pub(super) fn note_image_outcome<T>(&mut self, outcome: &Result<T, Error>) {
+        if let Err(error @ Error::Store(StoreError::TooLarge { bytes, limit, .. })) = outcome {
+            tracing::warn!(key = %self.key(), bytes, limit, %error,
+                "the durable store refuses an image this large: no periodic image or compaction \
+                 is taken until the ledger is smaller; the log keeps every write");
+            self.image_too_large = Some((*bytes, error.clone()));
+        }
+    }
+
+    /// Why a periodic image or compaction is not taken: the store refused an image no smaller
+    /// than the ledger is now. `None` once the ledger is smaller.
+    pub(super) fn image_refused_for_size(&mut self) -> Option<Error> {
+        let (bytes, error) = self.image_too_large.as_ref()?;
+        if self.publisher.ledger_bytes() < *bytes {
+            self.image_too_large = None;
+            return None;
+        }
+        Some(error.clone())
+    }
+
+    /// A compaction image that is not taken (the store refused one this large): the tick is
+    /// over and reported failed, so the refusal is heard at every period, never retried.
+    pub(super) fn image_not_taken(&mut self, refused: Error, ctx: &mut Context<Self>) {
+        let lease_gone = self.cell.is_ended();
+        self.feed(
+            Input::Published {
+                commits: 0,
+                final_image: false,
+                outcome: Err(refused),
+                lease_gone,
+            },
+            ctx,
+        );
     }
 
     /// An explicit snapshot of a logged tenant: a new image at the next cut.
