@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::clock::SharedClock;
+use leasehold::clock::{SharedClock, SharedWallClock};
 use leasehold::deadline::Deadline;
 use leasehold::durable::SharedDurableStore;
 use leasehold::lease::SharedLeaseStore;
@@ -31,6 +31,8 @@ pub(crate) struct Runtime {
     pub(crate) durable: SharedDurableStore,
     /// The holder's monotonic clock.
     pub(crate) clock: SharedClock,
+    /// The host's wall clock: segments' and images' stamps, retention's `now`.
+    pub(crate) wall_clock: SharedWallClock,
     /// Lease duration.
     pub(crate) ttl: Duration,
     /// Safety margin before a lease's end.
@@ -84,6 +86,7 @@ impl Runtime {
             leases,
             durable,
             clock: config.clock,
+            wall_clock: config.wall_clock,
             ttl: config.ttl,
             margin: config.margin,
             renew_every: config.renew_every,
@@ -139,5 +142,10 @@ impl Runtime {
     /// The holder's clock, now.
     pub(crate) fn now_ms(&self) -> u64 {
         self.clock.now_ms()
+    }
+
+    /// The host's wall clock, now: milliseconds since the Unix epoch.
+    pub(crate) fn wall_ms(&self) -> u64 {
+        self.wall_clock.unix_ms()
     }
 }

@@ -62,15 +62,19 @@ pub(crate) struct LogShip {
     failed: Option<Error>,
     /// Publishes the confirmed tip (an image may move the head only to a position at or below it).
     tips: watch::Sender<Option<LogPos>>,
+    /// The newest stamp on the chain this tenure knows (its restore's, then its own cuts'): a
+    /// segment is stamped no earlier, so stamps rise along the log whatever the hosts' wall
+    /// clocks say (docs/guarantees.md, point-in-time restore by time).
+    last_stamp_ms: u64,
 }
 
 impl LogShip {
-    /// The log of the tenure of `key` at `epoch`, whose restore ended at `tip`, with the newest
-    /// image holding `image_pos`.
+    /// The log of the tenure of `key` at `epoch`, whose restore ended at `tip` stamped
+    /// `tip_stamp_ms` (or later), with the newest image holding `image_pos`.
     pub(crate) fn new(
         key: LeaseKey,
         epoch: u64,
-        tip: Option<LogPos>,
+        (tip, tip_stamp_ms): (Option<LogPos>, u64),
         image_pos: Option<LogPos>,
         carried: (u64, u64),
     ) -> Self {
@@ -88,7 +92,22 @@ impl LogShip {
             carried,
             failed: None,
             tips,
+            last_stamp_ms: tip_stamp_ms,
         }
+    }
+
+    /// The stamp of a segment cut now, when the wall clock reads `wall_ms`: never before the
+    /// newest stamp on the chain (a host whose clock lags its predecessor's stamps the time of
+    /// the predecessor's last segment until its own clock passes it).
+    pub(crate) fn stamp(&mut self, wall_ms: u64) -> u64 {
+        self.last_stamp_ms = self.last_stamp_ms.max(wall_ms);
+        self.last_stamp_ms
+    }
+
+    /// The newest stamp on the chain this tenure knows: an image of the log's position is
+    /// stamped no earlier.
+    pub(crate) fn last_stamp(&self) -> u64 {
+        self.last_stamp_ms
     }
 
     /// A receiver of the confirmed tip.
@@ -163,9 +182,10 @@ impl LogShip {
         self.waiting.extend(callers);
     }
 
-    /// The next segment to ship, if none is in flight and changes are pending. Callers whose
-    /// batches wrote nothing are answered here once everything before them is in the log.
-    pub(crate) fn cut(&mut self, created_at_ms: u64) -> Result<Option<Cut>, Error> {
+    /// The next segment to ship, if none is in flight and changes are pending, stamped
+    /// [`LogShip::stamp`] of `wall_ms`. Callers whose batches wrote nothing are answered here
+    /// once everything before them is in the log.
+    pub(crate) fn cut(&mut self, wall_ms: u64) -> Result<Option<Cut>, Error> {
         if self.in_flight.is_some() || self.failed.is_some() {
             return Ok(None);
         }
@@ -179,7 +199,8 @@ impl LogShip {
             epoch: self.epoch,
             seq: self.tip.map_or(1, |t| t.seq + 1),
         };
-        let segment = Segment::from_changes(&self.key, to, self.tip, changes, created_at_ms);
+        let stamp = self.stamp(wall_ms);
+        let segment = Segment::from_changes(&self.key, to, self.tip, changes, stamp);
         let bytes = segment.encode().map_err(Error::from)?;
         self.in_flight = Some(to);
         self.in_flight_callers = std::mem::take(&mut self.waiting);
