@@ -88,7 +88,7 @@ impl WallClock for SystemWallClock {
     fn unix_ms(&self) -> u64 {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| duration_ms(d))
+            .map_or(0, duration_ms)
     }
 }
 
