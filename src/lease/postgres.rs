@@ -16,6 +16,8 @@
 //!                 WHERE live(owner, epoch) AND epoch > floor AND image.epoch = epoch
 //! move_tip        UPDATE … SET tip = CASE tip = from THEN to ELSE tip
 //!                 WHERE live(owner, epoch) AND epoch > floor             RETURNING …
+//! move_tips       the same, for many keys: UPDATE … FROM unnest($keys, $owners, …) AS m
+//!                 (one statement per round of distinct keys: postgres/tips.rs)
 //! mark_forgotten  UPDATE … SET floor = epoch, head = NULL, tip = NULL WHERE live(owner, epoch)
 //! ```
 //!
@@ -58,11 +60,14 @@ use crate::durable::StoreError;
 use crate::error::Error;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
-use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
+use crate::lease::{
+    LeaseError, LeaseRecord, LeaseStore, RenewOutcome, TipMove, TipOutcomes, check_tip_step,
+};
 
 mod errors;
 mod pool;
 mod sql;
+mod tips;
 
 use errors::{Login, login_error, not_held, pg_error, pool_error};
 use pool::{Checkout, build_pool};
@@ -546,6 +551,53 @@ impl LeaseStore for PostgresLeaseStore {
             from,
             to,
         })
+    }
+
+    fn batches_tip_moves(&self) -> bool {
+        true
+    }
+
+    async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
+        let op = "move_tips";
+        // Out of order: refused before the server is asked, as `move_tip` does.
+        let mut outcomes: Vec<Option<Result<LeaseRecord, LeaseError>>> = moves
+            .iter()
+            .map(|m| check_tip_step(&m.key, m.epoch, m.from, m.to).err().map(Err))
+            .collect();
+        let asked: Vec<usize> = (0..moves.len())
+            .filter(|&i| outcomes[i].is_none())
+            .collect();
+        let rounds = tips::rounds(moves, &asked);
+        if !rounds.is_empty() {
+            // One connection, one deadline, one statement per round (one round for the
+            // runtime's batches: a move per tenant).
+            let rows = self
+                .bounded(op, async {
+                    let mut lease = self.checkout(op).await?;
+                    let mut rows = Vec::with_capacity(rounds.len());
+                    for round in &rounds {
+                        let params = tips::RoundParams::of(moves, round)?;
+                        rows.push(lease.query(op, &self.sql.move_tips, &params.refs()).await?);
+                    }
+                    lease.keep();
+                    Ok(rows)
+                })
+                .await?;
+            for (round, rows) in rounds.iter().zip(&rows) {
+                tips::answer(moves, round, rows, &mut outcomes)?;
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    Err(LeaseError::Store(StoreError::Backend {
+                        op,
+                        message: "a move was in no round".to_string(),
+                    }))
+                })
+            })
+            .collect())
     }
 
     async fn mark_forgotten(
