@@ -24,6 +24,10 @@ use crate::runtime::Runtime;
 /// move that landed is recognised by the store, so the retry is safe.
 const TIP_RETRIES: u32 = 2;
 
+/// How many times one segment's tip move is asked at most: a flush counts each at its longest
+/// wait (`TipBatcher::longest_wait`).
+pub(crate) const TIP_ASKS: u32 = 1 + TIP_RETRIES;
+
 /// A segment cut and ready to go.
 pub(crate) struct Cut {
     /// The tip it applies to.
