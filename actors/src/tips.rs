@@ -103,11 +103,12 @@ impl TipBatcher {
     }
 
     /// The longest a caller of [`TipBatcher::move_tip`] waits for one answer: a batch ahead
-    /// and its own, or one call to a store that moves one tip per call.
+    /// and its own, or one call to a store that moves one tip per call (with the same
+    /// [`SLACK`] for the hops back to the caller).
     pub(crate) fn longest_wait(&self) -> Duration {
         match self.batches {
             Some(_) => tip_wait(self.store_deadline, self.store_deadline),
-            None => self.store_deadline,
+            None => tip_wait(Duration::ZERO, self.store_deadline),
         }
     }
 
