@@ -60,9 +60,7 @@ use crate::durable::StoreError;
 use crate::error::Error;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
-use crate::lease::{
-    LeaseError, LeaseRecord, LeaseStore, RenewOutcome, TipMove, TipOutcomes, check_tip_step,
-};
+use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, TipMove, TipOutcomes};
 
 mod errors;
 mod pool;
@@ -530,27 +528,7 @@ impl LeaseStore for PostgresLeaseStore {
         from: Option<LogPos>,
         to: LogPos,
     ) -> Result<LeaseRecord, LeaseError> {
-        check_tip_step(key, epoch, from, to)?;
-        let op = "move_tip";
-        let (to_epoch, to_seq) = (to_i64(op, to.epoch)?, to_i64(op, to.seq)?);
-        let from_epoch = from.map(|f| to_i64(op, f.epoch)).transpose()?;
-        let from_seq = from.map(|f| to_i64(op, f.seq)).transpose()?;
-        let extra: [&(dyn ToSql + Sync); 4] = [&to_epoch, &to_seq, &from_epoch, &from_seq];
-        let sql = &self.sql.move_tip;
-        let after = self
-            .compare_and_set(op, sql, (key, owner, epoch), &extra)
-            .await?;
-        // The statement moves the tip only from `from`; it is at `to` exactly when it moved now
-        // or a move of this tenure had landed before (a retry).
-        if after.tip == Some(to) {
-            return Ok(after);
-        }
-        Err(LeaseError::TipMoved {
-            key: key.to_string(),
-            tip: after.tip,
-            from,
-            to,
-        })
+        tips::move_tip(self, (key, owner, epoch), from, to).await
     }
 
     fn batches_tip_moves(&self) -> bool {
@@ -558,46 +536,7 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
-        let op = "move_tips";
-        // Out of order: refused before the server is asked, as `move_tip` does.
-        let mut outcomes: Vec<Option<Result<LeaseRecord, LeaseError>>> = moves
-            .iter()
-            .map(|m| check_tip_step(&m.key, m.epoch, m.from, m.to).err().map(Err))
-            .collect();
-        let asked: Vec<usize> = (0..moves.len())
-            .filter(|&i| outcomes[i].is_none())
-            .collect();
-        let rounds = tips::rounds(moves, &asked);
-        if !rounds.is_empty() {
-            // One connection, one deadline, one statement per round (one round for the
-            // runtime's batches: a move per tenant).
-            let rows = self
-                .bounded(op, async {
-                    let mut lease = self.checkout(op).await?;
-                    let mut rows = Vec::with_capacity(rounds.len());
-                    for round in &rounds {
-                        let params = tips::RoundParams::of(moves, round)?;
-                        rows.push(lease.query(op, &self.sql.move_tips, &params.refs()).await?);
-                    }
-                    lease.keep();
-                    Ok(rows)
-                })
-                .await?;
-            for (round, rows) in rounds.iter().zip(&rows) {
-                tips::answer(moves, round, rows, &mut outcomes)?;
-            }
-        }
-        Ok(outcomes
-            .into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| {
-                    Err(LeaseError::Store(StoreError::Backend {
-                        op,
-                        message: "a move was in no round".to_string(),
-                    }))
-                })
-            })
-            .collect())
+        tips::move_tips(self, moves).await
     }
 
     async fn mark_forgotten(

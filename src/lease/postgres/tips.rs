@@ -17,10 +17,94 @@ use std::collections::HashMap;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use super::PostgresLeaseStore;
 use super::errors::not_held;
 use super::sql::{get, record, to_i64};
 use crate::durable::StoreError;
-use crate::lease::{LeaseError, LeaseRecord, TipMove};
+use crate::ids::LeaseKey;
+use crate::layout::LogPos;
+use crate::lease::{LeaseError, LeaseRecord, TipMove, TipOutcomes, check_tip_step};
+
+/// `move_tip` of the tenure `(key, owner, epoch)`: one compare-and-set statement.
+pub(super) async fn move_tip(
+    store: &PostgresLeaseStore,
+    (key, owner, epoch): (&LeaseKey, &str, u64),
+    from: Option<LogPos>,
+    to: LogPos,
+) -> Result<LeaseRecord, LeaseError> {
+    check_tip_step(key, epoch, from, to)?;
+    let op = "move_tip";
+    let (to_epoch, to_seq) = (to_i64(op, to.epoch)?, to_i64(op, to.seq)?);
+    let from_epoch = from.map(|f| to_i64(op, f.epoch)).transpose()?;
+    let from_seq = from.map(|f| to_i64(op, f.seq)).transpose()?;
+    let extra: [&(dyn ToSql + Sync); 4] = [&to_epoch, &to_seq, &from_epoch, &from_seq];
+    let sql = &store.sql.move_tip;
+    let after = store
+        .compare_and_set(op, sql, (key, owner, epoch), &extra)
+        .await?;
+    // The statement moves the tip only from `from`; it is at `to` exactly when it moved now
+    // or a move of this tenure had landed before (a retry).
+    if after.tip == Some(to) {
+        return Ok(after);
+    }
+    Err(LeaseError::TipMoved {
+        key: key.to_string(),
+        tip: after.tip,
+        from,
+        to,
+    })
+}
+
+/// `move_tips`: the moves in order, one statement per round of distinct keys, on one
+/// connection under one deadline.
+pub(super) async fn move_tips(
+    store: &PostgresLeaseStore,
+    moves: &[TipMove],
+) -> Result<TipOutcomes, LeaseError> {
+    let op = "move_tips";
+    // Out of order: refused before the server is asked, as `move_tip` does.
+    let mut outcomes: Vec<Option<Result<LeaseRecord, LeaseError>>> = moves
+        .iter()
+        .map(|m| check_tip_step(&m.key, m.epoch, m.from, m.to).err().map(Err))
+        .collect();
+    let asked: Vec<usize> = (0..moves.len())
+        .filter(|&i| outcomes[i].is_none())
+        .collect();
+    let rounds = rounds(moves, &asked);
+    if !rounds.is_empty() {
+        // One round for the runtime's batches: a move per tenant.
+        let rows = store
+            .bounded(op, async {
+                let mut lease = store.checkout(op).await?;
+                let mut rows = Vec::with_capacity(rounds.len());
+                for round in &rounds {
+                    let params = RoundParams::of(moves, round)?;
+                    rows.push(
+                        lease
+                            .query(op, &store.sql.move_tips, &params.refs())
+                            .await?,
+                    );
+                }
+                lease.keep();
+                Ok(rows)
+            })
+            .await?;
+        for (round, rows) in rounds.iter().zip(&rows) {
+            answer(moves, round, rows, &mut outcomes)?;
+        }
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|o| {
+            o.unwrap_or_else(|| {
+                Err(LeaseError::Store(StoreError::Backend {
+                    op,
+                    message: "a move was in no round".to_string(),
+                }))
+            })
+        })
+        .collect())
+}
 
 /// The moves to ask (indices into the call's moves), split into rounds in which no key comes
 /// twice; each move's round is after every earlier move of its key.
