@@ -82,7 +82,11 @@ impl Runtime {
         Ok(Arc::new(Self {
             replica: config.replica_id,
             state_root: config.state_root,
-            tips: crate::tips::TipBatcher::new(leases.clone(), config.store_deadline),
+            tips: crate::tips::TipBatcher::new(
+                leases.clone(),
+                config.store_deadline,
+                config.max_open,
+            ),
             leases,
             durable,
             clock: config.clock,

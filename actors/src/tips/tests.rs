@@ -98,12 +98,30 @@ fn key(i: usize) -> LeaseKey {
 }
 
 #[test]
-fn a_caller_waits_for_the_batch_ahead_of_it_then_its_own() {
+fn a_caller_waits_for_the_batch_ahead_of_it_then_its_own_share() {
     let d = Duration::from_secs(10);
     assert_eq!(tip_wait(Duration::ZERO, d), d + SLACK);
     assert_eq!(
         tip_wait(Duration::from_secs(4), d),
         Duration::from_secs(14) + SLACK
+    );
+    let one_call = Batches {
+        in_one_call: true,
+        store_deadline: d,
+    };
+    assert_eq!(
+        one_call.bound(500),
+        d,
+        "a batch is one call, however many moves"
+    );
+    let one_by_one = Batches {
+        in_one_call: false,
+        ..one_call
+    };
+    assert_eq!(
+        one_by_one.bound(3),
+        3 * d,
+        "the moves before it and its own"
     );
 }
 
@@ -127,7 +145,7 @@ async fn a_burst_on_a_slow_store_that_batches_is_answered_and_shares_few_calls()
             .await
             .unwrap();
     }
-    let batcher = Arc::new(TipBatcher::new(leases.clone(), deadline));
+    let batcher = Arc::new(TipBatcher::new(leases.clone(), deadline, 1_000));
     assert_eq!(batcher.longest_wait(), 2 * deadline + SLACK);
     let started = Instant::now();
     let calls = (0..n).map(|i| {
@@ -159,8 +177,8 @@ async fn a_burst_on_a_slow_store_that_batches_is_answered_and_shares_few_calls()
     );
 }
 
-#[tokio::test]
-async fn a_store_that_moves_one_tip_per_call_is_asked_directly() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_store_that_moves_one_tip_per_call_each_caller_waits_for_the_moves_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let clock: leasehold::clock::SharedClock = Arc::new(leasehold::SystemClock);
     let inner =
@@ -168,26 +186,49 @@ async fn a_store_that_moves_one_tip_per_call_is_asked_directly() {
     let faulty = leasehold::testkit::FaultyLeaseStore::new(Arc::new(inner));
     assert!(!faulty.batches_tip_moves());
     let deadline = Duration::from_millis(500);
-    let leases: SharedLeaseStore = Arc::new(Deadline::new(faulty, deadline).unwrap());
-    let batcher = TipBatcher::new(leases.clone(), deadline);
+    let leases: SharedLeaseStore = Arc::new(Deadline::new(faulty.clone(), deadline).unwrap());
+    let n = 30;
+    for i in 0..n {
+        leases
+            .acquire(&key(i), "a", Duration::from_secs(60))
+            .await
+            .unwrap();
+    }
+    // Every move takes 100 ms, far inside its deadline: 30 asked at once take 3 s one by one,
+    // longer than a constant wait of 2 × 500 ms + slack.
+    slow_moves(faulty, n, Duration::from_millis(100));
+    let max_open = 40;
+    let batcher = Arc::new(TipBatcher::new(leases.clone(), deadline, max_open));
     assert_eq!(
         batcher.longest_wait(),
-        deadline + SLACK,
-        "one call, under its deadline"
+        deadline * (3 * max_open as u32) + SLACK,
+        "every move the replica can have outstanding, one after another"
     );
-    leases
-        .acquire(&key(1), "a", Duration::from_secs(60))
-        .await
-        .unwrap();
-    let m = TipMove {
-        key: key(1),
-        owner: "a".into(),
-        epoch: 1,
-        from: None,
-        to: LogPos { epoch: 1, seq: 1 },
-    };
-    assert_eq!(
-        batcher.move_tip(m).await.map(|r| r.tip),
-        Ok(Some(LogPos { epoch: 1, seq: 1 }))
-    );
+    let calls = (0..n).map(|i| {
+        let batcher = batcher.clone();
+        async move {
+            let m = TipMove {
+                key: key(i),
+                owner: "a".into(),
+                epoch: 1,
+                from: None,
+                to: LogPos { epoch: 1, seq: 1 },
+            };
+            batcher.move_tip(m).await.map(|r| r.tip)
+        }
+    });
+    for answer in futures::future::join_all(calls).await {
+        assert_eq!(answer, Ok(Some(LogPos { epoch: 1, seq: 1 })));
+    }
+}
+
+/// Makes each of the next `n` calls of `move_tip` take `delay`.
+fn slow_moves(store: leasehold::testkit::FaultyLeaseStore, n: usize, delay: Duration) {
+    let next = store.clone();
+    store.before_next(leasehold::testkit::LeaseOp::MoveTip, move || async move {
+        if n > 1 {
+            slow_moves(next, n - 1, delay);
+        }
+        tokio::time::sleep(delay).await;
+    });
 }
