@@ -191,3 +191,60 @@ async fn cl7_a_restore_by_time_holds_no_later_write_when_the_hosts_clocks_differ
         .unwrap();
     assert_eq!(restored, ["w1", "w2", "w3", "w4", "w5", "w6"]);
 }
+
+/// Hole 13, retention's side: retention judges an image old by its manifest's time against the
+/// running host's wall clock, while a restore by time reads the segments' stamps. An image taken
+/// by a host whose clock lags the stamps of the position it holds looked older than that
+/// position: retention made it the window's base and deleted the segments before it, though the
+/// window's first moment (by the stamps) lies before it. Host A writes w1, w2; host C, 100 s
+/// ahead, writes w3; host B takes an image of w3 (at its 30 s), writes w4 and takes another at
+/// 60 s, with `retain` 15 s: the moment 45 s holds w1, w2 by the stamps and must restore.
+#[actix_rt::test]
+async fn cl7_a_moment_of_the_window_is_restorable_when_an_image_was_taken_by_a_host_behind_the_log()
+{
+    let fleet = Fleet::new().await;
+    let wall = |offset_s: u64| ManualClock::new(WALL + offset_s * 1_000);
+    let (wall_a, wall_b, wall_c) = (wall(0), wall(30), wall(120));
+    let host = |id: &str, clock: &ManualClock| {
+        let clock = clock.clone();
+        fleet.replica_with(id, id, move |c| {
+            c.retain = Duration::from_secs(15);
+            c.wall_clock = Arc::new(clock);
+        })
+    };
+    let a = host("a", &wall_a);
+    let t = a.open().await;
+    write(&fleet, &t, "w1").await;
+    wall_a.advance(Duration::from_secs(10));
+    write(&fleet, &t, "w2").await;
+    t.handoff().await.unwrap();
+    let c = host("c", &wall_c);
+    let t = c.open().await;
+    write(&fleet, &t, "w3").await;
+    t.handoff().await.unwrap();
+    let b = host("b", &wall_b);
+    let t = b.open().await;
+    assert_eq!(keys_of(&t).await, ["w1", "w2", "w3"]);
+    t.snapshot()
+        .await
+        .unwrap()
+        .expect("an image of w3, at B's 30 s");
+    sweeps(&b, 1).await;
+    wall_b.advance(Duration::from_secs(30));
+    write(&fleet, &t, "w4").await;
+    t.snapshot()
+        .await
+        .unwrap()
+        .expect("an image of w4, at B's 60 s");
+    sweeps(&b, 2).await;
+    let target = Target::Time {
+        unix_ms: WALL + 45_000,
+    };
+    let stored = fleet.stored_of_tenant().await;
+    let restored = restore(&fleet, target, "at-45s.db").await;
+    assert_eq!(
+        restored.map_err(|e| e.to_string()),
+        Ok(vec!["w1".to_string(), "w2".to_string()]),
+        "{target}; the store holds {stored:?}"
+    );
+}
