@@ -44,7 +44,7 @@ pub mod sweep;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, SystemWallClock, WallClock};
 pub use durable::DurableStore;
 pub use error::{Error, Result};
 pub use ids::{LeaseKey, OrgId, ReplicaId, TenantId, derive_tenant_id};

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::clock::SharedClock;
+use leasehold::clock::{SharedClock, SharedWallClock};
 use leasehold::durable::SharedDurableStore;
 use leasehold::lease::SharedLeaseStore;
 use leasehold::ledger::LedgerOptions;
-use leasehold::{Error, ReplicaId, SystemClock};
+use leasehold::{Error, ReplicaId, SystemClock, SystemWallClock};
 
 use crate::events::Observer;
 
@@ -109,6 +109,11 @@ pub struct RuntimeConfig {
     pub durable: SharedDurableStore,
     /// The holder's monotonic clock. Default: the system's `CLOCK_MONOTONIC`.
     pub clock: SharedClock,
+    /// The host's wall clock: the time stamped on segments (a point-in-time restore by time
+    /// reads it; stamps are forced to rise along the log, so a host whose clock lags never
+    /// stamps a later write before an earlier one) and on images, and retention's `now`.
+    /// Default: the system's.
+    pub wall_clock: SharedWallClock,
     /// How long a lease runs per acquire or renew. Default 30 s.
     pub ttl: Duration,
     /// How long before its end the holder stops acting on a lease. Default 5 s.
@@ -220,6 +225,7 @@ impl RuntimeConfig {
             leases,
             durable,
             clock: Arc::new(SystemClock),
+            wall_clock: Arc::new(SystemWallClock),
             ttl: Duration::from_secs(30),
             margin: Duration::from_secs(5),
             renew_every: Some(Duration::from_secs(10)),

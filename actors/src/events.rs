@@ -136,6 +136,14 @@ pub enum Event {
         /// The error, as text.
         error: String,
     },
+    /// The replica was dropped without `close()` and no handle of it is left (no `Supervisor`,
+    /// no `TenantRef` or `Ticket` a host holds): nothing can reach it, so it stops like a
+    /// crash — renewals stop, its tenants stop without a flush, their leases run out after
+    /// `ttl` (docs/guarantees.md, promise 6).
+    ReplicaDropped {
+        /// How many tenants were open.
+        tenants: usize,
+    },
     /// `close` handed off another tenant.
     CloseProgress {
         /// Tenants done (flushed or not).
@@ -166,6 +174,7 @@ impl Event {
             Event::Swept { .. } => "swept",
             Event::SweepFailed { .. } => "sweep_failed",
             Event::LocalCopyDropped { .. } => "local_copy_dropped",
+            Event::ReplicaDropped { .. } => "replica_dropped",
             Event::CloseProgress { .. } => "close_progress",
         }
     }
@@ -299,6 +308,10 @@ fn trace(event: &Event) {
             unflushed,
         } => tracing::info!(done, total, unflushed, "close progress"),
         Event::Renewed { leases } => tracing::debug!(leases, "renewed"),
+        Event::ReplicaDropped { tenants } => tracing::warn!(
+            tenants,
+            "the replica was dropped without close() and no handle is left: it stops like a crash"
+        ),
         other => tracing::info!(kind = other.kind(), event = ?other, "leasehold event"),
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::clock::SharedClock;
+use leasehold::clock::{SharedClock, SharedWallClock};
 use leasehold::deadline::Deadline;
 use leasehold::durable::SharedDurableStore;
 use leasehold::lease::SharedLeaseStore;
@@ -31,6 +31,8 @@ pub(crate) struct Runtime {
     pub(crate) durable: SharedDurableStore,
     /// The holder's monotonic clock.
     pub(crate) clock: SharedClock,
+    /// The host's wall clock: segments' and images' stamps, retention's `now`.
+    pub(crate) wall_clock: SharedWallClock,
     /// Lease duration.
     pub(crate) ttl: Duration,
     /// Safety margin before a lease's end.
@@ -84,10 +86,15 @@ impl Runtime {
         Ok(Arc::new(Self {
             replica: config.replica_id,
             state_root: config.state_root,
-            tips: crate::tips::TipBatcher::new(leases.clone(), config.store_deadline),
+            tips: crate::tips::TipBatcher::new(
+                leases.clone(),
+                config.store_deadline,
+                config.max_open,
+            ),
             leases,
             durable,
             clock: config.clock,
+            wall_clock: config.wall_clock,
             ttl: config.ttl,
             margin: config.margin,
             renew_every: config.renew_every,
@@ -145,5 +152,10 @@ impl Runtime {
     /// The holder's clock, now.
     pub(crate) fn now_ms(&self) -> u64 {
         self.clock.now_ms()
+    }
+
+    /// The host's wall clock, now: milliseconds since the Unix epoch.
+    pub(crate) fn wall_ms(&self) -> u64 {
+        self.wall_clock.unix_ms()
     }
 }

@@ -74,6 +74,9 @@ pub struct TenantRef {
     drain_timeout: std::time::Duration,
     /// The status the actor last recorded; the final one once it has stopped.
     ended: Arc<crate::status::StatusCell>,
+    /// Counts this handle as one a host holds (those `open` handed out; the supervisor's own
+    /// have none): a replica whose `Supervisor` handles are gone serves while any is left.
+    _host: Option<crate::supervisor::HostHold>,
 }
 
 impl std::fmt::Debug for TenantRef {
@@ -99,6 +102,15 @@ impl TenantRef {
             addr,
             drain_timeout: rt.drain_timeout,
             ended,
+            _host: None,
+        }
+    }
+
+    /// This handle, counted as one a host holds.
+    pub(crate) fn held_by(self, host: crate::supervisor::HostHold) -> Self {
+        Self {
+            _host: Some(host),
+            ..self
         }
     }
 

@@ -16,6 +16,8 @@
 //!                 WHERE live(owner, epoch) AND epoch > floor AND image.epoch = epoch
 //! move_tip        UPDATE … SET tip = CASE tip = from THEN to ELSE tip
 //!                 WHERE live(owner, epoch) AND epoch > floor             RETURNING …
+//! move_tips       the same, for many keys: UPDATE … FROM unnest($keys, $owners, …) AS m
+//!                 (one statement per round of distinct keys: postgres/tips.rs)
 //! mark_forgotten  UPDATE … SET floor = epoch, head = NULL, tip = NULL WHERE live(owner, epoch)
 //! ```
 //!
@@ -58,11 +60,12 @@ use crate::durable::StoreError;
 use crate::error::Error;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
-use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
+use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, TipMove, TipOutcomes};
 
 mod errors;
 mod pool;
 mod sql;
+mod tips;
 
 use errors::{Login, login_error, not_held, pg_error, pool_error};
 use pool::{Checkout, build_pool};
@@ -525,27 +528,15 @@ impl LeaseStore for PostgresLeaseStore {
         from: Option<LogPos>,
         to: LogPos,
     ) -> Result<LeaseRecord, LeaseError> {
-        check_tip_step(key, epoch, from, to)?;
-        let op = "move_tip";
-        let (to_epoch, to_seq) = (to_i64(op, to.epoch)?, to_i64(op, to.seq)?);
-        let from_epoch = from.map(|f| to_i64(op, f.epoch)).transpose()?;
-        let from_seq = from.map(|f| to_i64(op, f.seq)).transpose()?;
-        let extra: [&(dyn ToSql + Sync); 4] = [&to_epoch, &to_seq, &from_epoch, &from_seq];
-        let sql = &self.sql.move_tip;
-        let after = self
-            .compare_and_set(op, sql, (key, owner, epoch), &extra)
-            .await?;
-        // The statement moves the tip only from `from`; it is at `to` exactly when it moved now
-        // or a move of this tenure had landed before (a retry).
-        if after.tip == Some(to) {
-            return Ok(after);
-        }
-        Err(LeaseError::TipMoved {
-            key: key.to_string(),
-            tip: after.tip,
-            from,
-            to,
-        })
+        tips::move_tip(self, (key, owner, epoch), from, to).await
+    }
+
+    fn batches_tip_moves(&self) -> bool {
+        true
+    }
+
+    async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
+        tips::move_tips(self, moves).await
     }
 
     async fn mark_forgotten(

@@ -16,6 +16,16 @@
 //! their headers and dropped; those between the image and the target are held until applied
 //! (bounded by compaction, like [`super::restore`]).
 //!
+//! **Across changes of durability mode.** An image of a tenure without a log (`beyond_log`)
+//! holds writes no segment carries; a later log continues from it (its first segment was cut
+//! from that image's state). So the image a walk starts from must hold the state the oldest
+//! segment it keeps was cut from (its sum, `sum_before`): at the target itself, an image of
+//! the log's state (never `beyond_log`); below a kept segment, any image at that position
+//! whose pages sum to what the segment was cut from — an image beyond the log, right after a
+//! change of mode. A walk never steps from a segment to one whose state it was not cut from: a
+//! later log whose image beyond the log is gone is refused (`OutsideRetention`), never served
+//! from the wrong state (docs/guarantees.md, point-in-time restore).
+//!
 //! Bad input touches nothing: the destination is checked before any store call, the file is
 //! built beside it under a temporary name and linked into place only when complete. The file
 //! is the database alone: no `-wal` beside it.
@@ -24,7 +34,7 @@ use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::{LogError, Segment, apply};
+use super::{LogError, PageSums, Segment, apply};
 use crate::durable::DurableStore;
 use crate::ids::LeaseKey;
 use crate::image::install::{sync_dir, with_suffix};
@@ -220,20 +230,41 @@ fn manifest_of(key: &LeaseKey, object: &str) -> Option<(u64, u64)> {
     Some((epoch, digits.parse().ok()?))
 }
 
-/// The newest image among `images` whose `log` is `at` that fetches and verifies.
+/// The state a restore needs an image at a position to hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holds {
+    /// The log's state at the position (the target itself): an image not beyond its log.
+    Log,
+    /// The state whose sum is this: the one the segment after the position was cut from. After a
+    /// change of durability mode that is an image beyond its log (a tenure without a log wrote
+    /// it, and the next log continued from it), otherwise the log's state.
+    Sum(u64),
+}
+
+/// The newest image among `images` whose `log` is `at`, that fetches, verifies and holds what
+/// `holds` asks for.
 async fn image_at(
     store: &dyn DurableStore,
     key: &LeaseKey,
     images: &[Manifest],
     at: Option<LogPos>,
+    holds: Holds,
 ) -> Result<Option<(Manifest, Vec<u8>)>, LogError> {
-    for m in images.iter().filter(|m| m.log == at && !m.beyond_log) {
+    let fits = |m: &&Manifest| m.log == at && (holds != Holds::Log || !m.beyond_log);
+    for m in images.iter().filter(fits) {
         let ikey = image_key(key, m.epoch, m.seq);
-        if let Some(bytes) = store.get_sized(&ikey, m.size).await?
-            && verify(m, &bytes).is_ok()
-        {
-            return Ok(Some((m.clone(), bytes)));
+        let Some(bytes) = store.get_sized(&ikey, m.size).await? else {
+            continue;
+        };
+        if verify(m, &bytes).is_err() {
+            continue;
         }
+        if let Holds::Sum(sum) = holds
+            && PageSums::of_bytes(&bytes).map(|s| s.total()) != Ok(sum)
+        {
+            continue;
+        }
+        return Ok(Some((m.clone(), bytes)));
     }
     Ok(None)
 }
@@ -252,8 +283,14 @@ async fn walk(
         reason,
     };
     let mut found: Option<LogPos> = None;
-    let mut kept = Vec::new();
+    let mut kept: Vec<Segment> = Vec::new();
     let mut pos = tip;
+    // What an image at `pos` must hold: the target's own state, or the state the oldest kept
+    // segment was cut from.
+    let holds = |kept: &[Segment]| {
+        kept.last()
+            .map_or(Holds::Log, |s| Holds::Sum(s.header.sum_before))
+    };
     let image = loop {
         if found.is_none()
             && let Target::Position(p) = target
@@ -267,7 +304,7 @@ async fn walk(
             }
         }
         if found.is_some()
-            && let Some(image) = image_at(store, key, images, Some(pos)).await?
+            && let Some(image) = image_at(store, key, images, Some(pos), holds(&kept)).await?
         {
             break Some(image);
         }
@@ -286,12 +323,21 @@ async fn walk(
             && seg.header.created_at_ms <= unix_ms
         {
             found = Some(pos);
-            if let Some(image) = image_at(store, key, images, Some(pos)).await? {
+            if let Some(image) = image_at(store, key, images, Some(pos), Holds::Log).await? {
                 break Some(image);
             }
         }
         let prev = seg.header.prev;
         if found.is_some() {
+            if let Holds::Sum(sum) = holds(&kept)
+                && seg.header.sum_after != sum
+            {
+                // A change of durability mode: the later log continued from an image a tenure
+                // without a log took here, not from this segment's state.
+                return Err(outside(format!(
+                    "the segment after {pos} continues from an image beyond the log at {pos} that is not retained (or fails its checks)"
+                )));
+            }
             kept.push(seg);
         }
         match prev {
@@ -302,7 +348,16 @@ async fn walk(
                 )));
             }
             // The start of the log: an image taken without a log, or an empty database.
-            None => break image_at(store, key, images, None).await?,
+            None => match image_at(store, key, images, None, holds(&kept)).await? {
+                Some(image) => break Some(image),
+                None if holds(&kept) == Holds::Sum(PageSums::empty().total()) => break None,
+                None => {
+                    return Err(outside(
+                        "the log's first segment continues from an image that is not retained (or fails its checks)"
+                            .to_string(),
+                    ));
+                }
+            },
         }
     };
     let position = found.ok_or_else(|| outside("the target was not found".to_string()))?;

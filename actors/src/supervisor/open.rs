@@ -15,7 +15,7 @@ use crate::events::Event;
 use crate::lease_actor::{LeaseActor, LeaseCell, Register};
 use crate::runtime::Runtime;
 use crate::tenant::log::{LogShip, LogStart};
-use crate::tenant::publish::Publisher;
+use crate::tenant::publish::{Inherited, Publisher};
 use crate::tenant::{TenantActor, TenantParts, TenantRef};
 
 /// What an open needs from the supervisor.
@@ -135,6 +135,7 @@ async fn start(
         record.floor,
     )
     .await?;
+    let inherited = inherited(&fetched);
     let (tenure_dir, epoch, path) = (dir.clone(), record.epoch, db_path.clone());
     let restored = blocking(move || {
         // The files belong to this tenure from now on: a forget that raises the floor past it
@@ -188,6 +189,7 @@ async fn start(
         dir,
         head.clone(),
         restored.position,
+        inherited,
     ));
     let log = logged.then(|| {
         LogShip::new(
@@ -198,6 +200,7 @@ async fn start(
                 tip: restored.position,
                 image_pos: restored.image_log,
                 carried: (restored.segments as u64, restored.segment_bytes),
+                tip_stamp_ms: inherited.stamp_ms,
             },
         )
     });
@@ -233,6 +236,29 @@ async fn start(
         rt,
         ended,
     ))
+}
+
+/// What a restore says about the images and segments the new tenure stamps and marks: the
+/// newest stamp it saw (the tip's segment, the head's manifest), and the position of an image
+/// beyond its log that no segment follows (docs/guarantees.md, stamps; point-in-time restore
+/// across modes).
+fn inherited(fetched: &leasehold::log::restore::Fetched) -> Inherited {
+    let image = fetched.image.as_ref().map(|(m, _)| m);
+    let stamp_ms = fetched
+        .segments
+        .last()
+        .map(|s| s.header.created_at_ms)
+        .into_iter()
+        .chain(image.map(|m| m.created_at_ms))
+        .max()
+        .unwrap_or(0);
+    let beyond_log_at = image
+        .filter(|m| m.beyond_log && fetched.segments.is_empty())
+        .and_then(|m| m.log);
+    Inherited {
+        stamp_ms,
+        beyond_log_at,
+    }
 }
 
 /// Sweeps the dead epochs of `key` in the background; a failure is reported and retried at the

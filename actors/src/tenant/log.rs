@@ -26,6 +26,10 @@ use crate::runtime::Runtime;
 /// move that landed is recognised by the store, so the retry is safe.
 const TIP_RETRIES: u32 = 2;
 
+/// How many times one segment's tip move is asked at most: a flush counts each at its longest
+/// wait (`TipBatcher::longest_wait`).
+pub(crate) const TIP_ASKS: u32 = 1 + TIP_RETRIES;
+
 /// A segment cut and ready to go.
 pub(crate) struct Cut {
     /// The tip it applies to.
@@ -78,6 +82,10 @@ pub(crate) struct LogShip {
     failed: Option<Error>,
     /// Publishes the confirmed tip (an image may move the head only to a position at or below it).
     tips: watch::Sender<Option<LogPos>>,
+    /// The newest stamp on the chain this tenure knows (its restore's, then its own cuts'): a
+    /// segment is stamped no earlier, so stamps rise along the log whatever the hosts' wall
+    /// clocks say (docs/guarantees.md, point-in-time restore by time).
+    last_stamp_ms: u64,
 }
 
 /// Where a tenure's log starts: what the restore found.
@@ -88,6 +96,8 @@ pub(crate) struct LogStart {
     pub(crate) image_pos: Option<LogPos>,
     /// Segments and bytes since that image, shipped by earlier tenures.
     pub(crate) carried: (u64, u64),
+    /// The stamp of the tip's segment (or of the head's manifest): the tenure stamps no earlier.
+    pub(crate) tip_stamp_ms: u64,
 }
 
 impl LogShip {
@@ -110,7 +120,22 @@ impl LogShip {
             compaction_asked: None,
             failed: None,
             tips,
+            last_stamp_ms: start.tip_stamp_ms,
         }
+    }
+
+    /// The stamp of a segment cut now, when the wall clock reads `wall_ms`: never before the
+    /// newest stamp on the chain (a host whose clock lags its predecessor's stamps the time of
+    /// the predecessor's last segment until its own clock passes it).
+    pub(crate) fn stamp(&mut self, wall_ms: u64) -> u64 {
+        self.last_stamp_ms = self.last_stamp_ms.max(wall_ms);
+        self.last_stamp_ms
+    }
+
+    /// The newest stamp on the chain this tenure knows: an image of the log's position is
+    /// stamped no earlier.
+    pub(crate) fn last_stamp(&self) -> u64 {
+        self.last_stamp_ms
     }
 
     /// A receiver of the confirmed tip.
@@ -142,6 +167,15 @@ impl LogShip {
     pub(crate) fn unshipped_bytes(&self) -> u64 {
         let in_flight = self.in_flight.map_or(0, |(_, bytes)| bytes);
         self.pending_bytes.saturating_add(in_flight)
+    }
+
+    /// How many segments settling the log takes at most: the one in flight and those the
+    /// waiting batches are cut into. Each batch takes at most half of `segment_limit`, so every
+    /// segment but the last of a cut is more than half full: at most ⌈2 × pending ÷ limit⌉.
+    pub(crate) fn segments_to_settle(&self) -> u32 {
+        let limit = self.segment_limit.max(1);
+        let waiting = self.pending_bytes.saturating_mul(2).div_ceil(limit).max(1);
+        u32::try_from(waiting.saturating_add(1)).unwrap_or(u32::MAX)
     }
 
     /// Whether everything committed is in the log (or the log failed): nothing in flight,
@@ -215,8 +249,9 @@ impl LogShip {
     /// long run of batches goes as several segments and a restore never stops inside a batch.
     /// Callers of batches that wrote nothing are answered here once everything before them is in
     /// the log, or ride with the segment cut before them. A single batch too large for a segment
-    /// is an error (the batch was measured before it committed, so this does not happen).
-    pub(crate) fn cut(&mut self, created_at_ms: u64) -> Result<Option<Cut>, Error> {
+    /// is an error (the batch was measured before it committed, so this does not happen). The
+    /// segment is stamped [`LogShip::stamp`] of `wall_ms`.
+    pub(crate) fn cut(&mut self, wall_ms: u64) -> Result<Option<Cut>, Error> {
         if self.in_flight.is_some() || self.failed.is_some() {
             return Ok(None);
         }
@@ -231,7 +266,8 @@ impl LogShip {
             return Ok(None);
         };
         let to = self.next_position();
-        let segment = Segment::from_changes(&self.key, to, self.tip, changes, created_at_ms);
+        let stamp = self.stamp(wall_ms);
+        let segment = Segment::from_changes(&self.key, to, self.tip, changes, stamp);
         let limit = self.segment_limit;
         let encoded = segment
             .encode()
@@ -448,5 +484,37 @@ pub(crate) async fn ship(
             }
             Err(e) => return Err(unshipped(format!("moving the tip to {to}: {e}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold::ids::{OrgId, TenantId};
+
+    fn log(segment_limit: u64) -> LogShip {
+        let key = LeaseKey::new(&OrgId::new("acme").unwrap(), &TenantId::new("t1").unwrap());
+        let start = LogStart {
+            tip: None,
+            image_pos: None,
+            carried: (0, 0),
+            tip_stamp_ms: 0,
+        };
+        LogShip::new(key, 1, segment_limit, start)
+    }
+
+    #[test]
+    fn settling_counts_the_segment_in_flight_and_every_segment_the_waiting_batches_need() {
+        let mut idle = log(1_000);
+        assert_eq!(
+            idle.segments_to_settle(),
+            2,
+            "nothing waits: one and the next"
+        );
+        idle.pending_bytes = 499;
+        assert_eq!(idle.segments_to_settle(), 2);
+        idle.pending_bytes = 2_400;
+        // Batches of at most 500 bytes fill each segment but the last more than half: 5.
+        assert_eq!(idle.segments_to_settle(), 6);
     }
 }

@@ -52,14 +52,22 @@ pub(crate) struct Publisher {
     scratch: PathBuf,
     /// The chain, behind the one-publish-at-a-time lock.
     chain: Mutex<Chain>,
+    /// What the restore says about the images this tenure takes.
+    inherited: Inherited,
 }
 
-/// Wall-clock milliseconds since the Unix epoch: a manifest's `created_at_ms`, which retention
-/// compares across replicas.
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// What the tenure's restore says about the images it takes: how they are stamped and whether
+/// they hold the log's state at their position.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Inherited {
+    /// The newest stamp the restore saw (the tip's segment, the head's manifest): a manifest's
+    /// `created_at_ms` is never earlier, so an image is never older than the position it holds
+    /// in the eyes of retention and point-in-time restore (docs/guarantees.md, stamps).
+    pub(crate) stamp_ms: u64,
+    /// The position of a restored image beyond its log with no segment after it: this tenure's
+    /// state there is that image's, not the log's, so an image of it taken at that position is
+    /// beyond its log too (docs/guarantees.md, point-in-time restore across modes).
+    pub(crate) beyond_log_at: Option<LogPos>,
 }
 
 /// Whether the tip `tip` holds the log position `log`.
@@ -82,12 +90,14 @@ impl Publisher {
         scratch: PathBuf,
         head: Option<ImageRef>,
         log: Option<LogPos>,
+        inherited: Inherited,
     ) -> Self {
         Self {
             rt,
             cell,
             db_path,
             scratch,
+            inherited,
             chain: Mutex::new(Chain {
                 head,
                 next_seq: 1,
@@ -138,7 +148,7 @@ impl Publisher {
         let taken_at_ms = self.rt.now_ms();
         let file = self.take(seq).await?;
         let log = chain.log;
-        self.finish(&mut chain, seq, file, commits, log, taken_at_ms, None)
+        self.finish(&mut chain, seq, file, (commits, 0), log, taken_at_ms, None)
             .await
     }
 
@@ -146,10 +156,11 @@ impl Publisher {
     /// at that moment, see `ReadSnapshot::write_exact_image`), begun when the log stood at `log`
     /// with at least `commits` batches committed; the head moves to it only once the tip
     /// (`tips`) holds `log`, so the head never names state the log does not hold (promise 4
-    /// in docs/guarantees.md). `None` when the head already holds `log` and `commits`.
+    /// in docs/guarantees.md). `None` when the head already holds `log` and `commits`. Its
+    /// manifest is stamped no earlier than `stamp_floor_ms` (the log's newest stamp).
     pub(crate) async fn publish_at(
         &self,
-        commits: u64,
+        (commits, stamp_floor_ms): (u64, u64),
         snapshot: (ReadSnapshot, Vec<u8>, u64),
         log: Option<LogPos>,
         tips: watch::Receiver<Option<LogPos>>,
@@ -170,11 +181,13 @@ impl Publisher {
             tokio::task::spawn_blocking(move || snapshot.write_exact_image(&dest, &page_one, sum))
                 .await
                 .map_err(|e| Error::Closed(format!("image task failed: {e}")))??;
-        self.finish(&mut chain, seq, file, commits, log, taken_at_ms, Some(tips))
+        let counts = (commits, stamp_floor_ms);
+        self.finish(&mut chain, seq, file, counts, log, taken_at_ms, Some(tips))
             .await
     }
 
-    /// Uploads image `seq` holding `log`, waits (with `tips`) for the tip to hold `log`, and
+    /// Uploads image `seq` holding `log` and at least `commits` batches (its manifest stamped
+    /// no earlier than `stamp_floor_ms`), waits (with `tips`) for the tip to hold `log`, and
     /// moves the head.
     #[allow(clippy::too_many_arguments)]
     async fn finish(
@@ -182,7 +195,7 @@ impl Publisher {
         chain: &mut Chain,
         seq: u64,
         file: ImageFile,
-        commits: u64,
+        (commits, stamp_floor_ms): (u64, u64),
         log: Option<LogPos>,
         taken_at_ms: u64,
         tips: Option<watch::Receiver<Option<LogPos>>>,
@@ -195,8 +208,13 @@ impl Publisher {
             &file,
             chain.head.clone(),
             log,
-            tips.is_none() && log.is_some(),
-            wall_ms(),
+            // Without a log the image holds writes no segment carries; with one, so does the
+            // restored state of an image beyond its log until a segment follows it.
+            log.is_some() && (tips.is_none() || log == self.inherited.beyond_log_at),
+            self.rt
+                .wall_ms()
+                .max(stamp_floor_ms)
+                .max(self.inherited.stamp_ms),
         )
         .await;
         let _ = std::fs::remove_file(&file.path);

@@ -13,22 +13,16 @@ use super::log::{Cut, ship};
 use super::tenure::Input;
 use crate::events::Event;
 
-/// Wall-clock milliseconds since the Unix epoch (a segment's `created_at_ms`).
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 impl TenantActor {
     /// Ships the pending changes if no segment is in flight; answers callers the log already
     /// covers; takes wanted images at the cut; tells a waiting flush when the log has settled.
     pub(super) fn ship_next(&mut self, ctx: &mut Context<Self>) {
+        let wall_ms = self.rt.wall_ms();
         let Some(log) = self.log.as_mut() else {
             return;
         };
         let next = log.next_position();
-        match log.cut(wall_ms()) {
+        match log.cut(wall_ms) {
             Ok(Some(cut)) => {
                 self.take_wanted_images(ctx);
                 self.send(cut, ctx);
@@ -154,6 +148,7 @@ impl TenantActor {
         self.image_busy = true;
         let position = log.position();
         let tips = log.tips();
+        let stamp_floor_ms = log.last_stamp();
         let wanted = std::mem::take(&mut self.image_wanted);
         let commits = wanted.iter().map(|w| w.commits).max().unwrap_or(0);
         // The tenure counted each wanted image as an upload: each hears the outcome.
@@ -174,7 +169,7 @@ impl TenantActor {
             let outcome = match snapshot {
                 Ok(snapshot) => {
                     publisher
-                        .publish_at(commits, snapshot, position, tips)
+                        .publish_at((commits, stamp_floor_ms), snapshot, position, tips)
                         .await
                 }
                 Err(e) => Err(e),
@@ -250,7 +245,7 @@ impl TenantActor {
                 rt.durable.as_ref(),
                 &key,
                 &record,
-                wall_ms(),
+                rt.wall_ms(),
                 rt.retain,
             )
             .await

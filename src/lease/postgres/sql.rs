@@ -33,6 +33,14 @@ const FORWARD: &str = "(l.head_epoch IS NULL OR (l.head_epoch, l.head_seq) < ($4
 const AT_FROM: &str = "(l.tip_epoch IS NOT DISTINCT FROM $6::int8 \
     AND l.tip_seq IS NOT DISTINCT FROM $7::int8)";
 
+/// The tip is at the move's `from` (`m.from_epoch`, `m.from_seq`; both NULL for no tip): the
+/// compare of `move_tips`, move by move, as [`AT_FROM`] is `move_tip`'s.
+const AT_MOVE_FROM: &str = "(l.tip_epoch IS NOT DISTINCT FROM m.from_epoch \
+    AND l.tip_seq IS NOT DISTINCT FROM m.from_seq)";
+
+/// Where the move's index is among the columns `move_tips` returns: after [`COLUMNS`].
+pub(super) const MOVE_INDEX_COLUMN: usize = 11;
+
 /// The row is live for the caller's own acquire attempt: same owner, same attempt.
 const MINE: &str = "(NOT l.released AND l.expires_at > clock_timestamp() \
     AND l.owner = excluded.owner AND l.attempt = excluded.attempt)";
@@ -67,6 +75,9 @@ pub(super) struct Statements {
     pub(super) publish_head: String,
     /// Move the log tip of a live lease from `from` to `to`.
     pub(super) move_tip: String,
+    /// Move the log tips of many live leases, each from its `from` to its `to`, in one statement
+    /// (no key twice: see `postgres/tips.rs`).
+    pub(super) move_tips: String,
     /// Raise the floor of a live lease and clear its head.
     pub(super) mark_forgotten: String,
 }
@@ -139,6 +150,17 @@ impl Statements {
                         tip_seq = CASE WHEN {AT_FROM} THEN $5 ELSE l.tip_seq END
                  WHERE {LIVE} AND l.epoch > l.floor
                  RETURNING {COLUMNS}"
+            ),
+            move_tips: format!(
+                "UPDATE {t} AS l
+                    SET tip_epoch = CASE WHEN {AT_MOVE_FROM} THEN m.to_epoch ELSE l.tip_epoch END,
+                        tip_seq = CASE WHEN {AT_MOVE_FROM} THEN m.to_seq ELSE l.tip_seq END
+                 FROM unnest($1::int8[], $2::text[], $3::text[], $4::int8[], $5::int8[],
+                             $6::int8[], $7::int8[], $8::int8[])
+                      AS m(idx, key, owner, epoch, from_epoch, from_seq, to_epoch, to_seq)
+                 WHERE l.key = m.key AND l.owner = m.owner AND l.epoch = m.epoch
+                   AND NOT l.released AND l.expires_at > clock_timestamp() AND l.epoch > l.floor
+                 RETURNING {COLUMNS}, m.idx"
             ),
             mark_forgotten: format!(
                 "UPDATE {t} AS l
@@ -239,6 +261,7 @@ mod tests {
             &s.release,
             &s.publish_head,
             &s.move_tip,
+            &s.move_tips,
             &s.mark_forgotten,
         ] {
             assert!(sql.contains("\"my_leases\""), "{sql}");
@@ -264,6 +287,14 @@ mod tests {
         let s = Statements::new("my_leases");
         assert!(s.move_tip.contains(AT_FROM), "{}", s.move_tip);
         assert!(s.move_tip.contains("l.epoch > l.floor"), "{}", s.move_tip);
+        assert!(s.move_tips.contains(AT_MOVE_FROM), "{}", s.move_tips);
+        assert!(s.move_tips.contains("l.epoch > l.floor"), "{}", s.move_tips);
+        assert!(
+            s.move_tips
+                .contains("l.owner = m.owner AND l.epoch = m.epoch"),
+            "{}",
+            s.move_tips
+        );
         assert!(s.mark_forgotten.contains("tip_seq = NULL"));
         assert!(s.create.contains("tip_seq") && s.add_columns.contains("tip_seq"));
     }
