@@ -40,6 +40,20 @@ use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome};
 /// The slowest upload rate a put is given time for: 8 MiB/s.
 pub const MIN_PUT_BYTES_PER_SEC: u64 = 8 * 1024 * 1024;
 
+/// The slowest rate a bulk delete is given time for: 100 keys a second. A page of a sweep (500
+/// keys) gets `limit` + 5 s.
+pub const MIN_DELETE_KEYS_PER_SEC: u64 = 100;
+
+/// The deadline of a [`DurableStore::delete_keys`] of `keys` keys on a store whose calls get
+/// `limit`: `limit` plus one second per [`MIN_DELETE_KEYS_PER_SEC`] keys, so a bulk delete is
+/// not cut short for carrying many keys (docs/guarantees.md, "the erasure bound").
+pub fn delete_deadline(limit: Duration, keys: usize) -> Duration {
+    let keys = u64::try_from(keys).unwrap_or(u64::MAX);
+    limit.saturating_add(Duration::from_millis(
+        keys.saturating_mul(1_000) / MIN_DELETE_KEYS_PER_SEC,
+    ))
+}
+
 /// The deadline of a put of `bytes` bytes on a store whose calls get `limit`, and of a get of an
 /// object of that size ([`DurableStore::get_sized`]).
 pub fn put_deadline(limit: Duration, bytes: usize) -> Duration {
@@ -182,12 +196,20 @@ impl<S: DurableStore> DurableStore for Deadline<S> {
         let left = limit.saturating_sub(started.elapsed());
         self.inner.settle_puts(prefix, left).await
     }
+    /// Waits for this wrapper's own puts of exactly `key`, then for the wrapped store's.
+    async fn settle_put(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
+        let started = tokio::time::Instant::now();
+        self.puts.settle_key(key, limit).await?;
+        let left = limit.saturating_sub(started.elapsed());
+        self.inner.settle_put(key, left).await
+    }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.settle("delete", self.inner.delete(key)).await
     }
+    /// Gets [`delete_deadline`]: more time for more keys.
     async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
-        self.settle("delete_keys", self.inner.delete_keys(keys))
-            .await
+        let limit = delete_deadline(self.limit, keys.len());
+        settle_within(limit, "delete_keys", self.inner.delete_keys(keys)).await
     }
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         self.settle("delete_prefix", self.inner.delete_prefix(prefix))
@@ -296,11 +318,33 @@ impl<S: LeaseStore> LeaseStore for Deadline<S> {
         )
         .await
     }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<crate::lease::PendingErasure>, LeaseError> {
+        let call = self.inner.erasures_due(settled_for, limit);
+        self.settle("erasures_due", call).await
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        self.settle("erasure_done", self.inner.erasure_done(key, floor))
+            .await
+    }
 }
 
 #[cfg(test)]
 mod put_deadline_tests {
     use super::*;
+
+    #[test]
+    fn hole11_a_bulk_deletes_deadline_grows_with_its_keys() {
+        let limit = Duration::from_secs(1);
+        assert_eq!(delete_deadline(limit, 0), limit);
+        assert_eq!(delete_deadline(limit, 1), Duration::from_millis(1_010));
+        assert_eq!(delete_deadline(limit, 500), Duration::from_secs(6));
+        assert_eq!(delete_deadline(limit, 1_000), Duration::from_secs(11));
+        assert!(delete_deadline(limit, usize::MAX) > limit);
+    }
 
     #[test]
     fn a_puts_deadline_grows_with_its_payload() {
@@ -368,6 +412,10 @@ mod tests {
             Ok(vec!["a/b".into()])
         }
         async fn delete(&self, _: &str) -> Result<(), StoreError> {
+            self.wait().await;
+            Ok(())
+        }
+        async fn delete_keys(&self, _: &[String]) -> Result<(), StoreError> {
             self.wait().await;
             Ok(())
         }
@@ -446,6 +494,18 @@ mod tests {
             self.wait().await;
             Err(held(key))
         }
+        async fn erasures_due(
+            &self,
+            _: Duration,
+            _: usize,
+        ) -> Result<Vec<crate::lease::PendingErasure>, LeaseError> {
+            self.wait().await;
+            Ok(Vec::new())
+        }
+        async fn erasure_done(&self, _: &LeaseKey, _: u64) -> Result<(), LeaseError> {
+            self.wait().await;
+            Ok(())
+        }
     }
 
     const LIMIT: Duration = Duration::from_millis(250);
@@ -523,6 +583,12 @@ mod tests {
         assert_eq!(moved, Err(expired("move_tip")));
         let forgotten = store.mark_forgotten(&k, "a", 1).await;
         assert_eq!(forgotten, Err(expired("mark_forgotten")));
+        let due = store.erasures_due(LIMIT, 10).await;
+        assert_eq!(due, Err(expired("erasures_due")));
+        assert_eq!(
+            store.erasure_done(&k, 1).await,
+            Err(expired("erasure_done"))
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -537,6 +603,26 @@ mod tests {
         assert_eq!(store.read(&k).await, Ok(None));
         assert_eq!(store.acquire(&k, "a", LIMIT).await, Err(held(&k)));
         assert_eq!(store.limit(), LIMIT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hole11_a_bulk_delete_of_many_keys_is_not_cut_at_the_plain_limit() {
+        // Found by the drill on PostgreSQL + S3: a page of a sweep answered after the plain
+        // deadline, so the forget and every later sweep failed the same way.
+        let inner = Stalled {
+            answer_after: Some(LIMIT * 4),
+        };
+        let store = Deadline::new(inner, LIMIT).unwrap();
+        let keys: Vec<String> = (0..100).map(|i| format!("a/k{i}")).collect();
+        assert_eq!(store.delete_keys(&keys).await, Ok(()));
+        assert_eq!(
+            store.delete_keys(&keys[..1]).await,
+            Err(StoreError::Timeout {
+                op: "delete_keys",
+                after_ms: 260
+            }),
+            "one key gets the plain limit and 10 ms"
+        );
     }
 
     #[tokio::test(start_paused = true)]

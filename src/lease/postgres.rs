@@ -16,7 +16,10 @@
 //!                 WHERE live(owner, epoch) AND epoch > floor AND image.epoch = epoch
 //! move_tip        UPDATE … SET tip = CASE tip = from THEN to ELSE tip
 //!                 WHERE live(owner, epoch) AND epoch > floor             RETURNING …
-//! mark_forgotten  UPDATE … SET floor = epoch, head = NULL, tip = NULL WHERE live(owner, epoch)
+//! mark_forgotten  UPDATE … SET floor = epoch, head = NULL, tip = NULL,
+//!                 forgotten_at = clock_timestamp(), erasure_floor = epoch WHERE live(owner, epoch)
+//! erasures_due    SELECT key, erasure_floor … WHERE forgotten_at <= clock_timestamp() - settle
+//! erasure_done    UPDATE … SET erasure_floor = NULL WHERE key AND erasure_floor = floor
 //! ```
 //!
 //! **Late landings** (docs/guarantees.md). `statement_timeout` starts when the server *reads* a
@@ -147,7 +150,8 @@ pub fn create_table_sql(table: &str) -> Result<String, Error> {
 }
 
 /// The statement that brings a lease table made by an older build up to date: it adds the
-/// `attempt` column and the log tip's `tip_epoch` and `tip_seq`
+/// `attempt` column, the log tip's `tip_epoch` and `tip_seq`, and the pending erasure's
+/// `forgotten_at` and `erasure_floor`
 /// (`ALTER TABLE … ADD COLUMN IF NOT EXISTS …`; running it twice is harmless).
 /// [`PostgresLeaseStore::connect`] runs it itself when its role owns the table; a replica role
 /// with only `SELECT, INSERT, UPDATE` needs an operator to run it first.
@@ -249,7 +253,7 @@ impl PostgresLeaseStore {
 
     async fn create_or_upgrade(&self, lease: &mut Checkout) -> Result<(), StoreError> {
         let shape_check = format!(
-            "SELECT {COLUMNS}, l.attempt FROM \"{}\" AS l LIMIT 0",
+            "SELECT {COLUMNS}, l.attempt, l.forgotten_at, l.erasure_floor FROM \"{}\" AS l LIMIT 0",
             self.table
         );
         let lock_name = format!("leasehold.migrate.{}", self.table);
@@ -259,9 +263,9 @@ impl PostgresLeaseStore {
         let tx = client.transaction().await.map_err(db)?;
         let lock = "SELECT pg_advisory_xact_lock(hashtext($1))";
         tx.execute(lock, &[&lock_name]).await.map_err(db)?;
-        let shape = "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 3 FROM pg_attribute \
+        let shape = "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 5 FROM pg_attribute \
             WHERE attrelid = to_regclass($1) AND NOT attisdropped \
-              AND attname IN ('attempt', 'tip_epoch', 'tip_seq'))";
+              AND attname IN ('attempt', 'tip_epoch', 'tip_seq', 'forgotten_at', 'erasure_floor'))";
         let row = tx.query_one(shape, &[&quoted]).await.map_err(db)?;
         let exists: bool = row.try_get(0).map_err(db)?;
         let up_to_date: bool = row.try_get(1).map_err(db)?;
@@ -273,7 +277,7 @@ impl PostgresLeaseStore {
                 StoreError::Backend { op, message } => StoreError::Backend {
                     op,
                     message: format!(
-                        "it lacks the attempt or log tip columns and they cannot be added \
+                        "it lacks the attempt, log tip or pending-erasure columns and they cannot be added \
                          ({message}); have its owner run: {}",
                         self.sql.add_columns
                     ),
@@ -557,6 +561,38 @@ impl LeaseStore for PostgresLeaseStore {
         let sql = &self.sql.mark_forgotten;
         self.compare_and_set("mark_forgotten", sql, (key, owner, epoch), &[])
             .await
+    }
+
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<crate::lease::PendingErasure>, LeaseError> {
+        let op = "erasures_due";
+        let (settle_ms, limit) = (ttl_param(settled_for), to_i64(op, limit as u64)?);
+        let rows = self
+            .rows(op, &self.sql.erasures_due, &[&settle_ms, &limit])
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let key = LeaseKey::parse(&get::<String>(op, row, 0)?).map_err(|e| {
+                    StoreError::Backend {
+                        op,
+                        message: format!("a key in the lease table does not parse: {e}"),
+                    }
+                })?;
+                let floor = u64::try_from(get::<i64>(op, row, 1)?).unwrap_or(0);
+                Ok(crate::lease::PendingErasure { key, floor })
+            })
+            .collect()
+    }
+
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        let floor = to_i64("erasure_done", floor)?;
+        let sql = &self.sql.erasure_done;
+        self.rows("erasure_done", sql, &[&key.as_str(), &floor])
+            .await?;
+        Ok(())
     }
 }
 

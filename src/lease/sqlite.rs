@@ -27,13 +27,15 @@
 //! ```text
 //! leases(key PRIMARY KEY, owner, epoch, expires_at_ms, boot_id, released, floor,
 //!        head_epoch, head_seq, head_sha256, attempt,
-//!        tip_epoch, tip_seq)                          -- PRAGMA user_version = 3
+//!        tip_epoch, tip_seq)                          -- PRAGMA user_version = 4
+//! erasures(key PRIMARY KEY, floor, forgotten_at_ms, boot_id)     -- pending erasures
 //! ```
 //!
 //! Schema 1 lacked `attempt` (the id of the acquire that started the tenure, so that a retry of
 //! that acquire recognises its own success), schema 2 the log tip (`tip_epoch`, `tip_seq`,
-//! docs/guarantees.md, "The log tip"); opening an older file adds the missing columns
-//! (`ALTER TABLE … ADD COLUMN`) and keeps its rows.
+//! docs/guarantees.md, "The log tip"), schema 3 the pending erasures (`sqlite/erasures.rs`);
+//! opening an older file adds what is missing (`ALTER TABLE … ADD COLUMN`, `CREATE TABLE`) and
+//! keeps its rows.
 
 use std::fmt;
 use std::path::Path;
@@ -50,6 +52,7 @@ use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
 use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
 
+mod erasures;
 mod rules;
 
 use rules::{
@@ -75,7 +78,7 @@ pub const MAX_ATTEMPTS: u32 = 3;
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// The schema version this build writes and reads (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leases (
     key           TEXT PRIMARY KEY NOT NULL,
@@ -383,6 +386,7 @@ impl LeaseStore for SqliteLeaseStore {
         .await
     }
 
+    /// Raises the floor and records the pending erasure in one transaction.
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,
@@ -390,7 +394,39 @@ impl LeaseStore for SqliteLeaseStore {
         epoch: u64,
     ) -> Result<LeaseRecord, LeaseError> {
         let tenure = Tenure::new(owner, epoch);
-        self.transition("mark_forgotten", key, tenure, forget).await
+        let key = key.as_str().to_owned();
+        self.write("mark_forgotten", move |conn, at| {
+            let row = load(conn, &key)?;
+            match forget(row.as_ref(), &tenure, at) {
+                Ok(next) => {
+                    save(conn, &key, &next)?;
+                    erasures::record(conn, &key, next.floor, at)?;
+                    Ok(Ok(next.record(&key)))
+                }
+                Err(refusal) => Ok(Err(refusal.into_error(&key, &tenure))),
+            }
+        })
+        .await
+    }
+
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<crate::lease::PendingErasure>, LeaseError> {
+        let settled_ms = duration_ms(settled_for);
+        self.write("erasures_due", move |conn, at| {
+            Ok(Ok(erasures::due(conn, at, settled_ms, limit)?))
+        })
+        .await
+    }
+
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        let key = key.as_str().to_owned();
+        self.write("erasure_done", move |conn, _at| {
+            Ok(Ok(erasures::done(conn, &key, floor)?))
+        })
+        .await
     }
 }
 
@@ -441,6 +477,9 @@ fn create_schema(conn: &mut Connection) -> rusqlite::Result<Result<(), StoreErro
     }
     if (1..=2).contains(&version) {
         tx.execute_batch(MIGRATE_2_TO_3)?;
+    }
+    if version <= 3 {
+        tx.execute_batch(erasures::SCHEMA)?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
