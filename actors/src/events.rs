@@ -111,6 +111,14 @@ pub enum Event {
         /// How many objects went.
         objects: usize,
     },
+    /// Objects a replica put (or a crashed process left) that nothing names and nothing can
+    /// name any more were deleted (docs/guarantees.md, "Reconciling puts of unknown outcome").
+    TakenBack {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// How many objects went.
+        objects: usize,
+    },
     /// A replica dropped its local copy of a tenant whose tenure is at or below the floor: a
     /// successor forgot the tenant while this replica was stopped, cut off or crashed.
     LocalCopyDropped {
@@ -153,6 +161,7 @@ impl Event {
             Event::Released { .. } => "released",
             Event::Forgotten { .. } => "forgotten",
             Event::Swept { .. } => "swept",
+            Event::TakenBack { .. } => "taken_back",
             Event::SweepFailed { .. } => "sweep_failed",
             Event::LocalCopyDropped { .. } => "local_copy_dropped",
             Event::CloseProgress { .. } => "close_progress",

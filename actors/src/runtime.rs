@@ -51,6 +51,14 @@ pub(crate) struct Runtime {
     pub(crate) drain_timeout: Duration,
     /// The deadline of every store call (a put's grows with its payload).
     pub(crate) store_deadline: Duration,
+    /// The longest a put may still land after it was sent (docs/guarantees.md, "the erasure
+    /// bound").
+    pub(crate) put_lifetime: Duration,
+    /// How often the supervisor runs a reconciliation pass, if at all.
+    pub(crate) reconcile_every: Option<Duration>,
+    /// The replica's ledger of puts of unknown outcome: it outlives every tenant actor, so a
+    /// put whose work was dropped is still reconciled.
+    pub(crate) reconciler: crate::reconcile::Reconciler,
     /// How many tenants `close` hands off at a time.
     pub(crate) close_concurrency: usize,
     /// How many tenants may be open (or opening) at once (docs/guarantees.md, the descriptor
@@ -95,6 +103,9 @@ impl Runtime {
             drain_timeout: config.drain_timeout,
             close_concurrency: config.close_concurrency,
             store_deadline: config.store_deadline,
+            put_lifetime: config.put_lifetime,
+            reconcile_every: config.reconcile_every,
+            reconciler: crate::reconcile::Reconciler::new(),
             max_open: config.max_open,
             lock: std::sync::Mutex::new(Some(lock)),
             ledger: config.ledger,

@@ -91,6 +91,8 @@ impl Supervisor {
             closed_with: None,
             close_waiters: Vec::new(),
             handle_dropped: false,
+            linger_until: None,
+            lingering: false,
         }
         .start();
         // Copies a crash left behind of tenants forgotten meanwhile go first.
@@ -137,6 +139,15 @@ impl Supervisor {
     pub async fn renew_now(&self) -> Result<(), Error> {
         let lease_actor = self.addr.send(GetLeaseActor).await.map_err(|_| stopped())?;
         lease_actor.send(RenewNow).await.map_err(|_| stopped())?
+    }
+
+    /// Runs one reconciliation pass now (or waits for the one under way, then runs one): the
+    /// puts of unknown outcome whose work let go of them and whose deadline has passed, the
+    /// orphan candidates due, and the forgotten tenants whose erasure is due, whoever forgot
+    /// them (docs/guarantees.md, "Reconciling puts of unknown outcome"). Runs by itself every
+    /// `reconcile_every`, when a put let go of was answered, and at `close`.
+    pub async fn reconcile_now(&self) -> Result<crate::ReconcileReport, Error> {
+        self.addr.send(ReconcileNow).await.map_err(|_| stopped())
     }
 
     /// Drops this replica's local copies of tenants forgotten elsewhere (their recorded tenure is
@@ -210,6 +221,12 @@ pub struct SupervisorActor {
     close_waiters: Vec<oneshot::Sender<Result<Vec<LeaseKey>, Error>>>,
     /// Set when the last [`Supervisor`] handle was dropped.
     handle_dropped: bool,
+    /// Once closed: how long the replica stays up for the puts of unknown outcome it still
+    /// holds (at most `put_lifetime` after the close; what is left then goes to the orphan and
+    /// erasure sweeps of later tenures).
+    linger_until: Option<tokio::time::Instant>,
+    /// A lingering pass is scheduled.
+    lingering: bool,
 }
 
 /// A forget under way: its tenure, the signal that it is over, and the tenant's handle.
@@ -223,6 +240,23 @@ impl Actor for SupervisorActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(every) = self.rt.reconcile_every {
+            ctx.run_interval(every, |act, ctx| {
+                let rt = act.rt.clone();
+                ctx.spawn(actix::fut::wrap_future(async move {
+                    crate::reconcile::pass::run(&rt, false).await;
+                }));
+            });
+        }
+        // A put let go of whose answer came (a refused segment, an image whose head never moved)
+        // is reconciled at once, not at the next period.
+        let rt = self.rt.clone();
+        ctx.spawn(actix::fut::wrap_future(async move {
+            loop {
+                rt.reconciler.due_now().await;
+                crate::reconcile::pass::run(&rt, false).await;
+            }
+        }));
         if let Some(every) = self.rt.local_sweep_every {
             ctx.run_interval(every, |act, ctx| {
                 ctx.spawn(act.sweep_all_local().map(|swept, _, _| {
@@ -253,8 +287,26 @@ impl SupervisorActor {
     /// Stops the replica once `close` has finished and no handle is left.
     fn stop_if_done(&mut self, ctx: &mut Context<Self>) {
         // A forget still erasing keeps the replica up: stopping would cut it off half done.
-        if self.closed && self.handle_dropped && self.forgets.is_empty() {
-            ctx.stop();
+        if !(self.closed && self.handle_dropped && self.forgets.is_empty()) {
+            return;
+        }
+        let lingered = self
+            .linger_until
+            .is_none_or(|until| tokio::time::Instant::now() >= until);
+        if self.rt.reconciler.unsettled() == 0 || lingered {
+            return ctx.stop();
+        }
+        // Puts of unknown outcome are still held: stay up a while to reconcile them.
+        if !self.lingering {
+            self.lingering = true;
+            ctx.run_later(std::time::Duration::from_secs(1), |act, ctx| {
+                let rt = act.rt.clone();
+                let pass = async move { crate::reconcile::pass::run(&rt, true).await };
+                ctx.spawn(actix::fut::wrap_future(pass).map(|_, act: &mut Self, ctx| {
+                    act.lingering = false;
+                    act.stop_if_done(ctx);
+                }));
+            });
         }
     }
 }
@@ -291,6 +343,20 @@ struct Lookup {
 #[derive(Message)]
 #[rtype(result = "Result<Vec<LeaseKey>, Error>")]
 struct Close;
+
+/// Runs one reconciliation pass.
+#[derive(Message)]
+#[rtype(result = "crate::ReconcileReport")]
+struct ReconcileNow;
+
+impl Handler<ReconcileNow> for SupervisorActor {
+    type Result = ResponseFuture<crate::ReconcileReport>;
+
+    fn handle(&mut self, _msg: ReconcileNow, _ctx: &mut Context<Self>) -> Self::Result {
+        let rt = self.rt.clone();
+        Box::pin(async move { crate::reconcile::pass::run(&rt, false).await })
+    }
+}
 
 /// The lease actor's address.
 #[derive(Message)]
@@ -376,6 +442,10 @@ impl Handler<Open> for SupervisorActor {
                 // The close that began meanwhile hands this tenant off (hole 1, promise 6).
                 let tenant = opened?;
                 return Err(closed_while_opening(tenant.key()));
+            }
+            if opened.is_ok() {
+                // What a crashed process left in this tenant goes once seen long enough.
+                crate::reconcile::orphans::look_soon(&act.rt, key.clone());
             }
             if let Ok(tenant) = &opened {
                 let order = act.next_order;

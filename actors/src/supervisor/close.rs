@@ -136,6 +136,15 @@ impl SupervisorActor {
             }
             .into_actor(act)
             .then(|unflushed, act, _| {
+                // The puts of unknown outcome of the tenures just ended: reconciled now if they
+                // have settled, else while the replica lingers (see `stop_if_done`).
+                let rt = act.rt.clone();
+                actix::fut::wrap_future(async move {
+                    crate::reconcile::pass::run(&rt, true).await;
+                    unflushed
+                })
+            })
+            .then(|unflushed, act, _| {
                 // Last, copies of tenants forgotten elsewhere while this replica held them.
                 act.sweep_all_local().map(move |swept, act, ctx| {
                     if let Err(e) = swept {
@@ -151,6 +160,7 @@ impl SupervisorActor {
                     }
                     act.closed_with = Some(answer.clone());
                     act.closed = true;
+                    act.linger_until = Some(tokio::time::Instant::now() + act.rt.put_lifetime);
                     act.stop_if_done(ctx);
                     answer
                 })
