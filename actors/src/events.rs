@@ -119,6 +119,15 @@ pub enum Event {
         /// How many objects went.
         objects: usize,
     },
+    /// A tenure that ended on this replica with a move of unknown outcome was fenced: its lease,
+    /// which may still have been live in the store, was released so that no late move of it
+    /// can land (docs/guarantees.md, "Reconciling puts of unknown outcome").
+    TenureFenced {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The ended tenure.
+        epoch: u64,
+    },
     /// A replica dropped its local copy of a tenant whose tenure is at or below the floor: a
     /// successor forgot the tenant while this replica was stopped, cut off or crashed.
     LocalCopyDropped {
@@ -162,6 +171,7 @@ impl Event {
             Event::Forgotten { .. } => "forgotten",
             Event::Swept { .. } => "swept",
             Event::TakenBack { .. } => "taken_back",
+            Event::TenureFenced { .. } => "tenure_fenced",
             Event::SweepFailed { .. } => "sweep_failed",
             Event::LocalCopyDropped { .. } => "local_copy_dropped",
             Event::CloseProgress { .. } => "close_progress",

@@ -26,16 +26,84 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
 
-use leasehold::LeaseKey;
+use leasehold::clock::SharedClock;
+use leasehold::durable::SharedDurableStore;
+use leasehold::lease::SharedLeaseStore;
 use leasehold::plan::orphans::OrphanAges;
 use leasehold::plan::reconcile::{Naming, PutOf};
+use leasehold::{LeaseKey, ReplicaId};
 use tokio::sync::Notify;
 
+use crate::events::EventSink;
 use crate::lease_actor::LeaseCell;
 
 pub(crate) mod orphans;
 pub(crate) mod pass;
+
+/// What a pass needs of the replica: its name, stores, clock, events and ledger — nothing that
+/// holds its state root, threads or tenants, so that passes may go on after the supervisor has
+/// stopped ([`linger`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Cx {
+    /// This replica's name (the owner of the tenures it may fence).
+    pub(crate) replica: ReplicaId,
+    /// The lease store, every call bounded.
+    pub(crate) leases: SharedLeaseStore,
+    /// The durable store, every call bounded.
+    pub(crate) durable: SharedDurableStore,
+    /// The replica's monotonic clock: due times and orphan ages.
+    pub(crate) clock: SharedClock,
+    /// Where events go.
+    pub(crate) events: EventSink,
+    /// The longest a put may still land after it was sent.
+    pub(crate) put_lifetime: Duration,
+    /// The ledger.
+    pub(crate) reconciler: Reconciler,
+}
+
+impl Cx {
+    /// The replica's clock, now.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+}
+
+/// The supervisor's loop: a pass whenever an entry falls due — at once when a work lets go of
+/// one that nothing can name any more, else at its deadline — at most one a second when entries
+/// wait for their puts to settle. Ends with the supervisor (its future is dropped).
+pub(crate) async fn run_when_due(cx: Cx) {
+    const AT_LEAST: Duration = Duration::from_secs(1);
+    let mut wait = None;
+    loop {
+        match wait {
+            Some(wait) => {
+                let _ = tokio::time::timeout(wait, cx.reconciler.let_go()).await;
+            }
+            None => cx.reconciler.let_go().await,
+        }
+        let due = cx.reconciler.next_due_ms();
+        if due.is_some_and(|at| at <= cx.now_ms()) {
+            pass::run(&cx, false).await;
+        }
+        wait = cx.reconciler.next_due_ms().map(|at| {
+            let ms = at.saturating_sub(cx.now_ms());
+            Duration::from_millis(ms).max(AT_LEAST)
+        });
+    }
+}
+
+/// After the supervisor stopped with puts of unknown outcome still in its ledger: a pass a
+/// second (every entry due, as at close) until the ledger is empty or `put_lifetime` has passed;
+/// what is left then goes to the orphan and erasure sweeps of later tenures.
+pub(crate) async fn linger(cx: Cx) {
+    let until = tokio::time::Instant::now() + cx.put_lifetime;
+    while cx.reconciler.unsettled() > 0 && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        pass::run(&cx, true).await;
+    }
+}
 
 /// What one reconciliation pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -109,9 +177,9 @@ pub(crate) struct Ledger {
 pub(crate) struct Reconciler {
     /// The ledger.
     ledger: Arc<Mutex<Ledger>>,
-    /// Woken when an entry becomes due at once (its put was answered), so the supervisor runs
-    /// a pass without waiting for its period.
-    due_now: Arc<Notify>,
+    /// Woken when a work lets go of an entry, so that the supervisor's loop runs a pass when it
+    /// is due (at once, or at its deadline) without waiting for its period.
+    let_go: Arc<Notify>,
     /// One pass at a time.
     pub(crate) pass: Arc<tokio::sync::Mutex<()>>,
 }
@@ -166,9 +234,25 @@ impl Reconciler {
         }
     }
 
-    /// Resolves when an entry became due at once.
-    pub(crate) async fn due_now(&self) {
-        self.due_now.notified().await;
+    /// Resolves when a work let go of an entry.
+    pub(crate) async fn let_go(&self) {
+        self.let_go.notified().await;
+    }
+
+    /// When the next entry its work let go of falls due, on the replica's clock (`None`: none).
+    pub(crate) fn next_due_ms(&self) -> Option<u64> {
+        self.ledger()
+            .entries
+            .values()
+            .filter(|e| !e.held)
+            .map(|e| {
+                if e.due_at_once() {
+                    e.started_ms
+                } else {
+                    e.started_ms.saturating_add(e.deadline_ms)
+                }
+            })
+            .min()
     }
 
     /// How many puts of unknown outcome the replica still holds.
@@ -225,7 +309,7 @@ impl Tracked {
 
 impl Drop for Tracked {
     fn drop(&mut self) {
-        let mut due_now = false;
+        let mut let_go = false;
         {
             let mut ledger = self.reconciler.ledger();
             if let Some(entry) = ledger.entries.get_mut(&self.id) {
@@ -233,12 +317,12 @@ impl Drop for Tracked {
                 if entry.keys.is_empty() {
                     ledger.entries.remove(&self.id);
                 } else {
-                    due_now = entry.due_at_once();
+                    let_go = true;
                 }
             }
         }
-        if due_now {
-            self.reconciler.due_now.notify_one();
+        if let_go {
+            self.reconciler.let_go.notify_one();
         }
     }
 }

@@ -91,8 +91,6 @@ impl Supervisor {
             closed_with: None,
             close_waiters: Vec::new(),
             handle_dropped: false,
-            linger_until: None,
-            lingering: false,
         }
         .start();
         // Copies a crash left behind of tenants forgotten meanwhile go first.
@@ -221,12 +219,6 @@ pub struct SupervisorActor {
     close_waiters: Vec<oneshot::Sender<Result<Vec<LeaseKey>, Error>>>,
     /// Set when the last [`Supervisor`] handle was dropped.
     handle_dropped: bool,
-    /// Once closed: how long the replica stays up for the puts of unknown outcome it still
-    /// holds (at most `put_lifetime` after the close; what is left then goes to the orphan and
-    /// erasure sweeps of later tenures).
-    linger_until: Option<tokio::time::Instant>,
-    /// A lingering pass is scheduled.
-    lingering: bool,
 }
 
 /// A forget under way: its tenure, the signal that it is over, and the tenant's handle.
@@ -242,21 +234,16 @@ impl Actor for SupervisorActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         if let Some(every) = self.rt.reconcile_every {
             ctx.run_interval(every, |act, ctx| {
-                let rt = act.rt.clone();
+                let cx = act.rt.reconcile.clone();
                 ctx.spawn(actix::fut::wrap_future(async move {
-                    crate::reconcile::pass::run(&rt, false).await;
+                    crate::reconcile::pass::run(&cx, false).await;
                 }));
             });
         }
-        // A put let go of whose answer came (a refused segment, an image whose head never moved)
-        // is reconciled at once, not at the next period.
-        let rt = self.rt.clone();
-        ctx.spawn(actix::fut::wrap_future(async move {
-            loop {
-                rt.reconciler.due_now().await;
-                crate::reconcile::pass::run(&rt, false).await;
-            }
-        }));
+        // A put let go of is reconciled when it falls due (at once when its answer came and
+        // nothing can name it any more), not only at the next period.
+        let cx = self.rt.reconcile.clone();
+        ctx.spawn(actix::fut::wrap_future(crate::reconcile::run_when_due(cx)));
         if let Some(every) = self.rt.local_sweep_every {
             ctx.run_interval(every, |act, ctx| {
                 ctx.spawn(act.sweep_all_local().map(|swept, _, _| {
@@ -269,6 +256,11 @@ impl Actor for SupervisorActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        // Puts of unknown outcome still held are reconciled a while longer, by a task that
+        // holds only the stores (not the state root, the threads or the tenants).
+        if self.rt.reconciler().unsettled() > 0 {
+            actix::spawn(crate::reconcile::linger(self.rt.reconcile.clone()));
+        }
         // Tenant actors live on the arbiters: they go with them (promise 6).
         self.lease_actor.do_send(StopRenewals);
         self.table.clear();
@@ -287,26 +279,8 @@ impl SupervisorActor {
     /// Stops the replica once `close` has finished and no handle is left.
     fn stop_if_done(&mut self, ctx: &mut Context<Self>) {
         // A forget still erasing keeps the replica up: stopping would cut it off half done.
-        if !(self.closed && self.handle_dropped && self.forgets.is_empty()) {
-            return;
-        }
-        let lingered = self
-            .linger_until
-            .is_none_or(|until| tokio::time::Instant::now() >= until);
-        if self.rt.reconciler.unsettled() == 0 || lingered {
-            return ctx.stop();
-        }
-        // Puts of unknown outcome are still held: stay up a while to reconcile them.
-        if !self.lingering {
-            self.lingering = true;
-            ctx.run_later(std::time::Duration::from_secs(1), |act, ctx| {
-                let rt = act.rt.clone();
-                let pass = async move { crate::reconcile::pass::run(&rt, true).await };
-                ctx.spawn(actix::fut::wrap_future(pass).map(|_, act: &mut Self, ctx| {
-                    act.lingering = false;
-                    act.stop_if_done(ctx);
-                }));
-            });
+        if self.closed && self.handle_dropped && self.forgets.is_empty() {
+            ctx.stop();
         }
     }
 }
@@ -353,8 +327,8 @@ impl Handler<ReconcileNow> for SupervisorActor {
     type Result = ResponseFuture<crate::ReconcileReport>;
 
     fn handle(&mut self, _msg: ReconcileNow, _ctx: &mut Context<Self>) -> Self::Result {
-        let rt = self.rt.clone();
-        Box::pin(async move { crate::reconcile::pass::run(&rt, false).await })
+        let cx = self.rt.reconcile.clone();
+        Box::pin(async move { crate::reconcile::pass::run(&cx, false).await })
     }
 }
 
@@ -445,7 +419,7 @@ impl Handler<Open> for SupervisorActor {
             }
             if opened.is_ok() {
                 // What a crashed process left in this tenant goes once seen long enough.
-                crate::reconcile::orphans::look_soon(&act.rt, key.clone());
+                crate::reconcile::orphans::look_soon(&act.rt.reconcile, key.clone());
             }
             if let Ok(tenant) = &opened {
                 let order = act.next_order;

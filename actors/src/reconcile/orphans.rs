@@ -6,28 +6,25 @@
 //!
 //! [`OrphanAges`]: leasehold::plan::orphans::OrphanAges
 
-use std::sync::Arc;
-
 use leasehold::clock::duration_ms;
 use leasehold::plan::orphans::orphans;
 use leasehold::sweep::SWEEP_PAGE_KEYS;
 use leasehold::{Error, LeaseKey};
 
-use super::ReconcileReport;
+use super::{Cx, ReconcileReport};
 use crate::events::Event;
-use crate::runtime::Runtime;
 
 /// Lists `tenant`, deletes the orphans this replica has seen for `put_lifetime`, and has the
 /// pass look again at the others when they are due. Returns how many objects went.
-pub(crate) async fn look(rt: &Arc<Runtime>, tenant: &LeaseKey) -> Result<usize, Error> {
+pub(crate) async fn look(cx: &Cx, tenant: &LeaseKey) -> Result<usize, Error> {
     // The record first: a tenure that acquires after it is read is above its epoch, never judged.
-    let Some(record) = rt.leases.read(tenant).await? else {
+    let Some(record) = cx.leases.read(tenant).await? else {
         return Ok(0);
     };
     let prefix = tenant.prefix();
     let (mut listed, mut after) = (Vec::new(), None::<String>);
     loop {
-        let page = rt
+        let page = cx
             .durable
             .list_page(&prefix, after.as_deref(), SWEEP_PAGE_KEYS)
             .await?;
@@ -38,16 +35,16 @@ pub(crate) async fn look(rt: &Arc<Runtime>, tenant: &LeaseKey) -> Result<usize, 
         }
     }
     let candidates = orphans(tenant, &listed, &record);
-    let (now, settle) = (rt.now_ms(), duration_ms(rt.put_lifetime));
-    let due = rt
+    let (now, settle) = (cx.now_ms(), duration_ms(cx.put_lifetime));
+    let due = cx
         .reconciler
         .ledger()
         .orphans
         .due(tenant, &candidates, now, settle);
     for chunk in due.chunks(SWEEP_PAGE_KEYS) {
-        rt.durable.delete_keys(chunk).await?;
+        cx.durable.delete_keys(chunk).await?;
     }
-    let mut ledger = rt.reconciler.ledger();
+    let mut ledger = cx.reconciler.ledger();
     ledger.orphans.forget(&due);
     if candidates.len() > due.len() {
         let at = now.saturating_add(settle);
@@ -58,7 +55,7 @@ pub(crate) async fn look(rt: &Arc<Runtime>, tenant: &LeaseKey) -> Result<usize, 
     }
     drop(ledger);
     if !due.is_empty() {
-        rt.events.emit(Event::TakenBack {
+        cx.events.emit(Event::TakenBack {
             key: tenant.to_string(),
             objects: due.len(),
         });
@@ -67,10 +64,10 @@ pub(crate) async fn look(rt: &Arc<Runtime>, tenant: &LeaseKey) -> Result<usize, 
 }
 
 /// Looks again at every tenant whose orphan candidates are due.
-pub(crate) async fn recheck_due(rt: &Arc<Runtime>, report: &mut ReconcileReport) {
-    let now = rt.now_ms();
+pub(crate) async fn recheck_due(cx: &Cx, report: &mut ReconcileReport) {
+    let now = cx.now_ms();
     let due: Vec<LeaseKey> = {
-        let mut ledger = rt.reconciler.ledger();
+        let mut ledger = cx.reconciler.ledger();
         let due: Vec<LeaseKey> = ledger
             .rechecks
             .iter()
@@ -83,12 +80,12 @@ pub(crate) async fn recheck_due(rt: &Arc<Runtime>, report: &mut ReconcileReport)
         due
     };
     for tenant in due {
-        match look(rt, &tenant).await {
+        match look(cx, &tenant).await {
             Ok(deleted) => report.deleted += deleted,
             Err(e) => {
                 report.failures += 1;
                 tracing::debug!(key = %tenant, error = %e, "looking for orphans failed; again at the next pass");
-                rt.reconciler.ledger().rechecks.insert(tenant, now);
+                cx.reconciler.ledger().rechecks.insert(tenant, now);
             }
         }
     }
@@ -96,9 +93,9 @@ pub(crate) async fn recheck_due(rt: &Arc<Runtime>, report: &mut ReconcileReport)
 
 /// Has the next pass look for orphans of `tenant` (beside an open, after a new image): one
 /// listing per tenant per pass at most, whatever asks.
-pub(crate) fn look_soon(rt: &Runtime, tenant: LeaseKey) {
-    let now = rt.now_ms();
-    let mut ledger = rt.reconciler.ledger();
+pub(crate) fn look_soon(cx: &Cx, tenant: LeaseKey) {
+    let now = cx.now_ms();
+    let mut ledger = cx.reconciler.ledger();
     let at = ledger.rechecks.entry(tenant).or_insert(now);
     *at = (*at).min(now);
 }

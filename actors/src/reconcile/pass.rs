@@ -2,7 +2,6 @@
 //! erasure is due, the live tenants whose orphan candidates are to be looked at again. Every
 //! decision is the pure [`verdict`]; this file gathers what it asks for and carries it out.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::durable::StoreError;
@@ -13,9 +12,8 @@ use leasehold::plan::reconcile::{ChainWalk, PutOf, Seen, Verdict, is_due, verdic
 use leasehold::sweep::{SWEEP_PAGE_KEYS, sweep_dead_epochs};
 use leasehold::{Error, LeaseKey};
 
-use super::ReconcileReport;
+use super::{Cx, ReconcileReport};
 use crate::events::Event;
-use crate::runtime::Runtime;
 
 /// How many forgotten tenants one pass sweeps again at most.
 pub(crate) const ERASURES_PER_PASS: usize = 64;
@@ -38,12 +36,12 @@ struct Due {
 
 /// Runs one pass; `closing`: the replica is closing, so every entry its work let go of is due
 /// (its put must still have settled).
-pub(crate) async fn run(rt: &Arc<Runtime>, closing: bool) -> ReconcileReport {
-    let _one_at_a_time = rt.reconciler.pass.lock().await;
+pub(crate) async fn run(cx: &Cx, closing: bool) -> ReconcileReport {
+    let _one_at_a_time = cx.reconciler.pass.lock().await;
     let mut report = ReconcileReport::default();
-    let now = rt.now_ms();
+    let now = cx.now_ms();
     let due: Vec<Due> = {
-        let ledger = rt.reconciler.ledger();
+        let ledger = cx.reconciler.ledger();
         report.waiting = ledger.entries.len();
         ledger
             .entries
@@ -63,13 +61,13 @@ pub(crate) async fn run(rt: &Arc<Runtime>, closing: bool) -> ReconcileReport {
             .collect()
     };
     for entry in due {
-        match judge(rt, entry.clone()).await {
+        match judge(cx, entry.clone()).await {
             Ok(Some(deleted)) => {
-                rt.reconciler.ledger().entries.remove(&entry.id);
+                cx.reconciler.ledger().entries.remove(&entry.id);
                 report.waiting -= 1;
                 if deleted > 0 {
                     report.deleted += deleted;
-                    rt.events.emit(Event::TakenBack {
+                    cx.events.emit(Event::TakenBack {
                         key: entry.tenant.to_string(),
                         objects: deleted,
                     });
@@ -84,24 +82,24 @@ pub(crate) async fn run(rt: &Arc<Runtime>, closing: bool) -> ReconcileReport {
             }
         }
     }
-    sweep_due_erasures(rt, &mut report).await;
+    sweep_due_erasures(cx, &mut report).await;
     if !closing {
-        super::orphans::recheck_due(rt, &mut report).await;
+        super::orphans::recheck_due(cx, &mut report).await;
     }
     report
 }
 
 /// Judges one entry: `Some(n)` once it is settled (`n` objects deleted, 0 when kept), `None`
 /// while it must wait. A store error leaves it for the next pass.
-async fn judge(rt: &Arc<Runtime>, mut entry: Due) -> Result<Option<usize>, Error> {
+async fn judge(cx: &Cx, mut entry: Due) -> Result<Option<usize>, Error> {
     for key in &entry.keys {
-        match rt.durable.settle_put(key, Duration::ZERO).await {
+        match cx.durable.settle_put(key, Duration::ZERO).await {
             Ok(()) => {}
             Err(StoreError::Timeout { .. }) => return Ok(None), // still running
             Err(e) => return Err(e.into()),
         }
     }
-    let mut record = rt.leases.read(&entry.tenant).await?;
+    let mut record = cx.leases.read(&entry.tenant).await?;
     let (mut later_at_seq, mut head_chain) = (None, None);
     loop {
         let seen = Seen {
@@ -115,28 +113,28 @@ async fn judge(rt: &Arc<Runtime>, mut entry: Due) -> Result<Option<usize>, Error
             Verdict::Keep => return Ok(Some(0)),
             Verdict::Wait => return Ok(None),
             Verdict::Delete => {
-                rt.durable.delete_keys(&entry.keys).await?;
+                cx.durable.delete_keys(&entry.keys).await?;
                 return Ok(Some(entry.keys.len()));
             }
             Verdict::ReleaseFirst => {
-                fence(rt, &entry).await?;
+                fence(cx, &entry).await?;
                 entry.fenced = true;
-                if let Some(e) = rt.reconciler.ledger().entries.get_mut(&entry.id) {
+                if let Some(e) = cx.reconciler.ledger().entries.get_mut(&entry.id) {
                     e.fenced = true;
                 }
-                record = rt.leases.read(&entry.tenant).await?;
+                record = cx.leases.read(&entry.tenant).await?;
             }
             Verdict::ListSegmentsAtSeq => {
                 let (PutOf::Segment { pos }, Some(r)) = (entry.put, record.as_ref()) else {
                     return Ok(None);
                 };
-                later_at_seq = Some(later_segment_at(rt, &entry.tenant, pos, r.floor).await?);
+                later_at_seq = Some(later_segment_at(cx, &entry.tenant, pos, r.floor).await?);
             }
             Verdict::WalkHeadChain => {
                 let (PutOf::Image { epoch, seq }, Some(r)) = (entry.put, record.as_ref()) else {
                     return Ok(None);
                 };
-                head_chain = Some(walk_head_chain(rt, &entry.tenant, r, (epoch, seq)).await?);
+                head_chain = Some(walk_head_chain(cx, &entry.tenant, r, (epoch, seq)).await?);
             }
         }
     }
@@ -144,21 +142,24 @@ async fn judge(rt: &Arc<Runtime>, mut entry: Due) -> Result<Option<usize>, Error
 
 /// Releases the lease of the tenure that put `entry`: once the store answered (released, or
 /// not held any more), no move of that tenure can land.
-async fn fence(rt: &Runtime, entry: &Due) -> Result<(), Error> {
-    let owner = rt.replica.as_str();
-    match rt
-        .leases
-        .release(&entry.tenant, owner, entry.put.epoch())
-        .await
-    {
-        Ok(()) | Err(LeaseError::NotHeld { .. }) => Ok(()),
+async fn fence(cx: &Cx, entry: &Due) -> Result<(), Error> {
+    let (owner, epoch) = (cx.replica.as_str(), entry.put.epoch());
+    match cx.leases.release(&entry.tenant, owner, epoch).await {
+        Ok(()) => {
+            cx.events.emit(Event::TenureFenced {
+                key: entry.tenant.to_string(),
+                epoch,
+            });
+            Ok(())
+        }
+        Err(LeaseError::NotHeld { .. }) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
 
 /// Whether a segment of an epoch above `pos`'s (and above `floor`) sits at `pos.seq`.
 async fn later_segment_at(
-    rt: &Runtime,
+    cx: &Cx,
     tenant: &LeaseKey,
     pos: LogPos,
     floor: u64,
@@ -166,7 +167,7 @@ async fn later_segment_at(
     let prefix = tenant.prefix();
     let mut after: Option<String> = None;
     loop {
-        let page = rt
+        let page = cx
             .durable
             .list_page(&prefix, after.as_deref(), SWEEP_PAGE_KEYS)
             .await?;
@@ -187,7 +188,7 @@ async fn later_segment_at(
 
 /// Walks the chain of bases from the record's head down to `target`'s place in the order.
 async fn walk_head_chain(
-    rt: &Runtime,
+    cx: &Cx,
     tenant: &LeaseKey,
     record: &LeaseRecord,
     target: (u64, u64),
@@ -205,7 +206,7 @@ async fn walk_head_chain(
             return Ok(ChainWalk::PassesBy);
         }
         let mkey = manifest_key(tenant, image.epoch, image.seq);
-        let Some(bytes) = rt.durable.get(&mkey).await? else {
+        let Some(bytes) = cx.durable.get(&mkey).await? else {
             return Ok(ChainWalk::Unreadable);
         };
         match parse_manifest(&bytes, tenant, image.epoch, image.seq) {
@@ -220,10 +221,10 @@ async fn walk_head_chain(
 /// by the lease store's clock, whoever forgot it) and marks it done once nothing at or below its
 /// floor is left. A sweep that fails leaves it pending for the next pass (hole 11 of
 /// docs/testing.md).
-async fn sweep_due_erasures(rt: &Arc<Runtime>, report: &mut ReconcileReport) {
-    let due = match rt
+async fn sweep_due_erasures(cx: &Cx, report: &mut ReconcileReport) {
+    let due = match cx
         .leases
-        .erasures_due(rt.put_lifetime, ERASURES_PER_PASS)
+        .erasures_due(cx.put_lifetime, ERASURES_PER_PASS)
         .await
     {
         Ok(due) => due,
@@ -235,9 +236,9 @@ async fn sweep_due_erasures(rt: &Arc<Runtime>, report: &mut ReconcileReport) {
     };
     for erasure in due {
         let key = erasure.key.to_string();
-        let swept = sweep_dead_epochs(rt.durable.as_ref(), &erasure.key, erasure.floor).await;
+        let swept = sweep_dead_epochs(cx.durable.as_ref(), &erasure.key, erasure.floor).await;
         let event = match swept {
-            Ok(objects) => match rt.leases.erasure_done(&erasure.key, erasure.floor).await {
+            Ok(objects) => match cx.leases.erasure_done(&erasure.key, erasure.floor).await {
                 Ok(()) => {
                     report.erasures_done += 1;
                     report.deleted += objects;
@@ -259,6 +260,6 @@ async fn sweep_due_erasures(rt: &Arc<Runtime>, report: &mut ReconcileReport) {
                 }
             }
         };
-        rt.events.emit(event);
+        cx.events.emit(event);
     }
 }

@@ -138,9 +138,9 @@ impl SupervisorActor {
             .then(|unflushed, act, _| {
                 // The puts of unknown outcome of the tenures just ended: reconciled now if they
                 // have settled, else while the replica lingers (see `stop_if_done`).
-                let rt = act.rt.clone();
+                let cx = act.rt.reconcile.clone();
                 actix::fut::wrap_future(async move {
-                    crate::reconcile::pass::run(&rt, true).await;
+                    crate::reconcile::pass::run(&cx, true).await;
                     unflushed
                 })
             })
@@ -160,7 +160,6 @@ impl SupervisorActor {
                     }
                     act.closed_with = Some(answer.clone());
                     act.closed = true;
-                    act.linger_until = Some(tokio::time::Instant::now() + act.rt.put_lifetime);
                     act.stop_if_done(ctx);
                     answer
                 })

@@ -253,7 +253,9 @@ impl LogShip {
 /// names it: on every other way out — a failed put, a refused or unanswered move, or this future
 /// dropped with its actor — the replica's reconciliation finds the segment named by the tip's
 /// chain or deletes it once the put has settled (docs/guarantees.md, "Reconciling puts of unknown
-/// outcome"). No put leaves a replica that no longer believes it holds the lease.
+/// outcome"). No put leaves a tenure known to be over; with `Async`, whose cuts come on a timer
+/// rather than right after a commit's lease check or a confirmed tip move, none leaves once the
+/// lease cell no longer holds (docs/guarantees.md, "the erasure bound").
 pub(crate) async fn ship(
     rt: Arc<Runtime>,
     cell: Arc<LeaseCell>,
@@ -266,7 +268,13 @@ pub(crate) async fn ship(
         key: key.to_string(),
         reason,
     };
-    if !cell.holds(rt.now_ms()) {
+    let may_send = match rt.durability {
+        crate::config::Durability::Async { .. } => cell.holds(rt.now_ms()),
+        // Right after a commit whose lease check passed, or a tip move the store confirmed:
+        // the store, not the holder's clock, decides whether the segment counts.
+        _ => !cell.is_ended(),
+    };
+    if !may_send {
         return Err(Error::Fenced {
             key: key.to_string(),
         });
@@ -276,7 +284,7 @@ pub(crate) async fn ship(
     // and a second: see `TipBatcher`).
     let moves = (TIP_RETRIES + 1) * (2 * rt.store_deadline + std::time::Duration::from_secs(1));
     let deadline = put_deadline(rt.store_deadline, bytes.len()) + moves;
-    let tracked = rt.reconciler.track(
+    let tracked = rt.reconciler().track(
         &cell,
         PutOf::Segment { pos: to },
         rt.now_ms(),

@@ -203,7 +203,7 @@ impl Publisher {
         let bytes = usize::try_from(file.size).unwrap_or(usize::MAX);
         // The image's put, the manifest's and the head's move, each under its deadline.
         let deadline = put_deadline(self.rt.store_deadline, bytes) + 2 * self.rt.store_deadline;
-        let tracked = self.rt.reconciler.track(
+        let tracked = self.rt.reconciler().track(
             &self.cell,
             PutOf::Image { epoch, seq },
             self.rt.now_ms(),
