@@ -42,6 +42,9 @@ use crate::lease_actor::LeaseCell;
 pub(crate) mod orphans;
 pub(crate) mod pass;
 
+/// How often entries that are due but whose puts still run are looked at again.
+pub(crate) const SETTLE_POLL: Duration = Duration::from_millis(200);
+
 /// What a pass needs of the replica: its name, stores, clock, events and ledger — nothing that
 /// holds its state root, threads or tenants, so that passes may go on after the supervisor has
 /// stopped ([`linger`]).
@@ -70,11 +73,12 @@ impl Cx {
     }
 }
 
-/// The supervisor's loop: a pass whenever an entry falls due — at once when a work lets go of
-/// one that nothing can name any more, else at its deadline — at most one a second when entries
-/// wait for their puts to settle. Ends with the supervisor (its future is dropped).
+/// The supervisor's loop: the due entries are judged whenever one falls due — at once when a
+/// work lets go of one that nothing can name any more, else at its deadline — and every
+/// [`SETTLE_POLL`] while some wait for their puts to settle. Ends with the supervisor (its
+/// future is dropped). The erasures due and the orphan looks are the periodic passes'.
 pub(crate) async fn run_when_due(cx: Cx) {
-    const AT_LEAST: Duration = Duration::from_secs(1);
+    const AT_LEAST: Duration = SETTLE_POLL;
     let mut wait = None;
     loop {
         match wait {
@@ -85,7 +89,7 @@ pub(crate) async fn run_when_due(cx: Cx) {
         }
         let due = cx.reconciler.next_due_ms();
         if due.is_some_and(|at| at <= cx.now_ms()) {
-            pass::run(&cx, false).await;
+            pass::run_entries(&cx, false).await;
         }
         wait = cx.reconciler.next_due_ms().map(|at| {
             let ms = at.saturating_sub(cx.now_ms());
@@ -133,8 +137,8 @@ pub(crate) struct Entry {
     pub(crate) naming: Naming,
     /// When it was entered (the replica's clock).
     pub(crate) started_ms: u64,
-    /// The caller's deadline of its puts.
-    pub(crate) deadline_ms: u64,
+    /// How long its work may wait for its puts, and for the moves that name it.
+    pub(crate) deadlines: Deadlines,
     /// The work still holds its guard: not due.
     pub(crate) held: bool,
     /// Every put answered (nothing of it can still land): due at once when let go, unless a
@@ -153,10 +157,33 @@ impl Entry {
         self.answered && self.naming != Naming::Unknown
     }
 
+    /// How long after it was entered its puts' deadlines ran out. A naming move left unanswered
+    /// is not waited for: a verdict that it may still land fences its tenure first (or waits
+    /// while the tenure runs here), so judging early is safe.
+    pub(crate) fn deadline_ms(&self) -> u64 {
+        self.deadlines.puts_ms
+    }
+
+    /// When it falls due for a verdict (replica's clock), once its work let go of it.
+    pub(crate) fn due_at_ms(&self) -> u64 {
+        if self.due_at_once() {
+            self.started_ms
+        } else {
+            self.started_ms.saturating_add(self.deadline_ms())
+        }
+    }
+
     /// Whether the tenure that put it still runs on this replica.
     pub(crate) fn tenure_runs_here(&self) -> bool {
         self.tenure.upgrade().is_some_and(|cell| !cell.is_ended())
     }
+}
+
+/// How long the work of a put may wait for it, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Deadlines {
+    /// For its puts (each grown with its payload).
+    pub(crate) puts_ms: u64,
 }
 
 /// The ledger itself, behind the reconciler's lock.
@@ -199,14 +226,14 @@ impl Reconciler {
         lock(&self.ledger)
     }
 
-    /// Enters `put` of `tenant`, by the tenure of `cell`, about to be sent at `now_ms` with a
-    /// caller's deadline of `deadline_ms` for its puts.
+    /// Enters `put` of the tenure of `cell`, about to be sent at `now_ms`, whose work waits
+    /// at most `deadlines`.
     pub(crate) fn track(
         &self,
         cell: &Arc<LeaseCell>,
         put: PutOf,
         now_ms: u64,
-        deadline_ms: u64,
+        deadlines: Deadlines,
     ) -> Tracked {
         let tenant = cell.key.clone();
         let mut ledger = self.ledger();
@@ -221,7 +248,7 @@ impl Reconciler {
                 keys,
                 naming: Naming::NotAsked,
                 started_ms: now_ms,
-                deadline_ms,
+                deadlines,
                 held: true,
                 answered: false,
                 tenure: Arc::downgrade(cell),
@@ -245,13 +272,7 @@ impl Reconciler {
             .entries
             .values()
             .filter(|e| !e.held)
-            .map(|e| {
-                if e.due_at_once() {
-                    e.started_ms
-                } else {
-                    e.started_ms.saturating_add(e.deadline_ms)
-                }
-            })
+            .map(Entry::due_at_ms)
             .min()
     }
 

@@ -34,9 +34,21 @@ struct Due {
     fenced: bool,
 }
 
-/// Runs one pass; `closing`: the replica is closing, so every entry its work let go of is due
-/// (its put must still have settled).
+/// Runs one pass: the due entries, the erasures due, the orphan looks due; `closing`: the
+/// replica is closing, so every entry its work let go of is due (its put must still have
+/// settled), and no orphan look is begun.
 pub(crate) async fn run(cx: &Cx, closing: bool) -> ReconcileReport {
+    let mut report = run_entries(cx, closing).await;
+    let _one_at_a_time = cx.reconciler.pass.lock().await;
+    sweep_due_erasures(cx, &mut report).await;
+    if !closing {
+        super::orphans::recheck_due(cx, &mut report).await;
+    }
+    report
+}
+
+/// Judges the entries due.
+pub(crate) async fn run_entries(cx: &Cx, closing: bool) -> ReconcileReport {
     let _one_at_a_time = cx.reconciler.pass.lock().await;
     let mut report = ReconcileReport::default();
     let now = cx.now_ms();
@@ -47,7 +59,7 @@ pub(crate) async fn run(cx: &Cx, closing: bool) -> ReconcileReport {
             .entries
             .iter()
             .filter(|(_, e)| {
-                !e.held && (e.due_at_once() || is_due(e.started_ms, e.deadline_ms, now, closing))
+                !e.held && (e.due_at_once() || is_due(e.started_ms, e.deadline_ms(), now, closing))
             })
             .map(|(id, e)| Due {
                 id: *id,
@@ -81,10 +93,6 @@ pub(crate) async fn run(cx: &Cx, closing: bool) -> ReconcileReport {
                 tracing::debug!(key = %entry.tenant, error = %e, "a put of unknown outcome stays for the next pass");
             }
         }
-    }
-    sweep_due_erasures(cx, &mut report).await;
-    if !closing {
-        super::orphans::recheck_due(cx, &mut report).await;
     }
     report
 }

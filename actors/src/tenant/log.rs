@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 use super::messages::Finisher;
 use crate::lease_actor::LeaseCell;
+use crate::reconcile::Deadlines;
 use crate::runtime::Runtime;
 
 /// How many more times a tip move of unknown outcome (a timeout) is asked again: repeating a
@@ -280,16 +281,11 @@ pub(crate) async fn ship(
         });
     }
     let skey = segment_key(&key, to);
-    // The put's deadline and the tip moves' (each ask waits at most twice `store_deadline`
-    // and a second: see `TipBatcher`).
-    let moves = (TIP_RETRIES + 1) * (2 * rt.store_deadline + std::time::Duration::from_secs(1));
-    let deadline = put_deadline(rt.store_deadline, bytes.len()) + moves;
-    let tracked = rt.reconciler().track(
-        &cell,
-        PutOf::Segment { pos: to },
-        rt.now_ms(),
-        duration_ms(deadline),
-    );
+    let deadlines = Deadlines {
+        puts_ms: duration_ms(put_deadline(rt.store_deadline, bytes.len())),
+    };
+    let put = PutOf::Segment { pos: to };
+    let tracked = rt.reconciler().track(&cell, put, rt.now_ms(), deadlines);
     match rt.durable.put_if_absent(&skey, bytes.clone()).await {
         Ok(Put::Created) => tracked.answered(),
         Ok(Put::AlreadyExists) => {

@@ -16,6 +16,7 @@ use leasehold::{Error, LeaseKey};
 use tokio::sync::{Mutex, watch};
 
 use crate::lease_actor::LeaseCell;
+use crate::reconcile::Deadlines;
 use crate::runtime::Runtime;
 
 /// Where the tenure's chain of images stands.
@@ -201,14 +202,16 @@ impl Publisher {
     ) -> Result<Option<Published>, Error> {
         let (key, epoch) = (self.key().clone(), self.cell.epoch);
         let bytes = usize::try_from(file.size).unwrap_or(usize::MAX);
-        // The image's put, the manifest's and the head's move, each under its deadline.
-        let deadline = put_deadline(self.rt.store_deadline, bytes) + 2 * self.rt.store_deadline;
-        let tracked = self.rt.reconciler().track(
-            &self.cell,
-            PutOf::Image { epoch, seq },
-            self.rt.now_ms(),
-            duration_ms(deadline),
-        );
+        // The image's put and the manifest's.
+        let sd = self.rt.store_deadline;
+        let deadlines = Deadlines {
+            puts_ms: duration_ms(put_deadline(sd, bytes) + sd),
+        };
+        let put = PutOf::Image { epoch, seq };
+        let tracked = self
+            .rt
+            .reconciler()
+            .track(&self.cell, put, self.rt.now_ms(), deadlines);
         let at = ImageAt {
             key: &key,
             epoch,
