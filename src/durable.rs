@@ -205,6 +205,20 @@ pub trait DurableStore: Send + Sync + fmt::Debug + 'static {
         let _ = limit;
         check_list_prefix(prefix)
     }
+
+    /// [`DurableStore::settle_puts`] for the puts of exactly `key` (a valid key): the replica's
+    /// reconciliation waits for one put without waiting for every other put of its tenure
+    /// (docs/guarantees.md, "Reconciling puts of unknown outcome"). The default waits for the
+    /// puts of the directory `key` lies in, which includes them; [`crate::deadline::Deadline`]
+    /// and the test kit's wrappers wait for the key alone.
+    async fn settle_put(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
+        check_key(key)?;
+        let dir = key.rsplit_once('/').map_or("", |(dir, _)| dir);
+        if dir.is_empty() {
+            return self.settle_puts("", limit).await;
+        }
+        self.settle_puts(&format!("{dir}/"), limit).await
+    }
 }
 
 /// Shared handle to a durable store.
@@ -246,6 +260,9 @@ impl<S: DurableStore + ?Sized> DurableStore for Arc<S> {
     }
     async fn settle_puts(&self, prefix: &str, limit: Duration) -> Result<(), StoreError> {
         (**self).settle_puts(prefix, limit).await
+    }
+    async fn settle_put(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
+        (**self).settle_put(key, limit).await
     }
 }
 

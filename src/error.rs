@@ -262,6 +262,10 @@ impl From<ImageError> for Error {
         match e {
             ImageError::Store(s) => s.into(),
             ImageError::Ledger(l) => Error::Ledger(l),
+            ImageError::Fenced { key } => Error::Fenced {
+                // `<org>/<tenant>/e…/snap-….db`: the tenant is the first two segments.
+                key: key.splitn(3, '/').take(2).collect::<Vec<_>>().join("/"),
+            },
             other => Error::Corrupt(other.to_string()),
         }
     }

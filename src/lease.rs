@@ -66,6 +66,17 @@ pub struct TipMove {
 /// What each move of a [`LeaseStore::move_tips`] call came to, in order.
 pub type TipOutcomes = Vec<Result<LeaseRecord, LeaseError>>;
 
+/// A forget whose erasure is not known to be complete: the tenant's objects at or below `floor`
+/// must be swept once more after every put that could still land has landed
+/// ([`LeaseStore::erasures_due`], docs/guarantees.md, "the erasure bound").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingErasure {
+    /// The forgotten tenant.
+    pub key: LeaseKey,
+    /// The floor its forget raised.
+    pub floor: u64,
+}
+
 /// What one key of a [`LeaseStore::renew_many`] call came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RenewOutcome {
@@ -356,12 +367,32 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// Raises the floor to `epoch` and clears the head and the tip, for the live `(owner, epoch)`; the lease
     /// stays held so the caller can delete and then release. Repeating it for the same live
     /// tenure (a retry after a timeout that landed) returns the record again.
+    ///
+    /// It also records a **pending erasure** of `key` at that floor, stamped with the store's
+    /// clock (a repeat keeps the first stamp), which [`LeaseStore::erasures_due`] reports once
+    /// enough time has passed and [`LeaseStore::erasure_done`] clears.
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,
         owner: &str,
         epoch: u64,
     ) -> Result<LeaseRecord, LeaseError>;
+
+    /// The pending erasures whose forget is at least `settled_for` old by the **store's** clock
+    /// (oldest first, at most `limit`): the tenants whose prefix any replica should sweep once
+    /// more now that every put sent before the forget has landed or failed. A store that cannot
+    /// tell how long ago a forget was (a row of an earlier boot) reports it once its clock has
+    /// run `settled_for` since it started.
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<PendingErasure>, LeaseError>;
+
+    /// Clears the pending erasure of `key` at `floor` (a sweep after it was due left nothing at
+    /// or below the floor). A pending erasure of another floor (a later forget) stays; clearing
+    /// one that is not pending is no error. Needs no lease: any replica may sweep a floor.
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError>;
 }
 
 /// Shared handle to a lease store.
@@ -441,6 +472,16 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         epoch: u64,
     ) -> Result<LeaseRecord, LeaseError> {
         (**self).mark_forgotten(key, owner, epoch).await
+    }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<PendingErasure>, LeaseError> {
+        (**self).erasures_due(settled_for, limit).await
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        (**self).erasure_done(key, floor).await
     }
 }
 

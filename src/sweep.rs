@@ -98,11 +98,20 @@ pub async fn sweep_retention(
         }
     }
     let mut images = Vec::new();
+    let listed_set: std::collections::BTreeSet<&str> = listed.iter().map(String::as_str).collect();
     for object in &listed {
         let Some((epoch, seq)) = crate::layout::manifest_of(key, object) else {
             continue;
         };
         if epoch <= record.floor {
+            continue;
+        }
+        // A manifest whose image is not listed (a half-finished delete, or a manifest that
+        // landed after its lone image was taken back) describes no restorable image: it is
+        // never a base, and the orphan look deletes it (docs/guarantees.md, "Reconciling puts
+        // of unknown outcome").
+        let image = crate::layout::image_key(key, epoch, seq);
+        if !listed_set.contains(image.as_str()) {
             continue;
         }
         let parsed = store

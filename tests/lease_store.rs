@@ -184,7 +184,47 @@ async fn hole9_a_schema_1_lease_file_gains_the_attempt_column_and_keeps_its_rows
         .unwrap()
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
+}
+
+#[tokio::test]
+async fn a_schema_3_lease_file_gains_the_pending_erasures_and_keeps_its_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let old = rusqlite::Connection::open(&path).unwrap();
+    old.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         CREATE TABLE leases (key TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL,
+            epoch INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, boot_id TEXT NOT NULL,
+            released INTEGER NOT NULL, floor INTEGER NOT NULL, head_epoch INTEGER,
+            head_seq INTEGER, head_sha256 TEXT, attempt INTEGER, tip_epoch INTEGER,
+            tip_seq INTEGER) STRICT;
+         INSERT INTO leases VALUES ('acme/t1', 'a', 4, 500, 'boot-1', 0, 2, NULL, NULL, NULL, 7,
+            4, 9);
+         PRAGMA user_version = 3;",
+    )
+    .unwrap();
+    drop(old);
+    let clock = ManualClock::new(10);
+    let store =
+        SqliteLeaseStore::open_with(&path, Arc::new(clock.clone()), "boot-1".into()).unwrap();
+    let k = key("acme", "t1");
+    let kept = store.read(&k).await.unwrap().unwrap();
+    assert_eq!(
+        (kept.epoch, kept.floor, kept.tip.map(|t| t.seq)),
+        (4, 2, Some(9))
+    );
+    let forgotten = store.mark_forgotten(&k, "a", 4).await.unwrap();
+    assert_eq!(forgotten.floor, 4);
+    clock.advance(TTL);
+    let due = store.erasures_due(TTL, 10).await.unwrap();
+    assert_eq!(due.iter().map(|e| e.floor).collect::<Vec<_>>(), vec![4]);
+    drop(store);
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 4);
 }
 
 #[tokio::test]
@@ -222,7 +262,7 @@ async fn a_schema_2_lease_file_gains_the_log_tip_and_keeps_its_leases() {
         .unwrap()
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
 }
 
 #[tokio::test]
@@ -239,6 +279,16 @@ async fn the_suite_fails_a_store_whose_tip_move_ignores_the_tip_seen() {
     let check = testkit::conformance_a_new_tenure_continues_the_tip_and_the_old_one_cannot(&h);
     let message = violation(check).await;
     assert!(message.contains("B restarts the log"), "{message}");
+}
+
+#[tokio::test]
+async fn the_suite_fails_a_store_that_reports_an_erasure_due_before_its_settle_time() {
+    let clock = ManualClock::new(0);
+    let model = ModelStore::new(&clock, Flaw::ErasureDueAtOnce);
+    let h = harness(Arc::new(model), &clock, "m");
+    let check = testkit::conformance_a_forget_leaves_an_erasure_due_after_the_settle_time(&h);
+    let message = violation(check).await;
+    assert!(message.contains("due at once"), "{message}");
 }
 
 #[tokio::test]
@@ -424,7 +474,7 @@ async fn an_outage_fails_every_call_without_reaching_the_store() {
     );
     faulty.set_down(false);
     assert_eq!(faulty.acquire(&k, "a", TTL).await.unwrap().epoch, 1);
-    assert_eq!(LeaseOp::ALL.len(), 8);
+    assert_eq!(LeaseOp::ALL.len(), 10);
 }
 
 #[tokio::test]

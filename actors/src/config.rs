@@ -161,6 +161,18 @@ pub struct RuntimeConfig {
     pub max_open: usize,
     /// The deadline of every lease-store and durable-store call. Default 10 s.
     pub store_deadline: Duration,
+    /// The longest a durable-store put may still land after it was sent: the backend's own
+    /// bound on one put (an `S3Store`'s `S3Limits::op_timeout`, 120 s by default; a directory
+    /// store's put ends with its process). A put of unknown outcome is judged only once it has
+    /// settled, an orphan a crashed process left only once seen for this long, and a forgotten
+    /// tenant is swept once more this long after its forget (docs/guarantees.md, "the erasure
+    /// bound"). Default 120 s; at least `store_deadline`. Set it to the store's own bound.
+    pub put_lifetime: Duration,
+    /// How often the replica reconciles its puts of unknown outcome, looks again at orphan
+    /// candidates, and sweeps the forgotten tenants whose erasure is due (whoever forgot them);
+    /// `None`: only on `Supervisor::reconcile_now`, when a put it let go of was answered, and
+    /// at `close`. Default 30 s.
+    pub reconcile_every: Option<Duration>,
     /// How many arbiters (threads) tenants are placed on. Default: the number of cores.
     pub arbiters: usize,
     /// SQLite options of every ledger.
@@ -206,6 +218,8 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("close_concurrency", &self.close_concurrency)
             .field("max_open", &self.max_open)
             .field("store_deadline", &self.store_deadline)
+            .field("put_lifetime", &self.put_lifetime)
+            .field("reconcile_every", &self.reconcile_every)
             .field("arbiters", &self.arbiters)
             .finish_non_exhaustive()
     }
@@ -240,6 +254,8 @@ impl RuntimeConfig {
             close_concurrency: 8,
             max_open: default_max_open(leasehold::paths::open_files_limit(), 8),
             store_deadline: Duration::from_secs(10),
+            put_lifetime: Duration::from_secs(120),
+            reconcile_every: Some(Duration::from_secs(30)),
             arbiters: std::thread::available_parallelism().map_or(2, |n| n.get()),
             ledger: LedgerOptions::default(),
             observer: None,
@@ -295,6 +311,16 @@ impl RuntimeConfig {
         }
         positive("drain_timeout", self.drain_timeout)?;
         positive("store_deadline", self.store_deadline)?;
+        positive("put_lifetime", self.put_lifetime)?;
+        if self.put_lifetime < self.store_deadline {
+            return invalid(
+                "put_lifetime",
+                "must be at least store_deadline: a put lives at least as long as its caller waits",
+            );
+        }
+        if let Some(every) = self.reconcile_every {
+            positive("reconcile_every", every)?;
+        }
         if !(1..=10_000).contains(&self.close_concurrency) {
             return invalid("close_concurrency", "must be between 1 and 10000");
         }
@@ -449,6 +475,14 @@ mod tests {
             (
                 "async_pending_limit",
                 Box::new(|c| c.async_pending_limit = 0),
+            ),
+            (
+                "put_lifetime",
+                Box::new(|c| c.put_lifetime = c.store_deadline / 2),
+            ),
+            (
+                "reconcile_every",
+                Box::new(|c| c.reconcile_every = Some(Duration::ZERO)),
             ),
         ];
         for (name, break_it) in cases {

@@ -121,6 +121,23 @@ pub enum Event {
         /// How many objects went.
         objects: usize,
     },
+    /// Objects a replica put (or a crashed process left) that nothing names and nothing can
+    /// name any more were deleted (docs/guarantees.md, "Reconciling puts of unknown outcome").
+    TakenBack {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// How many objects went.
+        objects: usize,
+    },
+    /// A tenure that ended on this replica with a move of unknown outcome was fenced: its lease,
+    /// which may still have been live in the store, was released so that no late move of it
+    /// can land (docs/guarantees.md, "Reconciling puts of unknown outcome").
+    TenureFenced {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The ended tenure.
+        epoch: u64,
+    },
     /// A replica dropped its local copy of a tenant whose tenure is at or below the floor: a
     /// successor forgot the tenant while this replica was stopped, cut off or crashed.
     LocalCopyDropped {
@@ -172,6 +189,8 @@ impl Event {
             Event::Released { .. } => "released",
             Event::Forgotten { .. } => "forgotten",
             Event::Swept { .. } => "swept",
+            Event::TakenBack { .. } => "taken_back",
+            Event::TenureFenced { .. } => "tenure_fenced",
             Event::SweepFailed { .. } => "sweep_failed",
             Event::LocalCopyDropped { .. } => "local_copy_dropped",
             Event::ReplicaDropped { .. } => "replica_dropped",

@@ -18,11 +18,13 @@
 //! - `tenant` — [`TenantRef`] and [`Ticket`]; the tenant actor, its group commit, its lifecycle
 //!   and its image publisher.
 //! - `lease_actor` — the renewal chain and each tenure's `LeaseCell`.
+//! - `reconcile` — the replica's ledger of puts of unknown outcome and its passes.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod config;
 pub mod events;
 mod lease_actor;
+mod reconcile;
 mod runtime;
 pub mod status;
 mod supervisor;
@@ -34,6 +36,7 @@ pub use config::Breakage;
 pub use config::{Compaction, Durability, MIN_SEGMENT_LIMIT, RuntimeConfig};
 pub use events::{Event, EventLog, Observer};
 pub use lease_actor::live_tenants;
+pub use reconcile::ReconcileReport;
 pub use status::TenantStatus;
 pub use supervisor::{Supervisor, SupervisorActor};
 pub use tenant::{TenantRef, Ticket};

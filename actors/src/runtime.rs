@@ -57,6 +57,12 @@ pub(crate) struct Runtime {
     pub(crate) drain_timeout: Duration,
     /// The deadline of every store call (a put's grows with its payload).
     pub(crate) store_deadline: Duration,
+    /// How often the supervisor runs a reconciliation pass, if at all.
+    pub(crate) reconcile_every: Option<Duration>,
+    /// The replica's ledger of puts of unknown outcome and what its passes need: it outlives
+    /// every tenant actor (and the supervisor), so a put whose work was dropped is still
+    /// reconciled (docs/guarantees.md, "Reconciling puts of unknown outcome").
+    pub(crate) reconcile: crate::reconcile::Cx,
     /// How many tenants `close` hands off at a time.
     pub(crate) close_concurrency: usize,
     /// How many tenants may be open (or opening) at once (docs/guarantees.md, the descriptor
@@ -83,6 +89,16 @@ impl Runtime {
             Arc::new(Deadline::new(config.leases, config.store_deadline)?);
         let durable: SharedDurableStore =
             Arc::new(Deadline::new(config.durable, config.store_deadline)?);
+        let events = EventSink::new(config.observer);
+        let reconcile = crate::reconcile::Cx {
+            replica: config.replica_id.clone(),
+            leases: leases.clone(),
+            durable: durable.clone(),
+            clock: config.clock.clone(),
+            events: events.clone(),
+            put_lifetime: config.put_lifetime,
+            reconciler: crate::reconcile::Reconciler::new(),
+        };
         Ok(Arc::new(Self {
             replica: config.replica_id,
             state_root: config.state_root,
@@ -108,10 +124,12 @@ impl Runtime {
             drain_timeout: config.drain_timeout,
             close_concurrency: config.close_concurrency,
             store_deadline: config.store_deadline,
+            reconcile_every: config.reconcile_every,
             max_open: config.max_open,
             lock: std::sync::Mutex::new(Some(lock)),
             ledger: config.ledger,
-            events: EventSink::new(config.observer),
+            events,
+            reconcile,
             #[cfg(feature = "fault-switches")]
             breakage: config.breakage,
         }))
@@ -147,6 +165,11 @@ impl Runtime {
         if let Ok(mut lock) = self.lock.lock() {
             lock.take();
         }
+    }
+
+    /// The replica's ledger of puts of unknown outcome.
+    pub(crate) fn reconciler(&self) -> &crate::reconcile::Reconciler {
+        &self.reconcile.reconciler
     }
 
     /// The holder's clock, now.

@@ -192,6 +192,15 @@ impl Supervisor {
         lease_actor.send(RenewNow).await.map_err(|_| stopped())?
     }
 
+    /// Runs one reconciliation pass now (or waits for the one under way, then runs one): the
+    /// puts of unknown outcome whose work let go of them and whose deadline has passed, the
+    /// orphan candidates due, and the forgotten tenants whose erasure is due, whoever forgot
+    /// them (docs/guarantees.md, "Reconciling puts of unknown outcome"). Runs by itself every
+    /// `reconcile_every`, when a put let go of was answered, and at `close`.
+    pub async fn reconcile_now(&self) -> Result<crate::ReconcileReport, Error> {
+        self.addr.send(ReconcileNow).await.map_err(|_| stopped())
+    }
+
     /// Drops this replica's local copies of tenants forgotten elsewhere (their recorded tenure is
     /// at or below the floor). Runs by itself at start and whenever a tenure here ends without a
     /// handoff; returns how many copies went.
@@ -279,6 +288,18 @@ impl Actor for SupervisorActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(every) = self.rt.reconcile_every {
+            ctx.run_interval(every, |act, ctx| {
+                let cx = act.rt.reconcile.clone();
+                ctx.spawn(actix::fut::wrap_future(async move {
+                    crate::reconcile::pass::run(&cx, false).await;
+                }));
+            });
+        }
+        // A put let go of is reconciled when it falls due (at once when its answer came and
+        // nothing can name it any more), not only at the next period.
+        let cx = self.rt.reconcile.clone();
+        ctx.spawn(actix::fut::wrap_future(crate::reconcile::run_when_due(cx)));
         if let Some(every) = self.rt.local_sweep_every {
             ctx.run_interval(every, |act, ctx| {
                 ctx.spawn(act.sweep_all_local().map(|swept, _, _| {
@@ -291,6 +312,11 @@ impl Actor for SupervisorActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        // Puts of unknown outcome still held are reconciled a while longer, by a task that
+        // holds only the stores (not the state root, the threads or the tenants).
+        if self.rt.reconciler().unsettled() > 0 {
+            actix::spawn(crate::reconcile::linger(self.rt.reconcile.clone()));
+        }
         // Tenant actors live on the arbiters: they go with them (promise 6).
         self.lease_actor.do_send(StopRenewals);
         self.table.clear();
@@ -374,6 +400,20 @@ struct Lookup {
 #[derive(Message)]
 #[rtype(result = "Result<Vec<LeaseKey>, Error>")]
 struct Close;
+
+/// Runs one reconciliation pass.
+#[derive(Message)]
+#[rtype(result = "crate::ReconcileReport")]
+struct ReconcileNow;
+
+impl Handler<ReconcileNow> for SupervisorActor {
+    type Result = ResponseFuture<crate::ReconcileReport>;
+
+    fn handle(&mut self, _msg: ReconcileNow, _ctx: &mut Context<Self>) -> Self::Result {
+        let cx = self.rt.reconcile.clone();
+        Box::pin(async move { crate::reconcile::pass::run(&cx, false).await })
+    }
+}
 
 /// The lease actor's address.
 #[derive(Message)]
@@ -459,6 +499,10 @@ impl Handler<Open> for SupervisorActor {
                 // The close that began meanwhile hands this tenant off (hole 1, promise 6).
                 let tenant = opened?;
                 return Err(closed_while_opening(tenant.key()));
+            }
+            if opened.is_ok() {
+                // What a crashed process left in this tenant goes once seen long enough.
+                crate::reconcile::orphans::look_soon(&act.rt.reconcile, key.clone());
             }
             if let Ok(tenant) = &opened {
                 let order = act.next_order;

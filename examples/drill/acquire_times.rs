@@ -135,4 +135,14 @@ impl LeaseStore for AcquireTimes {
     ) -> Result<LeaseRecord, LeaseError> {
         self.inner.mark_forgotten(key, owner, epoch).await
     }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<leasehold::lease::PendingErasure>, LeaseError> {
+        self.inner.erasures_due(settled_for, limit).await
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        self.inner.erasure_done(key, floor).await
+    }
 }

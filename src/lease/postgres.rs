@@ -18,7 +18,10 @@
 //!                 WHERE live(owner, epoch) AND epoch > floor             RETURNING …
 //! move_tips       the same, for many keys: UPDATE … FROM unnest($keys, $owners, …) AS m
 //!                 (one statement per round of distinct keys: postgres/tips.rs)
-//! mark_forgotten  UPDATE … SET floor = epoch, head = NULL, tip = NULL WHERE live(owner, epoch)
+//! mark_forgotten  UPDATE … SET floor = epoch, head = NULL, tip = NULL,
+//!                 forgotten_at = clock_timestamp(), erasure_floor = epoch WHERE live(owner, epoch)
+//! erasures_due    SELECT key, erasure_floor … WHERE forgotten_at <= clock_timestamp() - settle
+//! erasure_done    UPDATE … SET erasure_floor = NULL WHERE key AND erasure_floor = floor
 //! ```
 //!
 //! **Late landings** (docs/guarantees.md). `statement_timeout` starts when the server *reads* a
@@ -150,7 +153,8 @@ pub fn create_table_sql(table: &str) -> Result<String, Error> {
 }
 
 /// The statement that brings a lease table made by an older build up to date: it adds the
-/// `attempt` column and the log tip's `tip_epoch` and `tip_seq`
+/// `attempt` column, the log tip's `tip_epoch` and `tip_seq`, and the pending erasure's
+/// `forgotten_at` and `erasure_floor`
 /// (`ALTER TABLE … ADD COLUMN IF NOT EXISTS …`; running it twice is harmless).
 /// [`PostgresLeaseStore::connect`] runs it itself when its role owns the table; a replica role
 /// with only `SELECT, INSERT, UPDATE` needs an operator to run it first.
@@ -252,7 +256,7 @@ impl PostgresLeaseStore {
 
     async fn create_or_upgrade(&self, lease: &mut Checkout) -> Result<(), StoreError> {
         let shape_check = format!(
-            "SELECT {COLUMNS}, l.attempt FROM \"{}\" AS l LIMIT 0",
+            "SELECT {COLUMNS}, l.attempt, l.forgotten_at, l.erasure_floor FROM \"{}\" AS l LIMIT 0",
             self.table
         );
         let lock_name = format!("leasehold.migrate.{}", self.table);
@@ -262,9 +266,9 @@ impl PostgresLeaseStore {
         let tx = client.transaction().await.map_err(db)?;
         let lock = "SELECT pg_advisory_xact_lock(hashtext($1))";
         tx.execute(lock, &[&lock_name]).await.map_err(db)?;
-        let shape = "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 3 FROM pg_attribute \
+        let shape = "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 5 FROM pg_attribute \
             WHERE attrelid = to_regclass($1) AND NOT attisdropped \
-              AND attname IN ('attempt', 'tip_epoch', 'tip_seq'))";
+              AND attname IN ('attempt', 'tip_epoch', 'tip_seq', 'forgotten_at', 'erasure_floor'))";
         let row = tx.query_one(shape, &[&quoted]).await.map_err(db)?;
         let exists: bool = row.try_get(0).map_err(db)?;
         let up_to_date: bool = row.try_get(1).map_err(db)?;
@@ -276,7 +280,7 @@ impl PostgresLeaseStore {
                 StoreError::Backend { op, message } => StoreError::Backend {
                     op,
                     message: format!(
-                        "it lacks the attempt or log tip columns and they cannot be added \
+                        "it lacks the attempt, log tip or pending-erasure columns and they cannot be added \
                          ({message}); have its owner run: {}",
                         self.sql.add_columns
                     ),
@@ -549,49 +553,39 @@ impl LeaseStore for PostgresLeaseStore {
         self.compare_and_set("mark_forgotten", sql, (key, owner, epoch), &[])
             .await
     }
+
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<crate::lease::PendingErasure>, LeaseError> {
+        let op = "erasures_due";
+        let (settle_ms, limit) = (ttl_param(settled_for), to_i64(op, limit as u64)?);
+        let rows = self
+            .rows(op, &self.sql.erasures_due, &[&settle_ms, &limit])
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let key = LeaseKey::parse(&get::<String>(op, row, 0)?).map_err(|e| {
+                    StoreError::Backend {
+                        op,
+                        message: format!("a key in the lease table does not parse: {e}"),
+                    }
+                })?;
+                let floor = u64::try_from(get::<i64>(op, row, 1)?).unwrap_or(0);
+                Ok(crate::lease::PendingErasure { key, floor })
+            })
+            .collect()
+    }
+
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        let floor = to_i64("erasure_done", floor)?;
+        let sql = &self.sql.erasure_done;
+        self.rows("erasure_done", sql, &[&key.as_str(), &floor])
+            .await?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_names_are_plain_lowercase_identifiers() {
-        for good in ["leases", "_x", "a1_b2", &"a".repeat(63)] {
-            assert_eq!(check_table_name(good), Ok(()), "{good}");
-        }
-        for bad in [
-            "",
-            "1abc",
-            "Leases",
-            "a-b",
-            "a.b",
-            "a;drop",
-            "a\"b",
-            &"a".repeat(64),
-        ] {
-            assert!(
-                matches!(
-                    check_table_name(bad),
-                    Err(Error::InvalidOption { name: "table", .. })
-                ),
-                "{bad:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn options_that_cannot_work_are_refused() {
-        let zero_pool = PgOptions {
-            pool_size: 0,
-            ..PgOptions::default()
-        };
-        assert!(zero_pool.check().is_err());
-        let zero_deadline = PgOptions {
-            op_timeout: Duration::from_micros(10),
-            ..PgOptions::default()
-        };
-        assert!(zero_deadline.check().is_err());
-        assert_eq!(PgOptions::default().check(), Ok(()));
-    }
-}
+mod tests;

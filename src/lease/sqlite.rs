@@ -27,13 +27,15 @@
 //! ```text
 //! leases(key PRIMARY KEY, owner, epoch, expires_at_ms, boot_id, released, floor,
 //!        head_epoch, head_seq, head_sha256, attempt,
-//!        tip_epoch, tip_seq)                          -- PRAGMA user_version = 3
+//!        tip_epoch, tip_seq)                          -- PRAGMA user_version = 4
+//! erasures(key PRIMARY KEY, floor, forgotten_at_ms, boot_id)     -- pending erasures
 //! ```
 //!
 //! Schema 1 lacked `attempt` (the id of the acquire that started the tenure, so that a retry of
 //! that acquire recognises its own success), schema 2 the log tip (`tip_epoch`, `tip_seq`,
-//! docs/guarantees.md, "The log tip"); opening an older file adds the missing columns
-//! (`ALTER TABLE … ADD COLUMN`) and keeps its rows.
+//! docs/guarantees.md, "The log tip"), schema 3 the pending erasures (`sqlite/erasures.rs`);
+//! opening an older file adds what is missing (`ALTER TABLE … ADD COLUMN`, `CREATE TABLE`) and
+//! keeps its rows.
 
 use std::fmt;
 use std::path::Path;
@@ -50,6 +52,7 @@ use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
 use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
 
+mod erasures;
 mod rules;
 
 use rules::{
@@ -75,7 +78,7 @@ pub const MAX_ATTEMPTS: u32 = 3;
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// The schema version this build writes and reads (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leases (
     key           TEXT PRIMARY KEY NOT NULL,
@@ -383,6 +386,7 @@ impl LeaseStore for SqliteLeaseStore {
         .await
     }
 
+    /// Raises the floor and records the pending erasure in one transaction.
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,
@@ -390,7 +394,39 @@ impl LeaseStore for SqliteLeaseStore {
         epoch: u64,
     ) -> Result<LeaseRecord, LeaseError> {
         let tenure = Tenure::new(owner, epoch);
-        self.transition("mark_forgotten", key, tenure, forget).await
+        let key = key.as_str().to_owned();
+        self.write("mark_forgotten", move |conn, at| {
+            let row = load(conn, &key)?;
+            match forget(row.as_ref(), &tenure, at) {
+                Ok(next) => {
+                    save(conn, &key, &next)?;
+                    erasures::record(conn, &key, next.floor, at)?;
+                    Ok(Ok(next.record(&key)))
+                }
+                Err(refusal) => Ok(Err(refusal.into_error(&key, &tenure))),
+            }
+        })
+        .await
+    }
+
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<crate::lease::PendingErasure>, LeaseError> {
+        let settled_ms = duration_ms(settled_for);
+        self.write("erasures_due", move |conn, at| {
+            Ok(Ok(erasures::due(conn, at, settled_ms, limit)?))
+        })
+        .await
+    }
+
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        let key = key.as_str().to_owned();
+        self.write("erasure_done", move |conn, _at| {
+            Ok(Ok(erasures::done(conn, &key, floor)?))
+        })
+        .await
     }
 }
 
@@ -441,6 +477,9 @@ fn create_schema(conn: &mut Connection) -> rusqlite::Result<Result<(), StoreErro
     }
     if (1..=2).contains(&version) {
         tx.execute_batch(MIGRATE_2_TO_3)?;
+    }
+    if version <= 3 {
+        tx.execute_batch(erasures::SCHEMA)?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
@@ -587,77 +626,4 @@ fn renew_one(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::rules::{LAST_MS, ends_at};
-    use super::*;
-
-    #[test]
-    fn expiries_saturate_at_what_sqlite_can_store() {
-        let at = StoreTime {
-            now_ms: 5,
-            boot_id: "boot-1".into(),
-        };
-        assert_eq!(ends_at(u64::MAX, &at), LAST_MS);
-        assert!(
-            sql_int(u64::MAX).is_err(),
-            "an out-of-range value is refused, never wrapped"
-        );
-    }
-
-    fn sqlite_failure(code: std::ffi::c_int) -> rusqlite::Error {
-        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
-    }
-
-    #[test]
-    fn busy_and_locked_become_unavailable_and_file_errors_become_io() {
-        use rusqlite::ffi::{SQLITE_BUSY, SQLITE_CORRUPT, SQLITE_IOERR, SQLITE_LOCKED};
-        let unavailable = |e| matches!(e, StoreError::Unavailable { op: "acquire", .. });
-        assert!(unavailable(store_error(
-            "acquire",
-            &sqlite_failure(SQLITE_BUSY)
-        )));
-        assert!(unavailable(store_error(
-            "acquire",
-            &sqlite_failure(SQLITE_LOCKED)
-        )));
-        let io = store_error("renew", &sqlite_failure(SQLITE_IOERR));
-        assert!(matches!(io, StoreError::Io { op: "renew", .. }));
-        let corrupt = store_error("read", &sqlite_failure(SQLITE_CORRUPT));
-        assert!(matches!(corrupt, StoreError::Backend { op: "read", .. }));
-    }
-
-    #[test]
-    fn retries_stop_after_max_attempts() {
-        let mut calls = 0;
-        let busy = with_retries(|| -> rusqlite::Result<()> {
-            calls += 1;
-            Err(sqlite_failure(rusqlite::ffi::SQLITE_BUSY))
-        });
-        assert!(busy.is_err());
-        assert_eq!(calls, MAX_ATTEMPTS);
-    }
-
-    #[test]
-    fn p4_a_commit_of_the_lease_file_is_synced_before_it_returns() {
-        // WAL with synchronous=NORMAL may lose the last commits on power loss; a tip move must
-        // be as durable as the directory store's fsynced put (docs/guarantees.md, "The log tip").
-        let dir = tempfile::tempdir().unwrap();
-        let conn = open_connection(&dir.path().join("leases.db")).unwrap();
-        let mode: String = conn
-            .pragma_query_value(None, "journal_mode", |r| r.get(0))
-            .unwrap();
-        let sync: i64 = conn
-            .pragma_query_value(None, "synchronous", |r| r.get(0))
-            .unwrap();
-        assert_eq!(
-            (mode.as_str(), sync),
-            ("wal", 2),
-            "WAL with synchronous=FULL"
-        );
-    }
-
-    #[test]
-    fn the_boot_id_is_never_empty() {
-        assert!(!current_boot_id().is_empty());
-    }
-}
+mod tests;

@@ -77,7 +77,37 @@ pub async fn durable_store_conformance(store: &dyn DurableStore, ns: &str) {
     conformance_delete_prefix_takes_whole_segments(store, ns).await;
     conformance_bad_keys_are_refused_everywhere(store, ns).await;
     conformance_concurrent_puts_have_one_winner(store, ns).await;
+    conformance_settle_put_of_a_key_with_no_put_running_answers(store, ns).await;
     conformance_delete_prefix_clears_a_namespace(store, ns).await;
+}
+
+/// `settle_put` of a key whose put has returned (or that was never put) answers at once, even
+/// with no time to wait; a key that breaks the rules is refused. The runtime's reconciliation
+/// asks it before it judges a put (docs/guarantees.md, "Reconciling puts of unknown outcome").
+pub async fn conformance_settle_put_of_a_key_with_no_put_running_answers(
+    store: &dyn DurableStore,
+    ns: &str,
+) {
+    const RULE: &str = "settle_put of a key with no put running answers at once";
+    let key = format!("{ns}/settle/a");
+    create(store, RULE, &key, b"x").await;
+    let none = std::time::Duration::ZERO;
+    ok(
+        RULE,
+        "settle_put of a landed key",
+        store.settle_put(&key, none).await,
+    );
+    let never = format!("{ns}/settle/never");
+    ok(
+        RULE,
+        "settle_put of a key never put",
+        store.settle_put(&never, none).await,
+    );
+    expect_invalid(
+        RULE,
+        "settle_put of a prefix",
+        store.settle_put(&format!("{ns}/settle/"), none).await,
+    );
 }
 
 /// Put then get returns the same bytes: empty, small and 1 MiB objects.

@@ -53,11 +53,15 @@ pub enum LeaseOp {
     MoveTip,
     /// [`LeaseStore::mark_forgotten`].
     MarkForgotten,
+    /// [`LeaseStore::erasures_due`].
+    ErasuresDue,
+    /// [`LeaseStore::erasure_done`].
+    ErasureDone,
 }
 
 impl LeaseOp {
     /// Every operation.
-    pub const ALL: [LeaseOp; 8] = [
+    pub const ALL: [LeaseOp; 10] = [
         LeaseOp::Read,
         LeaseOp::Acquire,
         LeaseOp::Renew,
@@ -66,6 +70,8 @@ impl LeaseOp {
         LeaseOp::PublishHead,
         LeaseOp::MoveTip,
         LeaseOp::MarkForgotten,
+        LeaseOp::ErasuresDue,
+        LeaseOp::ErasureDone,
     ];
 
     /// The method's name, as it appears in [`StoreError`]s (`"publish_head"`, …).
@@ -79,6 +85,8 @@ impl LeaseOp {
             LeaseOp::PublishHead => "publish_head",
             LeaseOp::MoveTip => "move_tip",
             LeaseOp::MarkForgotten => "mark_forgotten",
+            LeaseOp::ErasuresDue => "erasures_due",
+            LeaseOp::ErasureDone => "erasure_done",
         }
     }
 
@@ -478,6 +486,21 @@ impl LeaseStore for FaultyLeaseStore {
         let (key, owner) = (key.clone(), owner.to_owned());
         self.call_or_hold(LeaseOp::MarkForgotten, move |s| async move {
             s.mark_forgotten(&key, &owner, epoch).await
+        })
+        .await
+    }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<crate::lease::PendingErasure>, LeaseError> {
+        let call = self.inner.erasures_due(settled_for, limit);
+        self.call(LeaseOp::ErasuresDue, call).await
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        let key = key.clone();
+        self.call_or_hold(LeaseOp::ErasureDone, move |s| async move {
+            s.erasure_done(&key, floor).await
         })
         .await
     }

@@ -605,4 +605,12 @@ impl DurableStore for FaultyStore {
         let left = limit.saturating_sub(started.elapsed());
         self.faults.inner.settle_puts(prefix, left).await
     }
+
+    /// Waits for the tracked late puts of `key`, then for the wrapped store's.
+    async fn settle_put(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
+        let started = tokio::time::Instant::now();
+        self.faults.late_tracked.settle_key(key, limit).await?;
+        let left = limit.saturating_sub(started.elapsed());
+        self.faults.inner.settle_put(key, left).await
+    }
 }

@@ -11,7 +11,9 @@ use leasehold::clock::{Clock, ManualClock};
 use leasehold::ids::LeaseKey;
 use leasehold::layout::{ImageRef, LogPos};
 use leasehold::lease::sqlite::SqliteLeaseStore;
-use leasehold::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
+use leasehold::lease::{
+    LeaseError, LeaseRecord, LeaseStore, PendingErasure, RenewOutcome, check_tip_step,
+};
 
 /// A broken store: `renew` renews whatever tenure of `owner` is live, ignoring the epoch asked.
 #[derive(Debug)]
@@ -79,6 +81,16 @@ impl LeaseStore for RenewIgnoresEpoch {
     ) -> Result<LeaseRecord, LeaseError> {
         self.0.mark_forgotten(key, owner, epoch).await
     }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<PendingErasure>, LeaseError> {
+        self.0.erasures_due(settled_for, limit).await
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        self.0.erasure_done(key, floor).await
+    }
 }
 
 /// What is wrong with a [`ModelStore`].
@@ -96,6 +108,8 @@ pub enum Flaw {
     AcquireForgetsAttempt,
     /// `move_tip` writes the tip for the live tenure without comparing it with `from`.
     TipIgnoresFrom,
+    /// `erasures_due` reports a forget at once, before the settle time has passed.
+    ErasureDueAtOnce,
 }
 
 /// A lease store in memory, correct unless given a [`Flaw`]; its clock is a [`ManualClock`].
@@ -105,6 +119,8 @@ pub struct ModelStore {
     rows: Mutex<HashMap<String, LeaseRecord>>,
     /// The `(owner, attempt)` that started each key's tenure.
     attempts: Mutex<HashMap<String, (String, u64)>>,
+    /// The pending erasure of each forgotten key: its floor and when it was forgotten.
+    erasures: Mutex<HashMap<String, (u64, u64)>>,
     flaw: Flaw,
 }
 
@@ -116,6 +132,7 @@ impl ModelStore {
             clock: clock.clone(),
             rows,
             attempts: Mutex::default(),
+            erasures: Mutex::default(),
             flaw,
         }
     }
@@ -320,11 +337,50 @@ impl LeaseStore for ModelStore {
         owner: &str,
         epoch: u64,
     ) -> Result<LeaseRecord, LeaseError> {
-        self.change(key, owner, epoch, |r| {
+        let forgotten = self.change(key, owner, epoch, |r| {
             r.floor = epoch;
             r.head = None;
             r.tip = None;
             true
-        })
+        })?;
+        let now = self.clock.now_ms();
+        let mut erasures = self.erasures.lock().unwrap();
+        let pending = erasures.entry(key.to_string()).or_insert((epoch, now));
+        if pending.0 != epoch {
+            *pending = (epoch, now);
+        }
+        Ok(forgotten)
+    }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<PendingErasure>, LeaseError> {
+        let now = self.clock.now_ms();
+        let settled = settled_for.as_millis() as u64;
+        let mut due: Vec<(u64, String, u64)> = self
+            .erasures
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, (_, at))| self.flaw == Flaw::ErasureDueAtOnce || now >= at + settled)
+            .map(|(k, (floor, at))| (*at, k.clone(), *floor))
+            .collect();
+        due.sort();
+        Ok(due
+            .into_iter()
+            .take(limit)
+            .map(|(_, key, floor)| PendingErasure {
+                key: LeaseKey::parse(&key).unwrap(),
+                floor,
+            })
+            .collect())
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        let mut erasures = self.erasures.lock().unwrap();
+        if erasures.get(key.as_str()).is_some_and(|(f, _)| *f == floor) {
+            erasures.remove(key.as_str());
+        }
+        Ok(())
     }
 }

@@ -248,7 +248,7 @@ fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
     let tip = ts.tip.map_or(0, |p| p.1);
     let holder = ts.row.as_ref().map_or(0, |row| row.epoch);
     let off_chain = |&(e, seq): &(u64, u64)| {
-        (seq > tip && e < holder)
+        (seq > tip && (e < holder || ts.seg_unconfirmed.contains(&(e, seq))))
             || (seq <= tip && ts.segments.keys().any(|&(e2, s2)| s2 == seq && e2 > e))
     };
     let mut required: Vec<String> = ts.objects.keys().flat_map(|&o| object_keys(t, o)).collect();

@@ -10,16 +10,20 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use leasehold::clock::duration_ms;
+use leasehold::deadline::put_deadline;
 use leasehold::durable::Put;
 use leasehold::layout::{LogPos, segment_key};
 use leasehold::lease::LeaseError;
 use leasehold::log::segment::encoded_bound;
 use leasehold::log::{Changes, Segment};
+use leasehold::plan::reconcile::PutOf;
 use leasehold::{Error, LeaseKey};
 use tokio::sync::watch;
 
 use super::messages::Finisher;
 use crate::lease_actor::LeaseCell;
+use crate::reconcile::Deadlines;
 use crate::runtime::Runtime;
 
 /// How many more times a tip move of unknown outcome (a timeout) is asked again: repeating a
@@ -408,6 +412,14 @@ fn merged_pages(earlier: &Changes, later: &Changes) -> u64 {
 /// when the lease store confirmed the tip: then the segment is the log's, whatever happens to
 /// this replica next. A refused move (the lease is gone) is `Fenced` and ends the cell; any
 /// other failure is [`Error::Unshipped`], whose outcome is unknown.
+///
+/// The put is entered in the replica's ledger before it is sent and leaves it only once the tip
+/// names it: on every other way out — a failed put, a refused or unanswered move, or this future
+/// dropped with its actor — the replica's reconciliation finds the segment named by the tip's
+/// chain or deletes it once the put has settled (docs/guarantees.md, "Reconciling puts of unknown
+/// outcome"). No put leaves a tenure known to be over; with `Async`, whose cuts come on a timer
+/// rather than right after a commit's lease check or a confirmed tip move, none leaves once the
+/// lease cell no longer holds (docs/guarantees.md, "the erasure bound").
 pub(crate) async fn ship(
     rt: Arc<Runtime>,
     cell: Arc<LeaseCell>,
@@ -420,37 +432,41 @@ pub(crate) async fn ship(
         key: key.to_string(),
         reason,
     };
+    let may_send = match rt.durability {
+        crate::config::Durability::Async { .. } => cell.holds(rt.now_ms()),
+        // Right after a commit whose lease check passed, or a tip move the store confirmed:
+        // the store, not the holder's clock, decides whether the segment counts.
+        _ => !cell.is_ended(),
+    };
+    if !may_send {
+        return Err(Error::Fenced {
+            key: key.to_string(),
+        });
+    }
     let skey = segment_key(&key, to);
+    let deadlines = Deadlines {
+        puts_ms: duration_ms(put_deadline(rt.store_deadline, bytes.len())),
+    };
+    let put = PutOf::Segment { pos: to };
+    let tracked = rt.reconciler().track(&cell, put, rt.now_ms(), deadlines);
     match rt.durable.put_if_absent(&skey, bytes.clone()).await {
-        Ok(Put::Created) => {}
+        Ok(Put::Created) => tracked.answered(),
         Ok(Put::AlreadyExists) => {
             // An earlier try of this very put may have landed (a retried request): the
             // segment is ours only if it holds exactly these bytes.
             let found = rt
                 .durable
-                .get(&skey)
+                .get_sized(&skey, bytes.len() as u64)
                 .await
                 .map_err(|e| unshipped(e.to_string()))?;
             if found.as_deref() != Some(bytes.as_slice()) {
+                tracked.not_ours(&skey);
                 return Err(unshipped(format!("{skey} already holds other bytes")));
             }
+            tracked.answered();
         }
-        Err(e) => {
-            // No tip move was asked for it, so no restore will read it: once the put settles
-            // (it may still land, `Deadline` tracks it), it is taken back, so that a late
-            // landing leaves nothing behind (promise 5 in docs/guarantees.md).
-            let (durable, epoch_prefix, late) = (
-                rt.durable.clone(),
-                leasehold::layout::epoch_prefix(&key, to.epoch),
-                skey.clone(),
-            );
-            let limit = rt.drain_timeout;
-            tokio::spawn(async move {
-                let _ = durable.settle_puts(&epoch_prefix, limit).await;
-                let _ = durable.delete(&late).await;
-            });
-            return Err(unshipped(format!("put {skey}: {e}")));
-        }
+        // No tip move was asked for it: the reconciliation deletes it once the put settles.
+        Err(e) => return Err(unshipped(format!("put {skey}: {e}"))),
     }
     let mut tries = 0;
     loop {
@@ -461,18 +477,19 @@ pub(crate) async fn ship(
             from,
             to,
         };
+        tracked.asking();
         match rt.tips.move_tip(asked).await {
-            Ok(_) => return Ok(()),
+            Ok(_) => {
+                tracked.named();
+                return Ok(());
+            }
             Err(e) if e.outcome_unknown() && tries < TIP_RETRIES => tries += 1,
             Err(LeaseError::NotHeld { .. }) if tries == 0 => {
-                cell.end();
                 // The first and only ask was refused: the tip never named this segment, so no
-                // restore can read it. A zombie (paused past its lease, its put landing after a
-                // successor's forget and sweep) takes it back rather than leave bytes behind
-                // (promise 5 in docs/guarantees.md); a failed delete leaves it to the next sweep.
-                if let Err(e) = rt.durable.delete(&skey).await {
-                    tracing::debug!(%key, error = %e, "a refused segment stays until the next sweep");
-                }
+                // restore can read it; the reconciliation takes it back (a zombie's segment
+                // must not outlive a successor's forget).
+                cell.end();
+                tracked.refused();
                 return Err(Error::Fenced {
                     key: key.to_string(),
                 });
@@ -482,7 +499,12 @@ pub(crate) async fn ship(
                 cell.end();
                 return Err(unshipped(format!("moving the tip to {to}: {e}")));
             }
-            Err(e) => return Err(unshipped(format!("moving the tip to {to}: {e}"))),
+            Err(e) => {
+                if tries == 0 && !e.outcome_unknown() {
+                    tracked.refused();
+                }
+                return Err(unshipped(format!("moving the tip to {to}: {e}")));
+            }
         }
     }
 }

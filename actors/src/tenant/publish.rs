@@ -6,12 +6,17 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use leasehold::image::{self, ImageFile, ReadSnapshot};
-use leasehold::layout::{ImageRef, LogPos};
+use leasehold::clock::duration_ms;
+use leasehold::deadline::put_deadline;
+use leasehold::image::{self, ImageAt, ImageError, ImageFile, ReadSnapshot};
+use leasehold::layout::{ImageRef, LogPos, image_key, manifest_key};
+use leasehold::lease::LeaseError;
+use leasehold::plan::reconcile::PutOf;
 use leasehold::{Error, LeaseKey};
 use tokio::sync::{Mutex, watch};
 
 use crate::lease_actor::LeaseCell;
+use crate::reconcile::Deadlines;
 use crate::runtime::Runtime;
 
 /// Where the tenure's chain of images stands.
@@ -189,6 +194,14 @@ impl Publisher {
     /// Uploads image `seq` holding `log` and at least `commits` batches (its manifest stamped
     /// no earlier than `stamp_floor_ms`), waits (with `tips`) for the tip to hold `log`, and
     /// moves the head.
+    ///
+    /// The image and its manifest are entered in the replica's ledger before the first put and
+    /// leave it only once the head names them: on every other way out (a failed or refused
+    /// upload, a log that never reached `log`, a tenure that ended, a head move refused or
+    /// unanswered, this future dropped with its actor) the replica's reconciliation finds them
+    /// named by the head's chain or deletes them once their puts have settled
+    /// (docs/guarantees.md, "Reconciling puts of unknown outcome"). Each put is sent only while
+    /// the lease holds.
     #[allow(clippy::too_many_arguments)]
     async fn finish(
         &self,
@@ -200,24 +213,49 @@ impl Publisher {
         taken_at_ms: u64,
         tips: Option<watch::Receiver<Option<LogPos>>>,
     ) -> Result<Option<Published>, Error> {
-        let uploaded = image::upload_image(
-            self.rt.durable.as_ref(),
-            self.key(),
-            self.cell.epoch,
+        let (key, epoch) = (self.key().clone(), self.cell.epoch);
+        let bytes = usize::try_from(file.size).unwrap_or(usize::MAX);
+        // The image's put and the manifest's.
+        let sd = self.rt.store_deadline;
+        let deadlines = Deadlines {
+            puts_ms: duration_ms(put_deadline(sd, bytes) + sd),
+        };
+        let put = PutOf::Image { epoch, seq };
+        let tracked = self
+            .rt
+            .reconciler()
+            .track(&self.cell, put, self.rt.now_ms(), deadlines);
+        let at = ImageAt {
+            key: &key,
+            epoch,
             seq,
-            &file,
-            chain.head.clone(),
+            base: chain.head.clone(),
             log,
             // Without a log the image holds writes no segment carries; with one, so does the
             // restored state of an image beyond its log until a segment follows it.
-            log.is_some() && (tips.is_none() || log == self.inherited.beyond_log_at),
-            self.rt
+            beyond_log: log.is_some() && (tips.is_none() || log == self.inherited.beyond_log_at),
+            created_at_ms: self
+                .rt
                 .wall_ms()
                 .max(stamp_floor_ms)
                 .max(self.inherited.stamp_ms),
-        )
-        .await;
+        };
+        let holds = || self.cell.holds(self.rt.now_ms());
+        let uploaded =
+            image::upload_image_checked(self.rt.durable.as_ref(), &at, &file, &holds).await;
         let _ = std::fs::remove_file(&file.path);
+        match &uploaded {
+            Ok(_) => tracked.answered(),
+            // Another writer's object under the key: never ours to take back. Taken at the
+            // image, the manifest was never put either.
+            Err(ImageError::AlreadyExists { key: taken }) => {
+                tracked.not_ours(taken);
+                if *taken == image_key(&key, epoch, seq) {
+                    tracked.not_ours(&manifest_key(&key, epoch, seq));
+                }
+            }
+            Err(_) => {}
+        }
         let image = uploaded?.image_ref();
         if let Some(mut tips) = tips {
             // The segment in flight settles within its own bounds (a put and its tip moves,
@@ -234,27 +272,26 @@ impl Publisher {
             }
         }
         // A tenure that ended meanwhile (a lapse after a commit ends it) publishes nothing more:
-        // this image may hold a write its caller was told was fenced. No head names it, so it
-        // is taken back (a zombie's image must not outlive a successor's forget).
+        // this image may hold a write its caller was told was fenced. No head names it.
         if !self.cell.holds(self.rt.now_ms()) {
-            self.take_back(seq).await;
             return Err(self.fenced());
         }
+        tracked.asking();
         let moved = self
             .rt
             .leases
-            .publish_head(
-                self.key(),
-                self.rt.replica.as_str(),
-                self.cell.epoch,
-                &image,
-            )
+            .publish_head(self.key(), self.rt.replica.as_str(), epoch, &image)
             .await;
-        if let Err(leasehold::lease::LeaseError::NotHeld { .. }) = &moved {
-            // The store says the lease is gone: this tenure never holds again, and the head
-            // never named this image.
-            self.cell.end();
-            self.take_back(seq).await;
+        match &moved {
+            Ok(_) => tracked.named(),
+            Err(LeaseError::NotHeld { .. }) => {
+                // The store says the lease is gone: this tenure never holds again, and the head
+                // never named this image.
+                self.cell.end();
+                tracked.refused();
+            }
+            Err(LeaseError::Stale { .. }) => tracked.refused(),
+            Err(_) => {} // unknown: the move may still land
         }
         moved?;
         if !self.cell.holds(self.rt.now_ms()) {
@@ -268,19 +305,6 @@ impl Publisher {
             taken_at_ms,
             log,
         }))
-    }
-
-    /// Deletes image `seq` of this tenure and its manifest, which no head names (best effort:
-    /// what stays goes at the next sweep).
-    async fn take_back(&self, seq: u64) {
-        let epoch = self.cell.epoch;
-        let keys = [
-            leasehold::layout::image_key(self.key(), epoch, seq),
-            leasehold::layout::manifest_key(self.key(), epoch, seq),
-        ];
-        if let Err(e) = self.rt.durable.delete_keys(&keys).await {
-            tracing::debug!(key = %self.key(), error = %e, "a refused image stays until the next sweep");
-        }
     }
 
     fn scratch_path(&self, seq: u64) -> PathBuf {

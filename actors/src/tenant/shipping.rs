@@ -253,6 +253,9 @@ impl TenantActor {
         };
         ctx.spawn(work.into_actor(self).map(|swept, act, _| {
             act.retention_running = false;
+            // What crashed processes left beside the kept images and chain goes too, once seen
+            // long enough (docs/guarantees.md, "Reconciling puts of unknown outcome").
+            crate::reconcile::orphans::look_soon(&act.rt.reconcile, act.key().clone());
             let key = act.key().to_string();
             act.rt.events.emit(match swept {
                 Ok(objects) => Event::Swept { key, objects },

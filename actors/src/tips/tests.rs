@@ -73,6 +73,16 @@ impl LeaseStore for SlowBatches {
     ) -> Result<LeaseRecord, LeaseError> {
         self.inner.move_tip(key, owner, epoch, from, to).await
     }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<leasehold::lease::PendingErasure>, LeaseError> {
+        self.inner.erasures_due(settled_for, limit).await
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        self.inner.erasure_done(key, floor).await
+    }
     async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
         tokio::time::sleep(self.per_call).await;
         self.inner.move_tips(moves).await

@@ -78,8 +78,12 @@ pub(super) struct Statements {
     /// Move the log tips of many live leases, each from its `from` to its `to`, in one statement
     /// (no key twice: see `postgres/tips.rs`).
     pub(super) move_tips: String,
-    /// Raise the floor of a live lease and clear its head.
+    /// Raise the floor of a live lease and clear its head; record its pending erasure.
     pub(super) mark_forgotten: String,
+    /// The pending erasures old enough by the server's clock (`$1` ms), oldest first, `$2` at most.
+    pub(super) erasures_due: String,
+    /// Clear the pending erasure of `$1` at floor `$2`.
+    pub(super) erasure_done: String,
 }
 
 impl Statements {
@@ -101,6 +105,8 @@ impl Statements {
                     attempt     int8,
                     tip_epoch   int8,
                     tip_seq     int8,
+                    forgotten_at  timestamptz,
+                    erasure_floor int8,
                     CHECK ((head_epoch IS NULL) = (head_seq IS NULL)
                        AND (head_seq IS NULL) = (head_sha256 IS NULL)),
                     CHECK ((tip_epoch IS NULL) = (tip_seq IS NULL))
@@ -108,7 +114,9 @@ impl Statements {
             ),
             add_columns: format!(
                 "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt int8, \
-                 ADD COLUMN IF NOT EXISTS tip_epoch int8, ADD COLUMN IF NOT EXISTS tip_seq int8"
+                 ADD COLUMN IF NOT EXISTS tip_epoch int8, ADD COLUMN IF NOT EXISTS tip_seq int8, \
+                 ADD COLUMN IF NOT EXISTS forgotten_at timestamptz, \
+                 ADD COLUMN IF NOT EXISTS erasure_floor int8"
             ),
             read: format!("SELECT {COLUMNS} FROM {t} AS l WHERE l.key = $1"),
             acquire: format!(
@@ -162,11 +170,25 @@ impl Statements {
                    AND NOT l.released AND l.expires_at > clock_timestamp() AND l.epoch > l.floor
                  RETURNING {COLUMNS}, m.idx"
             ),
+            // A retried forget (the floor already at the epoch) keeps its first time.
             mark_forgotten: format!(
                 "UPDATE {t} AS l
                     SET floor = l.epoch, head_epoch = NULL, head_seq = NULL, head_sha256 = NULL,
-                        tip_epoch = NULL, tip_seq = NULL
+                        tip_epoch = NULL, tip_seq = NULL,
+                        forgotten_at = CASE WHEN l.floor = l.epoch AND l.forgotten_at IS NOT NULL
+                                       THEN l.forgotten_at ELSE clock_timestamp() END,
+                        erasure_floor = l.epoch
                  WHERE {LIVE} RETURNING {COLUMNS}"
+            ),
+            erasures_due: format!(
+                "SELECT l.key, l.erasure_floor FROM {t} AS l
+                 WHERE l.erasure_floor IS NOT NULL
+                   AND l.forgotten_at <= clock_timestamp() - $1::float8 * interval '1 millisecond'
+                 ORDER BY l.forgotten_at, l.key LIMIT $2"
+            ),
+            erasure_done: format!(
+                "UPDATE {t} AS l SET erasure_floor = NULL
+                 WHERE l.key = $1 AND l.erasure_floor = $2"
             ),
         }
     }
@@ -297,5 +319,15 @@ mod tests {
         );
         assert!(s.mark_forgotten.contains("tip_seq = NULL"));
         assert!(s.create.contains("tip_seq") && s.add_columns.contains("tip_seq"));
+    }
+
+    #[test]
+    fn a_forget_records_its_pending_erasure_by_the_server_clock() {
+        let s = Statements::new("my_leases");
+        assert!(s.mark_forgotten.contains("erasure_floor = l.epoch"));
+        assert!(s.erasures_due.contains("clock_timestamp()"));
+        assert!(!s.erasures_due.contains("now()"));
+        assert!(s.erasure_done.contains("l.erasure_floor = $2"));
+        assert!(s.create.contains("erasure_floor") && s.add_columns.contains("erasure_floor"));
     }
 }
