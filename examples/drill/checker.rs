@@ -127,6 +127,8 @@ pub struct Report {
     pub leaks_reported: Vec<Violation>,
     /// How the tenures ended.
     pub endings: Endings,
+    /// Tenures that ended, and what explained them (`unexplained-tenure-end`).
+    pub ends: crate::explained::Ends,
 }
 
 /// How the tenures of the run ended.
@@ -165,10 +167,11 @@ fn endings(rec: &Record) -> Endings {
 }
 
 /// The earliest acquisition of any later tenure of the same tenant, per tenure.
-struct Successors(HashMap<(u32, u64), (u64, u64)>);
+pub struct Successors(HashMap<(u32, u64), (u64, u64)>);
 
 impl Successors {
-    fn new(tenures: &BTreeMap<(u32, u64), Tenure>) -> Self {
+    /// The successors of every tenure of `tenures`.
+    pub fn new(tenures: &BTreeMap<(u32, u64), Tenure>) -> Self {
         let mut next: HashMap<(u32, u64), (u64, u64)> = HashMap::new();
         let mut best: HashMap<u32, (u64, u64)> = HashMap::new();
         for (&(tenant, epoch), tenure) in tenures.iter().rev() {
@@ -186,7 +189,7 @@ impl Successors {
     }
 
     /// `(epoch, acquired by)` of the earliest-acquired later tenure of `(tenant, epoch)`.
-    fn of(
+    pub fn of(
         &self,
         tenant: u32,
         epoch: u64,
@@ -247,6 +250,7 @@ pub fn evaluate(rec: &Record, fin: &Final, tolerance: Tolerance, rules: LossRule
     check_local_files(rec, fin, tolerance, &mut report);
     store_rules::check_graceful(rec, &mut report);
     store_rules::check_closed_tenures(rec, &mut report);
+    report.ends = crate::explained::check_tenure_ends(rec, &mut report);
     store_rules::check_flags(rec, &mut report);
     store_rules::check_leaks(rec, tolerance.fail_on_leak, &mut report);
     report

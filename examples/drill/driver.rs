@@ -78,6 +78,9 @@ pub struct DriveArgs {
     /// With `--durability async`: how often the replicas ship their changes, in ms.
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub async_every_ms: u64,
+    /// Retention, compaction and slow backends, passed on to every replica.
+    #[command(flatten)]
+    pub tuning: crate::tuning::Tuning,
 }
 
 /// A known gap of the runtime the checker may report without failing.
@@ -152,6 +155,7 @@ pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
         async_every_ms: args.async_every_ms,
         slot: None,
         generation: 0,
+        tuning: args.tuning.clone(),
     };
     let cluster = Arc::new(Cluster::new(
         template,
@@ -350,7 +354,7 @@ fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, 
         "drill summary: seed={seed} durability={} seconds={} faults[{}] acked={} refused={} \
          unknown={} forgotten={} lost_within_tail={} lost_otherwise={} tail_max_ms={} \
          tail_bound_ms={} images_read={} tips_read={} graceful={} closed={} leaks={} \
-         violations={}{} tolerated={} elapsed={:.1}s",
+         ended={} ended_asked={} ended_by_fault={} violations={}{} tolerated={} elapsed={:.1}s",
         durability_text(args),
         args.seconds,
         faults.join(" "),
@@ -367,6 +371,9 @@ fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, 
         record.graceful_asked,
         report.closed_replicas,
         report.leaks,
+        report.ends.ended,
+        report.ends.asked,
+        report.ends.faulted,
         report.violations.len(),
         if rules.is_empty() {
             String::new()

@@ -18,6 +18,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use crate::protocol::{Answer, Line, is_definite_refusal, now_ms};
 pub use crate::watcher::{Cover, CoverKind};
 
+pub mod acts;
+
 /// The impairment key of a fault that may impair every replica (a process stopped while it holds
 /// the shared lease store's lock).
 pub const EVERY_REPLICA: &str = "*";
@@ -230,6 +232,14 @@ pub struct Record {
     pub tips_read: u64,
     /// Resource reports of replica processes that closed: `(replica, report)`.
     pub resources: Vec<(String, Resources)>,
+    /// Handoffs, forgets and closes the driver asked for, answered or not.
+    pub leaves: Vec<acts::Leave>,
+    /// Segments the driver damaged, and when it put them back.
+    pub damages: Vec<acts::Damage>,
+    /// Per tenant: the log tips the store watcher read, each with when.
+    pub tips_seen: HashMap<u32, Vec<acts::TipSeen>>,
+    /// What the end audit found: storage, erasure, point-in-time restores.
+    pub audit: acts::AuditCounts,
 }
 
 /// Counters for progress lines.
@@ -528,6 +538,14 @@ impl History {
                 r.snapshot_failures += 1;
                 return;
             }
+            Line::ShipFailed {
+                tenant,
+                ref segment,
+                ref error,
+            } => (
+                tenant,
+                format!("{replica}: could not ship {segment}: {error}"),
+            ),
             Line::Resources { ref report } => {
                 r.resources.push((replica.to_string(), report.clone()));
                 let text = format!("{replica}: resources after close and drop: {report:?}");

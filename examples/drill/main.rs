@@ -38,9 +38,11 @@
 //! - `watcher` — reads the heads and the images behind them, and the log at each tip, from the
 //!   stores during the run.
 //! - `leaks` — threads and descriptors of a replica process before its start and after its close.
-//! - `checker` — the rules and the verdict; `store_rules` — the loss rules of each durability
+//! - `checker` — the rules and the verdict; `explained` — every ended tenure explained; `store_rules` — the loss rules of each durability
 //!   mode and their tail bound, graceful means flushed, the driver's flags, leaks.
 //! - `driver` — the driver role: setup, run, summary, exit code.
+//! - `tuning` — retention, compaction and slow backends every replica of a run shares;
+//!   `throttle` — the slow link of the durable store and the slow lease store.
 //! - `rng` — SplitMix64.
 
 use std::process::ExitCode;
@@ -51,6 +53,7 @@ mod checker;
 mod clients;
 mod cluster;
 mod driver;
+mod explained;
 mod faults;
 mod finale;
 mod history;
@@ -61,6 +64,8 @@ mod protocol;
 mod replica;
 mod rng;
 mod store_rules;
+mod throttle;
+mod tuning;
 mod watcher;
 
 /// A deliberate bug of the runtime (`leasehold_actors::Breakage`) the drill must catch.
