@@ -129,6 +129,10 @@ pub struct Report {
     pub endings: Endings,
     /// Tenures that ended, and what explained them (`unexplained-tenure-end`).
     pub ends: crate::explained::Ends,
+    /// What the live tenants hold at the end, summed (`crate::storage`).
+    pub held: crate::storage::Held,
+    /// Point-in-time restores judged, and those not judged.
+    pub pitr: crate::pitr::judge::PitrCounts,
 }
 
 /// How the tenures of the run ended.
@@ -217,8 +221,15 @@ fn ending(tenure: Option<&Tenure>) -> &'static str {
     }
 }
 
-/// Judges `rec` against `fin`, losses by `rules`.
-pub fn evaluate(rec: &Record, fin: &Final, tolerance: Tolerance, rules: LossRules) -> Report {
+/// Judges `rec` against `fin`, losses by `rules`; `retain` is the replicas' when the run set
+/// one (the storage bound).
+pub fn evaluate(
+    rec: &Record,
+    fin: &Final,
+    tolerance: Tolerance,
+    rules: LossRules,
+    retain: Option<std::time::Duration>,
+) -> Report {
     let mut report = Report {
         endings: endings(rec),
         tail_bound_ms: rules.bound_ms,
@@ -246,11 +257,22 @@ pub fn evaluate(rec: &Record, fin: &Final, tolerance: Tolerance, rules: LossRule
         }
     }
     check_tenures(rec, &successors, &mut report);
+    check_unreadable(rec, fin, &mut report);
     check_forgotten(rec, fin, &mut report);
     check_local_files(rec, fin, tolerance, &mut report);
     store_rules::check_graceful(rec, &mut report);
     store_rules::check_closed_tenures(rec, &mut report);
     report.ends = crate::explained::check_tenure_ends(rec, &mut report);
+    check_storage(fin, retain, &mut report);
+    let runs: Vec<crate::pitr::PitrRun> = rec
+        .pitr_runs
+        .iter()
+        .chain(&fin.pitr_runs)
+        .cloned()
+        .collect();
+    let (found, counts) = crate::pitr::judge(rec, fin, &runs, rules.mode);
+    report.violations.extend(found);
+    report.pitr = counts;
     store_rules::check_flags(rec, &mut report);
     store_rules::check_leaks(rec, tolerance.fail_on_leak, &mut report);
     report
@@ -443,6 +465,50 @@ fn check_tenures(rec: &Record, succ: &Successors, report: &mut Report) {
     }
 }
 
+/// `unreadable-at-end`: a tenant the fresh replica could not open or read at the end keeps its
+/// acknowledged writes out of reach (no segment is damaged then: the drill puts back every
+/// segment it damaged before the end).
+fn check_unreadable(rec: &Record, fin: &Final, report: &mut Report) {
+    for (&tenant, why) in &fin.unreadable {
+        let acked = rec
+            .writes
+            .iter()
+            .filter(|w| w.tenant == tenant && matches!(w.outcome, Outcome::Ok { .. }))
+            .count();
+        report.violations.push(Violation {
+            rule: "unreadable-at-end",
+            tenant: Some(tenant),
+            at: 0,
+            detail: format!(
+                "a fresh replica could not open t{tenant} at the end ({acked} acknowledged writes \
+                 out of reach): {why}"
+            ),
+        });
+    }
+}
+
+/// The storage rules of every tenant the end audit listed (`crate::storage`).
+fn check_storage(fin: &Final, retain: Option<std::time::Duration>, report: &mut Report) {
+    let mut tenants: Vec<&u32> = fin.storage.keys().collect();
+    tenants.sort_unstable();
+    for &tenant in tenants {
+        let (Some(held), Ok(key)) = (fin.storage.get(&tenant), protocol::lease_key(tenant)) else {
+            continue;
+        };
+        let (findings, counted) = crate::storage::judge(&key, held, retain);
+        report.held.objects += counted.objects;
+        report.held.image_bytes += counted.image_bytes;
+        for f in findings {
+            report.violations.push(Violation {
+                rule: f.rule,
+                tenant: Some(tenant),
+                at: 0,
+                detail: format!("t{tenant} at the end: {}", f.detail),
+            });
+        }
+    }
+}
+
 fn check_forgotten(rec: &Record, fin: &Final, report: &mut Report) {
     for (&tenant, &floor) in &fin.floors {
         if floor == 0 {
@@ -464,8 +530,9 @@ fn check_forgotten(rec: &Record, fin: &Final, report: &mut Report) {
                 tenant: Some(tenant),
                 at: forgotten_at(rec, tenant, floor),
                 detail: format!(
-                    "t{tenant} has floor {floor} yet {} objects at or below it remain: {:?}",
+                    "t{tenant} has floor {floor} yet {} objects at or below it remain {}: {:?}",
                     dead.len(),
+                    crate::gaps::leftover_tag(&dead),
                     dead.iter().take(4).collect::<Vec<_>>()
                 ),
             });

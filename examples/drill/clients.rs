@@ -46,6 +46,40 @@ pub async fn run(cluster: Arc<Cluster>, tenant: u32, client: u32, seed: u64, end
     }
 }
 
+/// The large-batch client of `tenant`: every `every` (±50 %) one run carrying a blob of `mib`
+/// MiB (one segment of about that size, `Op::WriteBlob`) through the tenant's owner, until
+/// `end_ms`. Its writes are judged like every other; with a slow store
+/// (`--store-mib-per-sec`) each segment's put and every later restore meet sized deadlines.
+pub async fn run_large(
+    cluster: Arc<Cluster>,
+    tenant: u32,
+    mib: u32,
+    every: Duration,
+    seed: u64,
+    end_ms: u64,
+) {
+    let mut rng = Rng::new(seed ^ 0xb16_b10b ^ u64::from(tenant));
+    let every_ms = every.as_millis() as u64;
+    // A blob's put, at the slowest rate the runtime's deadlines assume (8 MiB/s), and slack.
+    let limit = WRITE_TIMEOUT + Duration::from_secs(2 * u64::from(mib).div_ceil(8) + 2);
+    let mut n = 0u64;
+    while now_ms() < end_ms {
+        tokio::time::sleep(rng.millis(every_ms / 2, every_ms * 3 / 2)).await;
+        let Some(slot) = cluster.owner(tenant) else {
+            continue; // the small clients open it
+        };
+        let Some(proc) = cluster.live(slot) else {
+            continue;
+        };
+        n += 1;
+        let key = format!("t{tenant}-big-{n:06}");
+        let outcome = cluster.write_blob(&proc, tenant, key, mib, limit).await;
+        if !matches!(outcome, Outcome::Ok { .. }) {
+            cluster.clear_owner_if(tenant, slot);
+        }
+    }
+}
+
 /// Opens `tenant` on a random live replica unless someone already routed it. One client of a
 /// tenant opens at a time; the others wait for it and then use its route.
 pub async fn ensure_open(cluster: &Cluster, tenant: u32, rng: &mut Rng) {

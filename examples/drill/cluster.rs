@@ -348,6 +348,9 @@ pub struct Cluster {
     pub open_locks: Vec<tokio::sync::Mutex<()>>,
     /// The run's stores, unwrapped: the driver lists them right after a forget.
     pub stores: Stores,
+    /// How long after a forget nothing of the forgotten epochs may be left, puts that land
+    /// late included (`--erasure-bound-ms`).
+    pub erasure_bound: Duration,
 }
 
 /// How long an open may take (acquire, fetch and install an image).
@@ -382,6 +385,7 @@ impl Cluster {
             owners: Mutex::new(HashMap::new()),
             open_locks,
             stores,
+            erasure_bound: Duration::from_secs(2),
         }
     }
 
@@ -551,6 +555,24 @@ impl Cluster {
         let id = next_id();
         self.history.invoke(id, tenant, &key, &proc.label, zombie);
         let result = proc.call_with(id, Op::Write { tenant, key }, limit).await;
+        self.history.complete(id, &result)
+    }
+
+    /// Writes one event with a blob of `mib` MiB to `tenant` through `proc` (a large batch),
+    /// recording it like any write.
+    pub async fn write_blob(
+        &self,
+        proc: &Proc,
+        tenant: u32,
+        key: String,
+        mib: u32,
+        limit: Duration,
+    ) -> Outcome {
+        let id = next_id();
+        self.history.invoke(id, tenant, &key, &proc.label, false);
+        let result = proc
+            .call_with(id, Op::WriteBlob { tenant, key, mib }, limit)
+            .await;
         self.history.complete(id, &result)
     }
 

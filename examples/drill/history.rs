@@ -209,6 +209,9 @@ pub struct Record {
     pub timeline: Vec<Note>,
     /// `(replica, tenant)` pairs whose sweep finished or failed.
     pub sweeps: HashSet<(String, u32)>,
+    /// Per `(replica, tenant)`: how many sweeps (dead epochs or retention) finished or failed,
+    /// and whether the last one finished.
+    pub sweep_counts: HashMap<(String, u32), (u32, bool)>,
     /// Images that could not be published.
     pub snapshot_failures: u64,
     /// What the drill itself failed to do (not the runtime's fault).
@@ -240,6 +243,8 @@ pub struct Record {
     pub tips_seen: HashMap<u32, Vec<acts::TipSeen>>,
     /// What the end audit found: storage, erasure, point-in-time restores.
     pub audit: acts::AuditCounts,
+    /// Point-in-time restores run during the run (the end's are judged with them).
+    pub pitr_runs: Vec<crate::pitr::PitrRun>,
 }
 
 /// Counters for progress lines.
@@ -532,6 +537,11 @@ impl History {
             }
             Line::Swept { tenant, objects } => {
                 r.sweeps.insert((replica.to_string(), tenant));
+                let count = r
+                    .sweep_counts
+                    .entry((replica.to_string(), tenant))
+                    .or_default();
+                *count = (count.0 + 1, objects.is_some());
                 (tenant, format!("{replica}: swept dead epochs: {objects:?}"))
             }
             Line::SnapshotFailed { .. } => {

@@ -48,21 +48,27 @@
 use std::process::ExitCode;
 
 mod acquire_times;
+mod audit;
 mod backend;
 mod checker;
 mod clients;
 mod cluster;
+mod damage;
 mod driver;
 mod explained;
 mod faults;
 mod finale;
+mod gaps;
+mod handoff_late;
 mod history;
 mod late_puts;
 mod leaks;
 mod opt_in;
+mod pitr;
 mod protocol;
 mod replica;
 mod rng;
+mod storage;
 mod store_rules;
 mod throttle;
 mod tuning;

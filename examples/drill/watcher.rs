@@ -39,6 +39,7 @@ use leasehold::lease::LeaseRecord;
 
 use crate::backend::Stores;
 use crate::history::History;
+use crate::history::acts::{TipSeen, wall_ms};
 use crate::protocol::{self, now_ms};
 
 /// How often every head is read.
@@ -94,6 +95,7 @@ async fn poll(
     scratch: &std::path::Path,
 ) -> Result<(), String> {
     let key = protocol::lease_key(tenant).map_err(|e| e.to_string())?;
+    let (start, wall_start) = (now_ms(), wall_ms());
     let record = stores
         .leases
         .read(&key)
@@ -104,6 +106,16 @@ async fn poll(
         return Ok(());
     };
     if let Some(tip) = record.tip {
+        history.tip_seen(
+            tenant,
+            TipSeen {
+                floor: record.floor,
+                tip,
+                start,
+                done: seen_at,
+                wall_start,
+            },
+        );
         watch_tip(
             stores, history, tenant, view, &record, tip, seen_at, scratch,
         )
@@ -252,7 +264,7 @@ async fn read_image(
 }
 
 /// The idempotency keys of the ledger at `path` (a scratch copy).
-fn keys_of_file(path: &std::path::Path) -> Result<Vec<String>, String> {
+pub fn keys_of_file(path: &std::path::Path) -> Result<Vec<String>, String> {
     // A scratch copy, opened read-write: a WAL-mode image cannot be opened read-only alone.
     let db = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
     let mut stmt = db

@@ -80,19 +80,11 @@ pub struct TipSeen {
     pub wall_start: u64,
 }
 
-/// Counts of the end audit and of the damage faults, for the summary.
+/// Counts of the damage faults, for the summary.
 #[derive(Debug, Clone, Default)]
 pub struct AuditCounts {
-    /// Point-in-time restores run and judged.
-    pub pitr_checked: u64,
-    /// Of those, targets outside the window, skipped without judging.
-    pub pitr_outside: u64,
     /// Damaged segments whose next open failed with the typed error.
     pub damage_caught: u64,
-    /// Durable objects of live tenants at the end (after the last retention).
-    pub objects: u64,
-    /// Their bytes.
-    pub bytes: u64,
 }
 
 /// Wall-clock ms since the Unix epoch (the clock manifests and segments are stamped with).
@@ -161,6 +153,39 @@ impl History {
             }
             _ => tips.push(seen),
         }
+    }
+
+    /// The tips the store watcher read of `tenant`, oldest first.
+    pub fn tips_seen_of(&self, tenant: u32) -> Vec<TipSeen> {
+        self.lock()
+            .tips_seen
+            .get(&tenant)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// How many sweeps `replica` reported of `tenant`, and whether the last one finished.
+    pub fn sweeps_of(&self, replica: &str, tenant: u32) -> (u32, bool) {
+        let r = self.lock();
+        r.sweep_counts
+            .get(&(replica.to_string(), tenant))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// How many images `replica`'s tenures of `tenant` reported published.
+    pub fn published_by(&self, replica: &str, tenant: u32) -> usize {
+        let r = self.lock();
+        r.tenures
+            .range((tenant, 0)..=(tenant, u64::MAX))
+            .filter(|(_, t)| t.grants.iter().any(|g| g.replica == replica))
+            .map(|(_, t)| t.published.len())
+            .sum()
+    }
+
+    /// Keeps a point-in-time restore run during the run, to be judged at the end.
+    pub fn pitr(&self, run: crate::pitr::PitrRun) {
+        self.lock().pitr_runs.push(run);
     }
 
     /// Changes the end audit's counts.
