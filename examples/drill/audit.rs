@@ -129,7 +129,7 @@ pub async fn compact_all(c: &Cluster, checker: &Proc, tenants: &[u32]) -> HashSe
             if now != last {
                 (last, quiet_since) = (now, Some(now_ms()));
             }
-            if quiet_since.is_some_and(|at| now_ms() > at + 500) {
+            if quiet_since.is_some_and(|at| now_ms() > at + 300) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;

@@ -351,6 +351,8 @@ pub struct Cluster {
     /// How long after a forget nothing of the forgotten epochs may be left, puts that land
     /// late included (`--erasure-bound-ms`).
     pub erasure_bound: Duration,
+    /// The replicas' `retain`, when the run sets one (where the restores' window starts).
+    pub retain: Option<Duration>,
 }
 
 /// How long an open may take (acquire, fetch and install an image).
@@ -381,6 +383,7 @@ impl Cluster {
             slots,
             history,
             tenants: template.tenants,
+            retain: template.tuning.retain(),
             template,
             owners: Mutex::new(HashMap::new()),
             open_locks,

@@ -94,7 +94,7 @@ pub struct DriveArgs {
     pub erasure_bound_ms: u64,
     /// Point-in-time restores per tenant at the end (positions and times the store watcher
     /// read, and the final tip), and one every few seconds during the run; 0: none.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 2)]
     pub pitr_targets: usize,
     /// Retention, compaction and slow backends, passed on to every replica.
     #[command(flatten)]

@@ -17,6 +17,7 @@
 //! | `close-during-open` | a tenant handed off is opened on another replica and that replica closed at once (`crate::opt_in`) |
 //! | `damage-segment` | a byte flipped in a segment the restore needs; the next open must fail typed; put back (`crate::damage`) |
 //! | `handoff-late-put` | image puts land late; snapshot; handoff; the successor forgets or keeps it (`crate::handoff_late`, opt-in) |
+//! | `snapshot-burst` | two or three explicit snapshots of a tenant in a row: retention runs close together (`crate::snapshots`) |
 //! | `drop-segment`  | a segment the restore needs deleted (a gap), the tip's among them; the same (`crate::damage`) |
 //!
 //! A paused replica's renewals are held across the pause (the store deadline ends each one), so
@@ -65,11 +66,13 @@ pub enum FaultKind {
     HandoffLatePut,
     /// A segment the restore needs deleted: a gap in the chain (`crate::damage`).
     DropSegment,
+    /// Two or three explicit snapshots of a tenant in a row (`crate::snapshots`).
+    SnapshotBurst,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::Handoff,
         FaultKind::Kill,
         FaultKind::Pause,
@@ -83,6 +86,7 @@ impl FaultKind {
         FaultKind::ForgetLatePut,
         FaultKind::DamageSegment,
         FaultKind::DropSegment,
+        FaultKind::SnapshotBurst,
     ];
 
     /// Kinds injected only when named: `handoff-late-put`, until the runtime reconciles a put
@@ -108,6 +112,7 @@ impl FaultKind {
             FaultKind::DamageSegment => "damage-segment",
             FaultKind::HandoffLatePut => "handoff-late-put",
             FaultKind::DropSegment => "drop-segment",
+            FaultKind::SnapshotBurst => "snapshot-burst",
         }
     }
 }
@@ -180,6 +185,7 @@ async fn inject(
             crate::handoff_late::handoff_late_put(c, rng, c.erasure_bound).await
         }
         FaultKind::DropSegment => crate::damage::damage(c, true, rng).await,
+        FaultKind::SnapshotBurst => crate::snapshots::snapshot_burst(c, rng).await,
     }
 }
 

@@ -123,8 +123,14 @@ pub async fn collect(c: &Arc<Cluster>, stores: &Stores, plan: &Plan) -> Result<F
         "[{:6.1}s] stores listed; point-in-time restores",
         h.elapsed(now_ms())
     );
+    let started = now_ms();
     fin.pitr_runs = audit::restores_at_end(c, stores, &readable, plan).await;
-    println!("[{:6.1}s] end audit done", h.elapsed(now_ms()));
+    println!(
+        "[{:6.1}s] end audit done ({} restores in {} ms)",
+        h.elapsed(now_ms()),
+        fin.pitr_runs.len(),
+        now_ms() - started
+    );
     list_leftovers(c, stores.durable.as_ref(), &mut fin).await?;
     Ok(fin)
 }

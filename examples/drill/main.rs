@@ -68,6 +68,7 @@ mod pitr;
 mod protocol;
 mod replica;
 mod rng;
+mod snapshots;
 mod storage;
 mod store_rules;
 mod throttle;

@@ -37,7 +37,7 @@ pub mod judge;
 pub use judge::judge;
 
 /// How often a restore is tried during the run.
-pub const DURING_EVERY: Duration = Duration::from_millis(2_500);
+pub const DURING_EVERY: Duration = Duration::from_millis(1_000);
 /// How far below the tip a target may lie, in segments: a restore reads the header of every
 /// segment between the tip and its target, so older ones cost a run more than they find.
 pub const SPAN: u64 = 256;
@@ -201,7 +201,7 @@ pub async fn during_run(
     scratch: PathBuf,
     stop: Arc<AtomicBool>,
 ) {
-    if std::fs::create_dir_all(&scratch).is_err() || tenants == 0 {
+    if tenants == 0 {
         return;
     }
     let mut rng = Rng::new(0x0917_2026);
@@ -209,38 +209,55 @@ pub async fn during_run(
     while !stop.load(Ordering::SeqCst) {
         tokio::time::sleep(DURING_EVERY).await;
         tenant = (tenant + 1) % tenants;
-        let Ok(key) = protocol::lease_key(tenant) else {
-            continue;
-        };
-        let Ok(Some(before)) = stores.leases.read(&key).await else {
-            continue;
-        };
-        let seen = history.tips_seen_of(tenant);
-        let old_enough: Vec<TipSeen> = seen
-            .into_iter()
-            .filter(|s| s.done + 1_000 < now_ms())
-            .collect();
-        let Some(target) = targets(&old_enough, before.floor, before.tip, 1, retain, &mut rng)
-            .into_iter()
-            .next()
-        else {
-            continue;
-        };
-        let started = now_ms();
-        let run = restore_keys(
-            &stores,
-            tenant,
-            before.tip,
-            before.floor,
-            target,
-            &scratch,
-            retain,
-        )
-        .await;
-        let after = stores.leases.read(&key).await;
-        let same_floor = matches!(&after, Ok(Some(r)) if r.floor == before.floor);
-        if same_floor && !history.damaged_between(tenant, started, now_ms()) {
-            history.pitr(run);
-        }
+        restore_now(&stores, &history, tenant, retain, &scratch, &mut rng).await;
+    }
+}
+
+/// One restore of `tenant` now, at a tip the watcher read a second ago or more (the oldest
+/// inside the window first, see [`targets`]), kept in the history if the floor did not move
+/// and no segment of the tenant was damaged meanwhile.
+pub async fn restore_now(
+    stores: &Stores,
+    history: &History,
+    tenant: u32,
+    retain: Option<Duration>,
+    scratch: &Path,
+    rng: &mut Rng,
+) {
+    if std::fs::create_dir_all(scratch).is_err() {
+        return;
+    }
+    let Ok(key) = protocol::lease_key(tenant) else {
+        return;
+    };
+    let Ok(Some(before)) = stores.leases.read(&key).await else {
+        return;
+    };
+    let old_enough: Vec<TipSeen> = history
+        .tips_seen_of(tenant)
+        .into_iter()
+        .filter(|s| s.done + 1_000 < now_ms())
+        .collect();
+    let Some(target) = targets(&old_enough, before.floor, before.tip, 1, retain, rng)
+        .into_iter()
+        .next()
+    else {
+        return;
+    };
+    let started = now_ms();
+    let run = restore_keys(
+        stores,
+        tenant,
+        before.tip,
+        before.floor,
+        target,
+        scratch,
+        retain,
+    )
+    .await;
+    let after = stores.leases.read(&key).await;
+    let same_floor = matches!(&after, Ok(Some(r)) if r.floor == before.floor);
+    if same_floor && !history.damaged_between(tenant, started, now_ms()) {
+        history.pitr(run);
     }
 }
