@@ -51,10 +51,10 @@ pub struct Plan {
 impl Plan {
     /// The longest a put of this run may still land after its caller gave up: the deadline of
     /// its largest object (an image of three blobs, or 1 MiB) on the run's link, or a late
-    /// put's delay, and a store deadline more.
+    /// put's delay, and half a store deadline more.
     pub fn settle(&self) -> Duration {
         let largest = (3 * self.large_batch_mib as usize).max(1) << 20;
-        self.tuning.put_allowance(largest).max(LATE_PUT) + STORE_DEADLINE
+        self.tuning.put_allowance(largest).max(LATE_PUT) + STORE_DEADLINE / 2
     }
 }
 
@@ -93,52 +93,55 @@ pub async fn erasure_before_reopen(c: &Cluster, stores: &Stores) {
     }
 }
 
-/// Has the fresh replica take an image of each of `tenants` and waits (at most ten seconds
-/// each) for the retention that follows it; returns the tenants whose retention ran.
+/// Has the fresh replica take an image of each of `tenants` (all at once) and waits (at most
+/// ten seconds) for the retention that follows each; returns the tenants whose retention ran.
 pub async fn compact_all(c: &Cluster, checker: &Proc, tenants: &[u32]) -> HashSet<u32> {
-    let mut ran = HashSet::new();
-    for &tenant in tenants {
-        let before = c.history.sweeps_of(&checker.label, tenant);
-        let published = c.history.published_by(&checker.label, tenant);
-        let answer = checker
-            .call(Op::Snapshot { tenant }, Duration::from_secs(30))
-            .await;
-        if !matches!(answer, Ok(Answer::Done { .. })) {
-            c.history.note(
-                Some(tenant),
-                format!("end audit: the fresh replica's image failed: {answer:?}"),
-            );
-            continue;
-        }
-        // Nothing new since the head: no image, so no retention after it.
-        let give_up = now_ms() + 1_000;
-        while c.history.published_by(&checker.label, tenant) == published && now_ms() < give_up {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        if c.history.published_by(&checker.label, tenant) == published {
-            continue;
-        }
-        // A retention ends after the image (the one it started, or one already under way,
-        // which then stands for it: `crate::storage::RETENTION_SLACK_MS`); then none for a
-        // while.
-        let give_up = now_ms() + 10_000;
-        let mut last = before;
-        let mut quiet_since = None;
-        while now_ms() < give_up {
-            let now = c.history.sweeps_of(&checker.label, tenant);
-            if now != last {
-                (last, quiet_since) = (now, Some(now_ms()));
-            }
-            if quiet_since.is_some_and(|at| now_ms() > at + 300) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        if last.0 > before.0 && last.1 {
-            ran.insert(tenant);
-        }
+    let each = tenants.iter().map(|&t| compact(c, checker, t));
+    futures::future::join_all(each)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// One tenant of [`compact_all`]: `Some(tenant)` when a retention ran after its new image.
+async fn compact(c: &Cluster, checker: &Proc, tenant: u32) -> Option<u32> {
+    let before = c.history.sweeps_of(&checker.label, tenant);
+    let published = c.history.published_by(&checker.label, tenant);
+    let answer = checker
+        .call(Op::Snapshot { tenant }, Duration::from_secs(30))
+        .await;
+    if !matches!(answer, Ok(Answer::Done { .. })) {
+        c.history.note(
+            Some(tenant),
+            format!("end audit: the fresh replica's image failed: {answer:?}"),
+        );
+        return None;
     }
-    ran
+    // Nothing new since the head: no image, so no retention after it.
+    let give_up = now_ms() + 1_000;
+    while c.history.published_by(&checker.label, tenant) == published && now_ms() < give_up {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if c.history.published_by(&checker.label, tenant) == published {
+        return None;
+    }
+    // A retention ends after the image (the one it started, or one already under way, which
+    // then stands for it: `crate::storage::RETENTION_SLACK_MS`); then none for a while.
+    let give_up = now_ms() + 10_000;
+    let mut last = before;
+    let mut quiet_since = None;
+    while now_ms() < give_up {
+        let now = c.history.sweeps_of(&checker.label, tenant);
+        if now != last {
+            (last, quiet_since) = (now, Some(now_ms()));
+        }
+        if quiet_since.is_some_and(|at| now_ms() > at + 300) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (last.0 > before.0 && last.1).then_some(tenant)
 }
 
 /// What the stores hold of every tenant: record, listing, manifests.
@@ -201,6 +204,7 @@ pub async fn restores_at_end(
     }
     let retain = plan.tuning.retain();
     let mut rng = Rng::new(plan.seed ^ 0x0e2d_a0d1);
+    let mut work = Vec::new();
     for &tenant in readable {
         let Ok(key) = protocol::lease_key(tenant) else {
             continue;
@@ -221,20 +225,27 @@ pub async fn restores_at_end(
             retain,
             &mut rng,
         ));
-        for target in targets {
-            let run = pitr::restore_keys(
-                stores,
-                tenant,
-                record.tip,
-                record.floor,
-                target,
-                &scratch,
-                retain,
-            )
-            .await;
-            runs.push(run);
-        }
+        let scratch = scratch.clone();
+        // The tenants' restores run side by side, each tenant's one after another.
+        work.push(async move {
+            let mut runs = Vec::new();
+            for target in targets {
+                let run = pitr::restore_keys(
+                    stores,
+                    tenant,
+                    record.tip,
+                    record.floor,
+                    target,
+                    &scratch,
+                    retain,
+                )
+                .await;
+                runs.push(run);
+            }
+            runs
+        });
     }
+    runs.extend(futures::future::join_all(work).await.into_iter().flatten());
     runs
 }
 

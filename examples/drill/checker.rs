@@ -263,6 +263,7 @@ pub fn evaluate(
     store_rules::check_graceful(rec, &mut report);
     store_rules::check_closed_tenures(rec, &mut report);
     report.ends = crate::explained::check_tenure_ends(rec, &mut report);
+    crate::explained::check_overdue(rec, &mut report);
     check_storage(fin, retain, &mut report);
     let runs: Vec<crate::pitr::PitrRun> = rec
         .pitr_runs

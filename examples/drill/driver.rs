@@ -230,6 +230,7 @@ async fn drive(
         stores.clone(),
         cluster.history.clone(),
         args.tenants,
+        args.tuning.compact_segments(),
         cluster.run_dir().join("watcher"),
         stop_watching.clone(),
     ));

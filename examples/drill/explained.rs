@@ -33,6 +33,43 @@ pub struct Ends {
     pub faulted: u64,
 }
 
+/// `image-overdue` (`crate::compaction`): a compaction the watcher found overdue is a
+/// violation unless a fault touched the tenure's replica, or a segment of the tenant was
+/// damaged, meanwhile.
+pub fn check_overdue(rec: &Record, report: &mut Report) {
+    for o in &rec.overdue {
+        let Some(tenure) = rec.tenures.get(&(o.tenant, o.epoch)) else {
+            continue;
+        };
+        let excused = tenure
+            .grants
+            .iter()
+            .any(|g| impaired_between(rec, &g.replica, o.since, o.until))
+            || rec.damages.iter().any(|d| {
+                d.tenant == o.tenant
+                    && d.at <= o.until
+                    && d.repaired_at.is_none_or(|b| b >= o.since)
+            });
+        if excused {
+            continue;
+        }
+        report.violations.push(Violation {
+            rule: "image-overdue",
+            tenant: Some(o.tenant),
+            at: o.until,
+            detail: format!(
+                "epoch {} of t{} shipped on with {} segments since its head image for {} ms \
+                 (compaction due since {}); no fault touched its replica",
+                o.epoch,
+                o.tenant,
+                o.segments,
+                o.until - o.since,
+                o.since
+            ),
+        });
+    }
+}
+
 /// Judges every ended tenure of `rec`; violations go to `report`.
 pub fn check_tenure_ends(rec: &Record, report: &mut Report) -> Ends {
     let successors = Successors::new(&rec.tenures);

@@ -245,6 +245,8 @@ pub struct Record {
     pub audit: acts::AuditCounts,
     /// Point-in-time restores run during the run (the end's are judged with them).
     pub pitr_runs: Vec<crate::pitr::PitrRun>,
+    /// Compactions the store watcher found overdue (`crate::compaction`).
+    pub overdue: Vec<crate::compaction::Overdue>,
 }
 
 /// Counters for progress lines.

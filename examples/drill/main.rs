@@ -53,6 +53,7 @@ mod backend;
 mod checker;
 mod clients;
 mod cluster;
+mod compaction;
 mod damage;
 mod driver;
 mod explained;

@@ -183,6 +183,17 @@ impl History {
             .sum()
     }
 
+    /// Records a compaction the store watcher found overdue (judged by the checker).
+    pub fn overdue(&self, found: crate::compaction::Overdue) {
+        let mut r = self.lock();
+        let text = format!(
+            "store watcher: {} segments since the head, due since {}",
+            found.segments, found.since
+        );
+        super::push_note(&mut r, Some(found.tenant), text);
+        r.overdue.push(found);
+    }
+
     /// Keeps a point-in-time restore run during the run, to be judged at the end.
     pub fn pitr(&self, run: crate::pitr::PitrRun) {
         self.lock().pitr_runs.push(run);
