@@ -43,7 +43,7 @@ pub const DURING_EVERY: Duration = Duration::from_millis(1_000);
 pub const SPAN: u64 = 256;
 /// A target this much younger than `now − retain` counts as inside the window (retention's
 /// clock read and ours differ by a call or two).
-pub const WINDOW_SLACK_MS: u64 = 1_000;
+pub const WINDOW_SLACK_MS: u64 = 250;
 
 /// What a restore was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
