@@ -17,6 +17,12 @@
 //! | `overlapping-tenures`       | 1       | one epoch granted to two processes, or an image taken after a later tenure acquired   |
 //! | `refused-write-present`     | 1       | a write refused with a definite error (fenced, draining, …) is read back              |
 //! | `leak`                      | —       | a replica process that closed and dropped its supervisor holds more threads or file descriptors than before it started (fails the run only with `--fail-on-leak`) |
+//! | `unreadable-at-end`         | 3, 6    | a fresh replica cannot open or read a tenant at the end: its acknowledged writes are out of reach |
+//! | `unexplained-tenure-end`    | 6       | a tenure ended with no handoff, forget or close asked of it and no fault on its replica ([`crate::explained`]) |
+//! | `image-overdue`             | storage | compaction due and not taken in time ([`crate::compaction`]) |
+//! | `orphan-object`, `storage-bound` | 5, storage | what the stores hold at the end, after the last retention ([`crate::storage`]) |
+//! | `pitr-*`                    | log     | a point-in-time restore refused inside the window, failed, or not the history's state ([`crate::pitr`]) |
+//! | `damage-served`, `damage-not-typed` | log | the open after a damaged segment ([`crate::damage`]) |
 //!
 //! ("log": docs/guarantees.md, the change log.) A write answered `LEASEHOLD_UNSHIPPED` (its
 //! segment did not reach the log in time) has an unknown outcome, like a timeout: it may be read
@@ -28,9 +34,10 @@
 //! end in a flushed handoff, is "lost within the declared tail" when its time bound holds:
 //! allowed, counted, and the longest such tail is reported against the bound.
 //!
-//! One known gap can be tolerated (`--tolerate stale-local-copy`): a replica whose tenure was
-//! lost (a zombie, a crash) keeps its local copy until its next open of that tenant, also when
-//! a successor forgot the tenant meanwhile. It is then reported, not failed.
+//! Known gaps can be tolerated (`--tolerate`, [`crate::gaps`]): `stale-local-copy` (a replica
+//! whose tenure was lost keeps its local copy until its next open of that tenant, also when a
+//! successor forgot the tenant meanwhile), and one per hole of the change-log review today's
+//! runtime shows. They are then reported, not failed.
 //!
 //! ## Clocks, per backend
 //!
@@ -264,7 +271,7 @@ pub fn evaluate(
     store_rules::check_closed_tenures(rec, &mut report);
     report.ends = crate::explained::check_tenure_ends(rec, &mut report);
     crate::explained::check_overdue(rec, &mut report);
-    check_storage(fin, retain, &mut report);
+    crate::storage::check(fin, retain, &mut report);
     let runs: Vec<crate::pitr::PitrRun> = rec
         .pitr_runs
         .iter()
@@ -485,28 +492,6 @@ fn check_unreadable(rec: &Record, fin: &Final, report: &mut Report) {
                  out of reach): {why}"
             ),
         });
-    }
-}
-
-/// The storage rules of every tenant the end audit listed (`crate::storage`).
-fn check_storage(fin: &Final, retain: Option<std::time::Duration>, report: &mut Report) {
-    let mut tenants: Vec<&u32> = fin.storage.keys().collect();
-    tenants.sort_unstable();
-    for &tenant in tenants {
-        let (Some(held), Ok(key)) = (fin.storage.get(&tenant), protocol::lease_key(tenant)) else {
-            continue;
-        };
-        let (findings, counted) = crate::storage::judge(&key, held, retain);
-        report.held.objects += counted.objects;
-        report.held.image_bytes += counted.image_bytes;
-        for f in findings {
-            report.violations.push(Violation {
-                rule: f.rule,
-                tenant: Some(tenant),
-                at: 0,
-                detail: format!("t{tenant} at the end: {}", f.detail),
-            });
-        }
     }
 }
 

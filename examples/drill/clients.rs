@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::{Cluster, OpenError, WRITE_TIMEOUT};
+use crate::cluster::{Cluster, OpenError, WRITE_TIMEOUT, next_id};
 use crate::history::Outcome;
-use crate::protocol::now_ms;
+use crate::protocol::{Op, now_ms};
 use crate::rng::Rng;
 
 /// Runs client `client` of `tenant` until `end_ms` (driver clock).
@@ -73,7 +73,11 @@ pub async fn run_large(
         };
         n += 1;
         let key = format!("t{tenant}-big-{n:06}");
-        let outcome = cluster.write_blob(&proc, tenant, key, mib, limit).await;
+        let id = next_id();
+        cluster.history.invoke(id, tenant, &key, &proc.label, false);
+        let op = Op::WriteBlob { tenant, key, mib };
+        let result = proc.call_with(id, op, limit).await;
+        let outcome = cluster.history.complete(id, &result);
         if !matches!(outcome, Outcome::Ok { .. }) {
             cluster.clear_owner_if(tenant, slot);
         }

@@ -561,24 +561,6 @@ impl Cluster {
         self.history.complete(id, &result)
     }
 
-    /// Writes one event with a blob of `mib` MiB to `tenant` through `proc` (a large batch),
-    /// recording it like any write.
-    pub async fn write_blob(
-        &self,
-        proc: &Proc,
-        tenant: u32,
-        key: String,
-        mib: u32,
-        limit: Duration,
-    ) -> Outcome {
-        let id = next_id();
-        self.history.invoke(id, tenant, &key, &proc.label, false);
-        let result = proc
-            .call_with(id, Op::WriteBlob { tenant, key, mib }, limit)
-            .await;
-        self.history.complete(id, &result)
-    }
-
     /// Writes one event through the ticket of `session` on `proc`, recording it like a write.
     pub async fn session_write(
         &self,

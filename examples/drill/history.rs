@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+pub use crate::leaks::Resources;
 use crate::protocol::{Answer, Line, is_definite_refusal, now_ms};
 pub use crate::watcher::{Cover, CoverKind};
 
@@ -166,32 +167,6 @@ pub struct GracefulFailure {
     pub at: u64,
     /// What came back.
     pub what: String,
-}
-
-/// What a replica process reported about its resources after its close and drop.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Resources {
-    /// Threads before its supervisor started.
-    pub threads_before: u64,
-    /// Threads after the close and drop (tokio's idle blocking-pool threads not counted).
-    pub threads_after: u64,
-    /// Names of the threads counted after that were not there before.
-    pub new_threads: Vec<String>,
-    /// Open file descriptors before its supervisor started.
-    pub fds_before: u64,
-    /// Open file descriptors after the close and drop.
-    pub fds_after: u64,
-    /// Tenant actors still alive, when the runtime can tell (it cannot yet: `None`).
-    pub live_tenant_actors: Option<u64>,
-}
-
-impl Resources {
-    /// Whether anything is left over.
-    pub fn leaked(&self) -> bool {
-        self.threads_after > self.threads_before
-            || self.fds_after > self.fds_before
-            || self.live_tenant_actors.is_some_and(|n| n > 0)
-    }
 }
 
 /// Everything recorded, as the checker reads it.

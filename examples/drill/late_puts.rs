@@ -11,7 +11,8 @@
 //!
 //! Every other call goes to the wrapped store as it is, its own version included (a bulk
 //! delete, a paged listing, a sized get): the runtime meets the backend's calls, not the trait's
-//! defaults.
+//! defaults — except a bulk delete with `--delete-one-by-one`, which goes one key at a time, as
+//! on a backend without one (the trait's default, `DirStore`'s).
 //!
 //! Only images and manifests land late; segments of the change log go at once. A segment that
 //! outlives its deadline ends the tenure (its callers hear `LEASEHOLD_UNSHIPPED`), so with
@@ -32,14 +33,17 @@ pub struct LatePuts {
     inner: SharedDurableStore,
     /// How long each put waits before it writes, in ms; 0 when off.
     late_ms: Arc<AtomicU64>,
+    /// A bulk delete goes to the store one key at a time (a backend without one).
+    one_by_one: bool,
 }
 
 impl LatePuts {
-    /// Wraps `inner`, switched off.
-    pub fn new(inner: SharedDurableStore) -> Self {
+    /// Wraps `inner`, switched off; `one_by_one`: a bulk delete is one call per key.
+    pub fn new(inner: SharedDurableStore, one_by_one: bool) -> Self {
         Self {
             inner,
             late_ms: Arc::default(),
+            one_by_one,
         }
     }
 
@@ -87,6 +91,15 @@ impl DurableStore for LatePuts {
         self.inner.delete(key).await
     }
     async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        if self.one_by_one {
+            // A backend without a bulk delete (the trait's default): one call per key.
+            keys.iter()
+                .try_for_each(|k| leasehold::durable::check_key(k))?;
+            for key in keys {
+                self.inner.delete(key).await?;
+            }
+            return Ok(());
+        }
         // The backend's bulk delete (one `DeleteObjects` on S3), as the runtime would use it.
         self.inner.delete_keys(keys).await
     }

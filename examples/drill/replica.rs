@@ -139,7 +139,7 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     if let Some(rate) = tuning.store_mib_per_sec {
         durable = Arc::new(crate::throttle::Link::new(durable, rate));
     }
-    let late = crate::late_puts::LatePuts::new(durable);
+    let late = crate::late_puts::LatePuts::new(durable, tuning.delete_one_by_one);
     let store = FaultyStore::new(Arc::new(late.clone()));
     let org = protocol::org()?;
     let tenants = (0..args.tenants)

@@ -25,6 +25,9 @@ use leasehold::image::Manifest;
 use leasehold::layout::{LogPos, epoch_of, manifest_of, segment_of};
 use leasehold::lease::LeaseRecord;
 
+use crate::checker::{Report, Violation};
+use crate::finale::Final;
+
 /// Slack between the head's stamp and the cutoff the last retention used. A retention starts
 /// after each image on the same host's clock, but one at a time: an image published while one
 /// runs gets none of its own, and the one under way (started after an image a little older)
@@ -182,6 +185,29 @@ fn retention(
         }
     }
     findings
+}
+
+/// The storage rules of every tenant the end audit listed (`crate::storage`).
+pub fn check(fin: &Final, retain: Option<Duration>, report: &mut Report) {
+    let mut tenants: Vec<&u32> = fin.storage.keys().collect();
+    tenants.sort_unstable();
+    for &tenant in tenants {
+        let (Some(held), Ok(key)) = (fin.storage.get(&tenant), crate::protocol::lease_key(tenant))
+        else {
+            continue;
+        };
+        let (findings, counted) = judge(&key, held, retain);
+        report.held.objects += counted.objects;
+        report.held.image_bytes += counted.image_bytes;
+        for f in findings {
+            report.violations.push(Violation {
+                rule: f.rule,
+                tenant: Some(tenant),
+                at: 0,
+                detail: format!("t{tenant} at the end: {}", f.detail),
+            });
+        }
+    }
 }
 
 /// `(epoch, seq)` of an image key `<key>/e<epoch>/snap-<seq>.db`.

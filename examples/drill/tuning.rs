@@ -32,6 +32,11 @@ pub struct Tuning {
     /// default 0).
     #[arg(long, default_value_t = 0)]
     pub lease_delay_ms: u64,
+    /// Every replica's store deletes a bulk delete's keys one call at a time, as a backend
+    /// without a bulk delete does (the trait's default; on S3 the drill otherwise uses its
+    /// `DeleteObjects`).
+    #[arg(long)]
+    pub delete_one_by_one: bool,
 }
 
 impl Tuning {
@@ -46,6 +51,9 @@ impl Tuning {
         }
         if let Some(rate) = self.store_mib_per_sec {
             args.extend(["--store-mib-per-sec".to_string(), rate.to_string()]);
+        }
+        if self.delete_one_by_one {
+            args.push("--delete-one-by-one".to_string());
         }
         if self.lease_delay_ms > 0 {
             args.extend([

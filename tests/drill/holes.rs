@@ -203,10 +203,15 @@ fn hole12_a_slow_lease_store_ends_no_tenure_when_many_tenants_ship() {
     assert!(count(&summary, "acked") > 500, "{summary}");
 }
 
-/// Hole 11: on PostgreSQL + S3 an erasure that timed out is finished later (the run:
-/// seed 777001, 40 s, 4 replicas, the fault kinds of that time). Needs the servers
-/// (`scripts/with-servers.sh cargo test --features "testkit postgres s3" --test drill -- \
-/// --ignored hole11`).
+/// Hole 11: on PostgreSQL + S3 an erasure that timed out is finished later. The run
+/// (seed 777001, 40 s, 4 replicas, the fault kinds of that time) showed it while the drill's
+/// own store wrapper sent a bulk delete one key at a time; since the wrapper passes S3's
+/// `DeleteObjects` on, that run passes, and the class needs a backend without a bulk delete
+/// (`--delete-one-by-one`, as the trait's default and `DirStore` do). Seen then: both forgets
+/// answered `LEASEHOLD_STORE`, and at the end, before any reopen, `t0 (floor 4) keeps 174
+/// objects at or below the floor: [".../e00000001/log-000000000031.seg", …]`. Needs the
+/// servers (`scripts/with-servers.sh cargo test --features "testkit postgres s3" --test drill
+/// -- --ignored hole11`).
 #[cfg(all(feature = "postgres", feature = "s3"))]
 #[test]
 #[ignore = "hole 11 of the change-log review: fails until its fix lands"]
@@ -222,6 +227,7 @@ fn hole11_an_erasure_that_timed_out_on_postgres_and_s3_is_finished() {
         "4",
         "--faults",
         super::CLASSIC_KINDS,
+        "--delete-one-by-one",
         "--tolerate",
         "orphan-image",
     ]);
