@@ -15,6 +15,7 @@
 //! Everything here reads the stores through the traits, behind no fault, on either backend.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::LeaseStore;
@@ -247,6 +248,57 @@ pub async fn restores_at_end(
     }
     runs.extend(futures::future::join_all(work).await.into_iter().flatten());
     runs
+}
+
+/// After a forget of `tenant` asked of slot `forgetter`: lists the erasure right after it
+/// returned and once the erasure bound passed. A forget of unknown outcome (`LEASEHOLD_STORE`,
+/// no answer) whose floor did rise (the lease store says so) is held to the same bound, from
+/// when it answered: an erasure that timed out must still be finished.
+pub async fn after_forget(
+    c: &Arc<Cluster>,
+    tenant: u32,
+    forgetter: usize,
+    answer: &Result<Answer, crate::history::CallError>,
+) {
+    let floor = match answer {
+        Ok(Answer::Done { epoch: Some(floor) }) => {
+            check_erasure(
+                c,
+                tenant,
+                *floor,
+                forgetter,
+                "right after the forget returned",
+            )
+            .await;
+            *floor
+        }
+        Ok(Answer::Done { .. }) | Ok(Answer::Failed { .. }) | Err(_) => {
+            let key = match protocol::lease_key(tenant) {
+                Ok(key) => key,
+                Err(_) => return,
+            };
+            let raised = c.stores.leases.read(&key).await.ok().flatten();
+            match (
+                raised,
+                c.history.forget_epoch(tenant, &c.slots[forgetter].name),
+            ) {
+                (Some(record), Some(epoch)) if record.floor >= epoch => record.floor,
+                _ => return,
+            }
+        }
+        Ok(_) => return,
+    };
+    let (c, delay) = (c.clone(), c.erasure_bound);
+    tokio::spawn(async move {
+        // A put that outlived its deadline may land late, an erasure may have timed out
+        // (docs/guarantees.md, promise 5): list again once the erasure bound passed.
+        tokio::time::sleep(delay).await;
+        let when = format!(
+            "{} ms after the forget (the erasure bound)",
+            delay.as_millis()
+        );
+        check_erasure(&c, tenant, floor, forgetter, &when).await;
+    });
 }
 
 /// Lists what is left of `tenant` at or below `floor` right now: its durable objects, and its

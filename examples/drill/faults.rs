@@ -181,9 +181,7 @@ async fn inject(
         FaultKind::ForgetLatePut => crate::opt_in::forget_late_put(c, rng).await,
         FaultKind::CloseDuringOpen => crate::opt_in::close_during_open(c, rng).await,
         FaultKind::DamageSegment => crate::damage::damage(c, false, rng).await,
-        FaultKind::HandoffLatePut => {
-            crate::handoff_late::handoff_late_put(c, rng, c.erasure_bound).await
-        }
+        FaultKind::HandoffLatePut => crate::handoff_late::handoff_late_put(c, rng).await,
         FaultKind::DropSegment => crate::damage::damage(c, true, rng).await,
         FaultKind::SnapshotBurst => crate::snapshots::snapshot_burst(c, rng).await,
     }
@@ -449,27 +447,7 @@ async fn forget_paused(
                 Some(proc) => proc.call(Op::Forget { tenant }, LEAVE_TIMEOUT).await,
                 None => Err(crate::history::CallError::NotSent),
             };
-            if let Ok(Answer::Done { epoch: Some(floor) }) = answer {
-                crate::audit::check_erasure(
-                    c,
-                    tenant,
-                    floor,
-                    next,
-                    "right after the forget returned",
-                )
-                .await;
-                let (c, delay) = (c.clone(), c.erasure_bound);
-                tokio::spawn(async move {
-                    // A put that outlived its deadline may land late (docs/guarantees.md,
-                    // promise 5): list again once the erasure bound passed.
-                    tokio::time::sleep(delay).await;
-                    let when = format!(
-                        "{} ms after the forget (the erasure bound)",
-                        delay.as_millis()
-                    );
-                    crate::audit::check_erasure(&c, tenant, floor, next, &when).await;
-                });
-            }
+            crate::audit::after_forget(c, tenant, next, &answer).await;
             c.clear_owner_if(tenant, next);
             text += &format!(
                 "; {} took t{tenant} over and forgot it: {}",

@@ -26,13 +26,8 @@ use crate::rng::Rng;
 /// How long a handoff or forget may take.
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(12);
 
-/// Injects one `handoff-late-put`; `Ok(None)` when no tenant can be moved. `bound` is how long
-/// after the forget the erasure is listed again.
-pub async fn handoff_late_put(
-    c: &Arc<Cluster>,
-    rng: &mut Rng,
-    bound: Duration,
-) -> Result<Option<String>, BoxError> {
+/// Injects one `handoff-late-put`; `Ok(None)` when no tenant can be moved.
+pub async fn handoff_late_put(c: &Arc<Cluster>, rng: &mut Rng) -> Result<Option<String>, BoxError> {
     let Some((slot, owned)) = crate::faults::pick_owner(c, rng) else {
         return Ok(None);
     };
@@ -64,7 +59,7 @@ pub async fn handoff_late_put(
         match c.open_on(tenant, next).await {
             Ok(epoch) if rng.chance(50) => {
                 text += &format!("; {} opened it (epoch {epoch})", c.slots[next].name);
-                text += &forget(c, tenant, next, bound).await;
+                text += &forget(c, tenant, next).await;
             }
             Ok(epoch) => {
                 text += &format!(
@@ -86,26 +81,15 @@ pub async fn handoff_late_put(
     Ok(Some(text))
 }
 
-/// Forgets `tenant` on slot `next` and lists the erasure right after and `bound` later.
-async fn forget(c: &Arc<Cluster>, tenant: u32, next: usize, bound: Duration) -> String {
+/// Forgets `tenant` on slot `next` and lists the erasure right after and once the erasure
+/// bound passed.
+async fn forget(c: &Arc<Cluster>, tenant: u32, next: usize) -> String {
     let Some(successor) = c.live(next) else {
         return "; the successor is gone".into();
     };
     let forgotten = successor.call(Op::Forget { tenant }, LEAVE_TIMEOUT).await;
     c.clear_owner_if(tenant, next);
     let text = format!("; forgot it there: {}", short(&forgotten));
-    if let Ok(Answer::Done { epoch: Some(floor) }) = forgotten {
-        crate::audit::check_erasure(c, tenant, floor, next, "right after the forget returned")
-            .await;
-        let c = c.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(bound).await;
-            let when = format!(
-                "{} ms after the forget (the erasure bound)",
-                bound.as_millis()
-            );
-            crate::audit::check_erasure(&c, tenant, floor, next, &when).await;
-        });
-    }
+    crate::audit::after_forget(c, tenant, next, &forgotten).await;
     text
 }

@@ -183,6 +183,18 @@ impl History {
             .sum()
     }
 
+    /// The epoch of the latest tenure of `tenant` granted to a process of the slot named
+    /// `slot_name` (the tenure a forget asked of that slot ends).
+    pub fn forget_epoch(&self, tenant: u32, slot_name: &str) -> Option<u64> {
+        let r = self.lock();
+        let prefix = format!("{slot_name}#");
+        r.tenures
+            .range((tenant, 0)..=(tenant, u64::MAX))
+            .filter(|(_, t)| t.grants.iter().any(|g| g.replica.starts_with(&prefix)))
+            .map(|(&(_, epoch), _)| epoch)
+            .max()
+    }
+
     /// Records a compaction the store watcher found overdue (judged by the checker).
     pub fn overdue(&self, found: crate::compaction::Overdue) {
         let mut r = self.lock();
