@@ -11,11 +11,10 @@
 #      within every + one store deadline + slack, reported as lost_within_tail/tail_max_ms;
 #   4. the random seed for about 15 s with retention deleting (--retain-ms 6000, an image every
 #      100 segments): the storage bound after the last retention and restores across the window;
-#   5. the random seed for about 8 s with one fault kind only, for each of DRILL_SINGLE_KINDS
-#      (default: forget-paused damage-segment drop-segment snapshot-burst): a kind drawn too
-#      rarely in the mixed runs gets a run of its own;
-#   6. the random seed for about 10 s with a large-batch client (4 MiB a batch) and handoffs;
-#   7. only when LEASEHOLD_TEST_PG_URL is set (scripts/with-servers.sh scripts/drill.sh, as
+#   5. the random seed for about 6 s with one fault kind only, for each of DRILL_SINGLE_KINDS
+#      (default: forget-paused drop-segment): a kind drawn too rarely in the mixed runs gets a
+#      run of its own (tests/drill.rs runs damage-segment and drop-segment, and large batches);
+#   6. only when LEASEHOLD_TEST_PG_URL is set (scripts/with-servers.sh scripts/drill.sh, as
 #      .ci/run does): the fixed seed for about 20 s on PostgreSQL and S3 (--backend postgres-s3).
 #      Without the servers this run is skipped.
 #
@@ -44,7 +43,7 @@ cargo="${CARGO:-cargo}"
 fixed_seed="${DRILL_FIXED_SEED:-20260438}"
 random_seed="${DRILL_RANDOM_SEED:-$(( (RANDOM << 15 | RANDOM) % 1000000000 ))}"
 tolerate="${DRILL_TOLERATE-orphan-image,forgotten-segment,forgotten-image}"
-single_kinds="${DRILL_SINGLE_KINDS-forget-paused damage-segment drop-segment snapshot-burst}"
+single_kinds="${DRILL_SINGLE_KINDS-forget-paused drop-segment}"
 
 # One build: with the fleet backends' features when their servers are up (CI builds the
 # workspace with them already, so this is a no-op there).
@@ -91,11 +90,9 @@ run "random seed $random_seed for 15 s with retention (retain 6 s)" --seed "$ran
     --seconds 15 --retain-ms 6000 --compact-segments 100 \
     --tolerate "${tolerate:+$tolerate,}pitr-window" "$@"
 for kind in $single_kinds; do
-    run "random seed $random_seed for 8 s, $kind only" --seed "$random_seed" --seconds 8 \
+    run "random seed $random_seed for 6 s, $kind only" --seed "$random_seed" --seconds 6 \
         --faults "$kind" "$@"
 done
-run "random seed $random_seed for 10 s with 4 MiB batches" --seed "$random_seed" --seconds 10 \
-    --large-batch-mib 4 --faults handoff,kill "$@"
 on_servers=""
 if [[ -n "${LEASEHOLD_TEST_PG_URL:-}" ]]; then
     run "fixed seed $fixed_seed for 20 s on postgres-s3" --backend postgres-s3 \
@@ -106,6 +103,6 @@ else
         "(scripts/with-servers.sh scripts/drill.sh runs one)"
 fi
 echo "drill.sh: seeds $fixed_seed (fixed) and $random_seed (random: async, retention," \
-    "single kinds, large batches)$on_servers: $([[ $status == 0 ]] && echo passed \
+    "single kinds)$on_servers: $([[ $status == 0 ]] && echo passed \
     || echo "FAILED (exit $status: ${failed[*]})")"
 exit "$status"

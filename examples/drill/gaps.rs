@@ -10,7 +10,7 @@
 //! | `stale-local-copy`  | a lost tenure's local copy of a tenant forgotten elsewhere       | —        |
 //! | `orphan-image`      | `orphan-object`: an image without its manifest (or the reverse) in a live epoch | 8, 5 |
 //! | `forgotten-segment` | `forgotten-object-left` where every object left is a segment      | 6, 10, 11 |
-//! | `forgotten-image`   | `forgotten-object-left` where every object left is an image or manifest | 5, 7 |
+//! | `forgotten-image`   | `forgotten-object-left` where every object left is an image or manifest (with `forgotten-segment`: also a mix of both) | 5, 7 |
 //! | `unexplained-end`   | `unexplained-tenure-end`                                          | 11, 12   |
 //! | `unreadable`        | `unreadable-at-end`                                               | 1        |
 //! | `pitr-window`       | `pitr-outside-retention`, `pitr-failed`                           | 3, 4     |
@@ -72,11 +72,24 @@ pub fn gap_of(v: &Violation) -> Option<KnownGap> {
     }
 }
 
+/// Whether `v` is explained by the `tolerated` gaps: its own, or, for objects of a forgotten
+/// epoch of both kinds, segments and images both.
+fn tolerated_by(v: &Violation, tolerated: &[KnownGap]) -> bool {
+    match gap_of(v) {
+        Some(gap) => tolerated.contains(&gap),
+        None => {
+            v.rule == "forgotten-object-left"
+                && tolerated.contains(&KnownGap::ForgottenSegment)
+                && tolerated.contains(&KnownGap::ForgottenImage)
+        }
+    }
+}
+
 /// Moves the violations of the `tolerated` gaps out of `violations` and returns them.
 pub fn tolerate(violations: &mut Vec<Violation>, tolerated: &[KnownGap]) -> Vec<Violation> {
     let (known, rest): (Vec<Violation>, Vec<Violation>) = std::mem::take(violations)
         .into_iter()
-        .partition(|v| gap_of(v).is_some_and(|g| tolerated.contains(&g)));
+        .partition(|v| tolerated_by(v, tolerated));
     *violations = rest;
     known
 }

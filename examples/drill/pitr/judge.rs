@@ -156,3 +156,132 @@ fn expect(rec: &Record, w: &WriteOp, run: &PitrRun, mode: Mode) -> Option<bool> 
     });
     (acked_before || logged_before).then_some(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::acts::TipSeen;
+    use crate::history::{Cover, WriteOp};
+    use leasehold::layout::LogPos;
+
+    fn write(key: &str, outcome: Outcome) -> WriteOp {
+        WriteOp {
+            tenant: 0,
+            key: key.into(),
+            replica: "replica-1#1".into(),
+            req: 1,
+            invoke_ms: 0,
+            done_ms: None,
+            outcome,
+            zombie: false,
+        }
+    }
+
+    fn acked(epoch: u64, run_at: u64, ack_at: u64) -> Outcome {
+        Outcome::Ok {
+            epoch,
+            run_at,
+            ack_at,
+            late: false,
+        }
+    }
+
+    /// A restore of tenant 0 at the tip (e2, 10), read between 1,000 and 1,010, floor 1.
+    fn run(keys: &[&str]) -> PitrRun {
+        PitrRun {
+            tenant: 0,
+            target: PitrTarget::Tip(TipSeen {
+                floor: 1,
+                tip: LogPos { epoch: 2, seq: 10 },
+                start: 1_000,
+                done: 1_010,
+                wall_start: 0,
+            }),
+            floor: 1,
+            inside: true,
+            at: 2_000,
+            outcome: Ok(keys.iter().map(|k| k.to_string()).collect()),
+        }
+    }
+
+    fn rules(rec: &Record, runs: &[PitrRun], mode: Mode) -> Vec<&'static str> {
+        judge(rec, &Final::default(), runs, mode)
+            .0
+            .iter()
+            .map(|v| v.rule)
+            .collect()
+    }
+
+    #[test]
+    fn on_shipped_a_write_acknowledged_before_the_tip_was_read_must_be_in_it() {
+        let mut rec = Record::default();
+        rec.writes.push(write("a", acked(2, 900, 990)));
+        rec.writes.push(write("b", acked(2, 1_020, 1_030)));
+        assert_eq!(
+            rules(&rec, &[run(&["a"])], Mode::Shipped),
+            Vec::<&str>::new()
+        );
+        assert_eq!(
+            rules(&rec, &[run(&[])], Mode::Shipped),
+            ["pitr-missing-write"]
+        );
+        assert_eq!(
+            rules(&rec, &[run(&["a", "b"])], Mode::Shipped),
+            ["pitr-later-write"]
+        );
+        // On Async an acknowledgement says nothing of the log; a cover read at or before does.
+        assert_eq!(rules(&rec, &[run(&[])], Mode::Async), Vec::<&str>::new());
+        let cover = Cover {
+            kind: CoverKind::Log,
+            epoch: 2,
+            seq: 9,
+            seen_at: 995,
+        };
+        rec.covered.entry(0).or_default().insert("a".into(), cover);
+        assert_eq!(
+            rules(&rec, &[run(&[])], Mode::Async),
+            ["pitr-missing-write"]
+        );
+    }
+
+    #[test]
+    fn refused_and_forgotten_writes_are_never_in_it_and_unknown_ones_may_be() {
+        let mut rec = Record::default();
+        let refused = Outcome::Fail {
+            code: "LEASEHOLD_FENCED".into(),
+        };
+        rec.writes.push(write("r", refused));
+        rec.writes.push(write("f", acked(1, 100, 110)));
+        let unknown = Outcome::Unknown {
+            why: "LEASEHOLD_UNSHIPPED".into(),
+        };
+        rec.writes.push(write("u", unknown));
+        assert_eq!(
+            rules(&rec, &[run(&["u"])], Mode::Shipped),
+            Vec::<&str>::new()
+        );
+        assert_eq!(
+            rules(&rec, &[run(&["r"])], Mode::Shipped),
+            ["pitr-later-write"]
+        );
+        assert_eq!(
+            rules(&rec, &[run(&["f"])], Mode::Shipped),
+            ["pitr-later-write"]
+        );
+    }
+
+    #[test]
+    fn a_refusal_inside_the_window_is_a_violation_outside_it_is_counted() {
+        let rec = Record::default();
+        let mut refused = run(&[]);
+        refused.outcome = Err(("outside-retention", "no longer retained".into()));
+        assert_eq!(
+            rules(&rec, &[refused.clone()], Mode::Shipped),
+            ["pitr-outside-retention"]
+        );
+        refused.inside = false;
+        let (found, counts) = judge(&rec, &Final::default(), &[refused], Mode::Shipped);
+        assert!(found.is_empty());
+        assert_eq!(counts.outside, 1);
+    }
+}
