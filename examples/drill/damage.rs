@@ -245,7 +245,9 @@ async fn reopen(
                 return Ok(format!("{} opened it, epoch {epoch}", proc.label));
             }
             Ok(Answer::Failed { code, message, .. }) if code == "LEASEHOLD_CORRUPT" => {
-                let names = message.contains(&d.key);
+                // By its key, or as `<position> of <tenant>` (a check after decoding).
+                let names = message.contains(&d.key)
+                    || (message.contains(&d.pos.to_string()) && message.contains(key.as_str()));
                 if needed && names {
                     c.history.audit(|a| a.damage_caught += 1);
                     return Ok(format!("{} refused it: LEASEHOLD_CORRUPT", proc.label));
