@@ -19,7 +19,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use leasehold::LeaseKey;
 use leasehold::layout::{ImageRef, LogPos};
-use leasehold::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, SharedLeaseStore};
+use leasehold::lease::{
+    LeaseError, LeaseRecord, LeaseStore, RenewOutcome, SharedLeaseStore, TipMove, TipOutcomes,
+};
 
 use crate::protocol::now_ms;
 
@@ -126,6 +128,13 @@ impl LeaseStore for AcquireTimes {
         to: LogPos,
     ) -> Result<LeaseRecord, LeaseError> {
         self.inner.move_tip(key, owner, epoch, from, to).await
+    }
+    async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
+        // The backend's own batch (one transaction on SQLite), as the runtime would use it.
+        self.inner.move_tips(moves).await
+    }
+    fn batches_tip_moves(&self) -> bool {
+        self.inner.batches_tip_moves()
     }
     async fn mark_forgotten(
         &self,
