@@ -109,4 +109,10 @@ impl DurableStore for LatePuts {
     async fn settle_puts(&self, prefix: &str, limit: Duration) -> Result<(), StoreError> {
         self.inner.settle_puts(prefix, limit).await
     }
+    async fn settle_put(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
+        self.inner.settle_put(key, limit).await
+    }
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        self.inner.size(key).await
+    }
 }

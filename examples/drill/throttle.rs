@@ -129,6 +129,13 @@ impl DurableStore for Link {
     async fn settle_puts(&self, prefix: &str, limit: Duration) -> Result<(), StoreError> {
         self.inner.settle_puts(prefix, limit).await
     }
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        // One small request (a stat, a HEAD): no payload crosses the link.
+        self.inner.size(key).await
+    }
+    async fn settle_put(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
+        self.inner.settle_put(key, limit).await
+    }
 }
 
 /// A lease store each of whose calls waits `delay` before it goes to the store.
@@ -243,5 +250,17 @@ impl LeaseStore for SlowLeases {
     ) -> Result<LeaseRecord, LeaseError> {
         self.wait().await;
         self.inner.mark_forgotten(key, owner, epoch).await
+    }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<leasehold::lease::PendingErasure>, LeaseError> {
+        self.wait().await;
+        self.inner.erasures_due(settled_for, limit).await
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        self.wait().await;
+        self.inner.erasure_done(key, floor).await
     }
 }
