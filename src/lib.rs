@@ -23,6 +23,10 @@
 //! - [`paths`] — path containment for every destructive local call.
 //! - [`plan`] — pure decisions: what a sweep may delete.
 //! - [`sweep`] — deleting dead epochs of one tenant, or of a whole store (the operator command).
+//! - [`stores`] — store URLs (`sqlite://…`, `postgres://…`, a path, `s3://…`): parsing and
+//!   opening, creating a missing store or refusing it.
+//! - [`rusqlite`] — the SQLite crate whose types `LedgerTx`'s methods take (`params!`,
+//!   `ToSql`, `Row`, `OptionalExtension`), re-exported so a host needs no version of its own.
 //! - `testkit` (feature `testkit`) — conformance suites every backend passes, and
 //!   `FaultyStore`, the fault-injecting durable store the tests use.
 #![warn(missing_docs, unreachable_pub)]
@@ -40,6 +44,7 @@ pub mod ledger;
 pub mod log;
 pub mod paths;
 pub mod plan;
+pub mod stores;
 pub mod sweep;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -49,3 +54,4 @@ pub use durable::DurableStore;
 pub use error::{Error, Result};
 pub use ids::{LeaseKey, OrgId, ReplicaId, TenantId, derive_tenant_id};
 pub use lease::LeaseStore;
+pub use rusqlite;
