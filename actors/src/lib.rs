@@ -35,6 +35,8 @@
 //! ## Layout
 //! - [`config`] — [`RuntimeConfig`], defaults and validation.
 //! - [`events`] — [`Event`], the [`Observer`] trait, [`EventLog`].
+//! - [`metrics`] — what the runtime records through the `metrics` crate ([`metrics::CATALOG`]),
+//!   and (feature `prometheus`) its rendering in Prometheus' text format.
 //! - [`status`] — [`TenantStatus`], the tenant's state machine.
 //! - `supervisor` — [`Supervisor`]: open, handoff under the drain deadline, close.
 //! - `tenant` — [`TenantRef`] and [`Ticket`]; the tenant actor, its group commit, its lifecycle
@@ -46,6 +48,7 @@
 pub mod config;
 pub mod events;
 mod lease_actor;
+pub mod metrics;
 mod reconcile;
 mod runtime;
 pub mod status;
