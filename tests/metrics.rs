@@ -86,10 +86,14 @@ async fn every_metric_of_the_catalog_moves_under_a_workload() {
     wall.advance(Duration::from_secs(2));
     insert(&t, "k2b").await.unwrap();
     t.snapshot().await.unwrap();
-    eventually(3_000, "a retention sweep deleting the first image", || async {
-        a.log
-            .any(|e| matches!(e, Event::Swept { objects, .. } if *objects > 0))
-    })
+    eventually(
+        3_000,
+        "a retention sweep deleting the first image",
+        || async {
+            a.log
+                .any(|e| matches!(e, Event::Swept { objects, .. } if *objects > 0))
+        },
+    )
     .await;
 
     // A run too large for one segment is refused, nothing of it committed.

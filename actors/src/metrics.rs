@@ -317,3 +317,38 @@ pub(crate) fn handed_off(flushed: bool, took: Duration) {
     counter!(HANDOFFS, "outcome" => outcome).increment(1);
     histogram!(HANDOFF_SECONDS).record(took);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/operations.md's table names every metric of the catalog: the docs cannot forget one.
+    #[test]
+    fn the_operations_guide_lists_every_metric() {
+        let guide = include_str!("../../docs/operations.md");
+        for m in CATALOG {
+            assert!(
+                guide.contains(&format!("| `{}` |", m.name)),
+                "docs/operations.md has no row for {}",
+                m.name
+            );
+        }
+    }
+
+    #[test]
+    fn names_carry_their_unit_and_are_distinct() {
+        let mut names: Vec<_> = CATALOG.iter().map(|m| m.name).collect();
+        for m in CATALOG {
+            assert!(m.name.starts_with("leasehold_"), "{}", m.name);
+            match (m.kind, m.unit) {
+                (MetricKind::Counter, _) => assert!(m.name.ends_with("_total"), "{}", m.name),
+                (_, Unit::Seconds) => assert!(m.name.ends_with("_seconds"), "{}", m.name),
+                (_, Unit::Bytes) => assert!(m.name.ends_with("_bytes"), "{}", m.name),
+                _ => {}
+            }
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), CATALOG.len());
+    }
+}
