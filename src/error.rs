@@ -170,6 +170,16 @@ pub enum Error {
         /// What the server said.
         reason: String,
     },
+    /// A store opened as existing only (`leasehold::stores`, `IfMissing::Refuse`: what an
+    /// operator command does) is not there: a lease file, a durable directory or a lease table
+    /// that does not exist. Nothing was created.
+    #[error("missing {store}: {location} does not exist; nothing was created")]
+    StoreMissing {
+        /// Which store (`lease file`, `durable directory`, `lease table`).
+        store: &'static str,
+        /// Where it was looked for (a path, a table name; never a password).
+        location: String,
+    },
 }
 
 impl Error {
@@ -195,6 +205,7 @@ impl Error {
             Error::Unshipped { .. } => "LEASEHOLD_UNSHIPPED",
             Error::BatchTooLarge { .. } => "LEASEHOLD_BATCH_TOO_LARGE",
             Error::LogBehind { .. } => "LEASEHOLD_LOG_BEHIND",
+            Error::StoreMissing { .. } => "LEASEHOLD_STORE_MISSING",
         }
     }
 
@@ -359,6 +370,10 @@ mod tests {
                 key: "k".into(),
                 pending_bytes: 2,
                 limit: 1,
+            },
+            Error::StoreMissing {
+                store: "lease file",
+                location: "l".into(),
             },
         ];
         let mut codes: Vec<_> = all.iter().map(Error::code).collect();

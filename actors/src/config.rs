@@ -13,6 +13,12 @@ use leasehold::{Error, ReplicaId, SystemClock, SystemWallClock};
 
 use crate::events::Observer;
 
+mod builder;
+mod env;
+
+pub use builder::RuntimeConfigBuilder;
+pub use env::{ENV_VARS, EnvConfig, EnvVar, parse_bytes, parse_duration};
+
 /// The longest duration any option accepts (one day): anything longer is a unit mistake.
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -96,7 +102,8 @@ impl Compaction {
 pub const MIN_SEGMENT_LIMIT: u64 = 64 << 10;
 
 /// Everything a [`crate::Supervisor`] needs. Build it with [`RuntimeConfig::new`], which fills in
-/// the defaults, then change fields; [`RuntimeConfig::validate`] runs at start.
+/// the defaults, then change fields; or with [`RuntimeConfig::builder`]; or from `LEASEHOLD_*`
+/// variables with [`RuntimeConfig::from_env`]. [`RuntimeConfig::validate`] runs at start.
 #[derive(Clone)]
 pub struct RuntimeConfig {
     /// This replica's name, written into every lease it holds.

@@ -253,9 +253,11 @@ impl EventSink {
         }
     }
 
-    /// Emits `event`: to `tracing` now, to the observer when it gets to it.
+    /// Emits `event`: to `tracing` and the metrics it moves now, to the observer when it gets
+    /// to it.
     pub fn emit(&self, event: Event) {
         trace(&event);
+        crate::metrics::on_event(&event);
         let Some(queue) = &self.queue else { return };
         match queue.try_send(Item::Event(event)) {
             Ok(()) => {}

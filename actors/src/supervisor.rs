@@ -112,7 +112,7 @@ impl std::fmt::Debug for Supervisor {
 
 impl Supervisor {
     /// Validates `config` and starts the supervisor, the lease actor and the arbiters tenants
-    /// live on. Call it inside a running actix system (`#[actix::main]`, `actix_rt::System`).
+    /// live on. Call it inside a running actix system (`#[leasehold_actors::main]`, `System`).
     pub fn start(config: RuntimeConfig) -> Result<Self, Error> {
         let arbiters = config.arbiters;
         let rt = Runtime::new(config)?;

@@ -11,6 +11,7 @@ use leasehold::layout::ImageRef;
 use leasehold::ledger::{LedgerError, LedgerTx};
 use leasehold::{Error, LeaseKey};
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 mod actor;
 mod effects;
@@ -177,7 +178,9 @@ impl TenantRef {
         });
         let key = self.key.clone();
         let addr = self.addr.clone();
-        async move {
+        let span = tracing::info_span!("handoff", key = %self.key, epoch = self.epoch);
+        let started = std::time::Instant::now();
+        let handoff = async move {
             let after_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
             let drain = match tokio::time::timeout_at(deadline, drained_rx).await {
                 Err(_deadline) => {
@@ -200,6 +203,11 @@ impl TenantRef {
                     after_ms: u64::try_from(flush_bound.as_millis()).unwrap_or(u64::MAX),
                 })),
             }
+        };
+        async move {
+            let outcome = handoff.instrument(span).await;
+            crate::metrics::handed_off(outcome.is_ok(), started.elapsed());
+            outcome
         }
     }
 
@@ -219,7 +227,8 @@ impl TenantRef {
         let (reply, answer) = oneshot::channel();
         self.addr.do_send(Forget { reply });
         let key = self.key.clone();
-        async move { answer.await.map_err(|_| closed(&key))? }
+        let span = tracing::info_span!("forget", key = %self.key, epoch = self.epoch);
+        async move { answer.await.map_err(|_| closed(&key))? }.instrument(span)
     }
 
     /// Where the tenant is in its life. A stopped actor reads as the final state it reached.

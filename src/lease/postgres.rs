@@ -66,11 +66,12 @@ use crate::layout::{ImageRef, LogPos};
 use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, TipMove, TipOutcomes};
 
 mod errors;
+mod migrate;
 mod pool;
 mod sql;
 mod tips;
 
-use errors::{Login, login_error, not_held, pg_error, pool_error};
+use errors::{Login, not_held, pool_error};
 use pool::{Checkout, build_pool};
 use sql::{COLUMNS, Statements, attempt_param, get, record, to_i64, ttl_param};
 
@@ -211,6 +212,23 @@ impl PostgresLeaseStore {
 
     /// [`PostgresLeaseStore::connect`] with explicit pool size and deadlines.
     pub async fn connect_with(url: &str, table: &str, opts: PgOptions) -> Result<Self, Error> {
+        Self::connect_as(url, table, opts, true).await
+    }
+
+    /// Connects to an **existing** lease table, as an operator command does: a table that is
+    /// absent is [`Error::StoreMissing`] and one made by an older build (without the columns
+    /// [`upgrade_table_sql`] adds) is [`Error::InvalidOption`] (`table`); neither is created nor
+    /// changed.
+    pub async fn connect_existing(url: &str, table: &str, opts: PgOptions) -> Result<Self, Error> {
+        Self::connect_as(url, table, opts, false).await
+    }
+
+    async fn connect_as(
+        url: &str,
+        table: &str,
+        opts: PgOptions,
+        create: bool,
+    ) -> Result<Self, Error> {
         check_table_name(table)?;
         opts.check()?;
         let (pool, login) = build_pool(url, &opts)?;
@@ -221,90 +239,13 @@ impl PostgresLeaseStore {
             opts,
             login,
         };
-        store.migrate().await?;
+        store.migrate(create).await?;
         Ok(store)
     }
 
     /// The table this store keeps its leases in.
     pub fn table(&self) -> &str {
         &self.table
-    }
-
-    /// Creates the table if it is absent and adds the `attempt` and tip columns to a table made
-    /// before they existed (under an advisory lock, so replicas starting together do not race on the
-    /// catalog), then checks its shape with a query that reads no row. A refused login is its own
-    /// error; a table that cannot serve is [`Error::InvalidOption`] (`table`).
-    async fn migrate(&self) -> Result<(), Error> {
-        let steps = async {
-            let client = self.pool.get().await;
-            let client = client.map_err(|e| login_error("migrate", e, &self.login))?;
-            let mut lease = Checkout::new(client);
-            self.create_or_upgrade(&mut lease)
-                .await
-                .map_err(|e| self.not_a_lease_table(e))?;
-            lease.keep();
-            Ok(())
-        };
-        match tokio::time::timeout(self.opts.op_timeout, steps).await {
-            Ok(done) => done,
-            Err(_) => Err(Error::Store(StoreError::Timeout {
-                op: "migrate",
-                after_ms: duration_ms(self.opts.op_timeout),
-            })),
-        }
-    }
-
-    async fn create_or_upgrade(&self, lease: &mut Checkout) -> Result<(), StoreError> {
-        let shape_check = format!(
-            "SELECT {COLUMNS}, l.attempt, l.forgotten_at, l.erasure_floor FROM \"{}\" AS l LIMIT 0",
-            self.table
-        );
-        let lock_name = format!("leasehold.migrate.{}", self.table);
-        let quoted = format!("\"{}\"", self.table);
-        let db = |e: tokio_postgres::Error| pg_error("migrate", &e);
-        let client = lease.client()?;
-        let tx = client.transaction().await.map_err(db)?;
-        let lock = "SELECT pg_advisory_xact_lock(hashtext($1))";
-        tx.execute(lock, &[&lock_name]).await.map_err(db)?;
-        let shape = "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 5 FROM pg_attribute \
-            WHERE attrelid = to_regclass($1) AND NOT attisdropped \
-              AND attname IN ('attempt', 'tip_epoch', 'tip_seq', 'forgotten_at', 'erasure_floor'))";
-        let row = tx.query_one(shape, &[&quoted]).await.map_err(db)?;
-        let exists: bool = row.try_get(0).map_err(db)?;
-        let up_to_date: bool = row.try_get(1).map_err(db)?;
-        if !exists {
-            tx.batch_execute(&self.sql.create).await.map_err(db)?;
-        } else if !up_to_date {
-            let added = tx.batch_execute(&self.sql.add_columns).await;
-            added.map_err(|e| match pg_error("migrate", &e) {
-                StoreError::Backend { op, message } => StoreError::Backend {
-                    op,
-                    message: format!(
-                        "it lacks the attempt, log tip or pending-erasure columns and they cannot be added \
-                         ({message}); have its owner run: {}",
-                        self.sql.add_columns
-                    ),
-                },
-                other => other,
-            })?;
-        }
-        tx.commit().await.map_err(db)?;
-        client.query(&shape_check, &[]).await.map_err(db)?;
-        Ok(())
-    }
-
-    /// A statement the server refused while setting up the table means the table cannot serve.
-    fn not_a_lease_table(&self, e: StoreError) -> Error {
-        match e {
-            StoreError::Backend { message, .. } => Error::InvalidOption {
-                name: "table",
-                reason: format!(
-                    "{:?} cannot serve as the lease table: {message}",
-                    self.table
-                ),
-            },
-            other => Error::from(other),
-        }
     }
 
     /// Runs `fut` within [`PgOptions::op_timeout`]; running out is [`StoreError::Timeout`].

@@ -103,7 +103,10 @@ pub async fn restore_to(
 /// or whose directory does not exist ([`LogError::Destination`]); a target newer than the tip,
 /// off the chain, older than the oldest retained segment or with no image at or before it
 /// ([`LogError::OutsideRetention`]). A segment that fails its checks is [`LogError::Corrupt`] or
-/// [`LogError::OutOfChain`], and the partial file is removed.
+/// [`LogError::OutOfChain`], and the partial file is removed. Runs in a span `restore_to` with
+/// the tenant's `key`, the tip's `epoch` and the `target`.
+#[tracing::instrument(name = "restore_to", skip_all, fields(key = %key,
+    epoch = tip.map(|t| t.epoch), target = %target))]
 pub async fn restore_to_from(
     store: &dyn DurableStore,
     key: &LeaseKey,

@@ -265,6 +265,9 @@ pub(crate) async fn fetch_segment(
 /// up to `tip`, walked back by `prev`. A missing segment is [`LogError::Corrupt`] naming its
 /// key; a chain that does not lead to the image's position, a step to the floor or below, or a
 /// tip below the image's position is [`LogError::OutOfChain`]. Reads only; touches nothing.
+/// Runs in a span `restore` with the tenant's `key` and the `epoch` of the tip (or the head).
+#[tracing::instrument(name = "restore", skip_all, fields(key = %key,
+    epoch = tip.map(|t| t.epoch).or(head.map(|h| h.epoch))))]
 pub async fn fetch_log(
     store: &dyn DurableStore,
     key: &LeaseKey,

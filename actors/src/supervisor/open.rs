@@ -3,12 +3,14 @@
 //! epochs beside the open (never in it).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use actix::prelude::*;
 use leasehold::lease::{LeaseRecord, LeaseTerm};
 use leasehold::ledger::Ledger;
 use leasehold::sweep::sweep_dead_epochs;
 use leasehold::{Error, LeaseKey, paths};
+use tracing::Instrument;
 
 use super::SupervisorActor;
 use crate::events::Event;
@@ -44,10 +46,22 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| Error::Closed(format!("blocking task failed: {e}")))?
 }
 
-/// Opens the tenant of `plan`. On any failure after the acquire, the lease is released.
+/// Opens the tenant of `plan` (in a span `open` with its `key` and, once acquired, `epoch`).
+/// On any failure after the acquire, the lease is released.
 pub(super) async fn open_tenant(plan: OpenPlan) -> Result<TenantRef, Error> {
+    let span = tracing::info_span!("open", key = %plan.key, epoch = tracing::field::Empty);
+    let started = Instant::now();
+    let opened = open_in_span(plan).instrument(span).await;
+    if opened.is_ok() {
+        crate::metrics::opened(started.elapsed());
+    }
+    opened
+}
+
+async fn open_in_span(plan: OpenPlan) -> Result<TenantRef, Error> {
     let rt = plan.rt.clone();
     let (record, sent_at) = acquire(&rt, &plan.key, plan.attempt).await?;
+    tracing::Span::current().record("epoch", record.epoch);
     let term = LeaseTerm {
         sent_at_ms: sent_at,
         ttl: rt.ttl,
@@ -215,6 +229,7 @@ async fn start(
         forgets: plan.supervisor.clone().recipient(),
         ended: ended.clone(),
         log,
+        counted: crate::metrics::OpenTenant::new(),
     };
     let addr = TenantActor::start_in_arbiter(&plan.arbiter, move |_| TenantActor::new(parts));
     plan.lease_actor

@@ -54,6 +54,8 @@ pub(crate) struct TenantParts {
     pub(crate) ended: Arc<crate::status::StatusCell>,
     /// The change log, with `Shipped` and `Async`; `None` with `Images`.
     pub(crate) log: Option<LogShip>,
+    /// Counts the tenant in `leasehold_open_tenants` from the open on, while its actor lives.
+    pub(crate) counted: crate::metrics::OpenTenant,
 }
 
 /// A new image a logged tenure waits to take (at the next cut of its log).
@@ -122,6 +124,8 @@ pub(crate) struct TenantActor {
     /// The durable store refused an image of this many bytes for its size, and why: periodic
     /// images are not taken again until the ledger is smaller (docs/guarantees.md, "Limits").
     pub(super) image_too_large: Option<(u64, Error)>,
+    /// Counts this tenant in `leasehold_open_tenants` while the actor lives.
+    _counted: crate::metrics::OpenTenant,
 }
 
 impl TenantActor {
@@ -151,6 +155,7 @@ impl TenantActor {
             retention_running: false,
             image_busy: false,
             image_too_large: None,
+            _counted: parts.counted,
         }
     }
 
@@ -176,6 +181,9 @@ impl TenantActor {
         let Some(callers) = self.batch.take() else {
             return;
         };
+        let _batch = tracing::debug_span!("batch", key = %self.cell.key, epoch = self.cell.epoch,
+            runs = callers.len())
+        .entered();
         let held = self.held();
         let fenced = self.fenced();
         let outcome = match self.ledger.as_mut() {
@@ -189,6 +197,11 @@ impl TenantActor {
                 Err(fenced)
             }
         };
+        match &outcome {
+            Ok(()) => crate::metrics::committed(callers.len()),
+            Err(e) if e.is_fenced() => crate::metrics::fenced(callers.len()),
+            Err(_) => {}
+        }
         if outcome.is_ok() && self.log.is_some() {
             return self.committed_logged(callers, ctx);
         }
@@ -197,7 +210,12 @@ impl TenantActor {
             // from here on: the tenure ends and these writes never reach an image.
             let lapsed = !self.held();
             self.feed(Input::Committed { lapsed }, ctx);
-            if lapsed { Err(self.fenced()) } else { Ok(()) }
+            if lapsed {
+                crate::metrics::fenced(callers.len());
+                Err(self.fenced())
+            } else {
+                Ok(())
+            }
         } else {
             outcome
         };
@@ -250,7 +268,12 @@ impl TenantActor {
         } else {
             let lapsed = !self.held();
             self.feed(Input::Committed { lapsed }, ctx);
-            let outcome = if lapsed { Err(self.fenced()) } else { Ok(()) };
+            let outcome = if lapsed {
+                crate::metrics::fenced(callers.len());
+                Err(self.fenced())
+            } else {
+                Ok(())
+            };
             for caller in callers {
                 caller(outcome.clone());
             }
@@ -364,6 +387,9 @@ impl Handler<Run> for TenantActor {
 
     fn handle(&mut self, msg: Run, ctx: &mut Context<Self>) {
         if let Err(e) = self.tenure.admits(msg.ticket, self.held()) {
+            if e.is_fenced() {
+                crate::metrics::fenced(1);
+            }
             return msg.job.refuse(e);
         }
         if let Some(behind) = self.log_behind() {

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use leasehold::clock::duration_ms;
 use leasehold::deadline::put_deadline;
@@ -42,6 +43,8 @@ pub(crate) struct Published {
     pub(crate) taken_at_ms: u64,
     /// The log position the image holds.
     pub(crate) log: Option<LogPos>,
+    /// The image's size.
+    pub(crate) bytes: u64,
 }
 
 /// Publishes images of one tenure.
@@ -73,6 +76,13 @@ pub(crate) struct Inherited {
     /// state there is that image's, not the log's, so an image of it taken at that position is
     /// beyond its log too (docs/guarantees.md, point-in-time restore across modes).
     pub(crate) beyond_log_at: Option<LogPos>,
+}
+
+/// Records an image published, `started` when it began to be taken.
+fn measured(published: &Result<Option<Published>, Error>, started: Instant) {
+    if let Ok(Some(p)) = published {
+        crate::metrics::image_published(p.bytes, started.elapsed());
+    }
 }
 
 /// Whether the tip `tip` holds the log position `log`.
@@ -151,10 +161,14 @@ impl Publisher {
         // A number once tried is never reused: a half-finished upload may have left its image.
         chain.next_seq += 1;
         let taken_at_ms = self.rt.now_ms();
+        let started = Instant::now();
         let file = self.take(seq).await?;
         let log = chain.log;
-        self.finish(&mut chain, seq, file, (commits, 0), log, taken_at_ms, None)
-            .await
+        let published = self
+            .finish(&mut chain, seq, file, (commits, 0), log, taken_at_ms, None)
+            .await;
+        measured(&published, started);
+        published
     }
 
     /// Publishes the image of `snapshot` (a read transaction, with the ledger's page 1 and sums
@@ -180,6 +194,7 @@ impl Publisher {
         let seq = chain.next_seq;
         chain.next_seq += 1;
         let taken_at_ms = self.rt.now_ms();
+        let started = Instant::now();
         let dest = self.scratch_path(seq);
         let (snapshot, page_one, sum) = snapshot;
         let file =
@@ -187,8 +202,11 @@ impl Publisher {
                 .await
                 .map_err(|e| Error::Closed(format!("image task failed: {e}")))??;
         let counts = (commits, stamp_floor_ms);
-        self.finish(&mut chain, seq, file, counts, log, taken_at_ms, Some(tips))
-            .await
+        let published = self
+            .finish(&mut chain, seq, file, counts, log, taken_at_ms, Some(tips))
+            .await;
+        measured(&published, started);
+        published
     }
 
     /// Uploads image `seq` holding `log` and at least `commits` batches (its manifest stamped
@@ -214,7 +232,8 @@ impl Publisher {
         tips: Option<watch::Receiver<Option<LogPos>>>,
     ) -> Result<Option<Published>, Error> {
         let (key, epoch) = (self.key().clone(), self.cell.epoch);
-        let bytes = usize::try_from(file.size).unwrap_or(usize::MAX);
+        let size = file.size;
+        let bytes = usize::try_from(size).unwrap_or(usize::MAX);
         // The image's put and the manifest's.
         let sd = self.rt.store_deadline;
         let deadlines = Deadlines {
@@ -304,6 +323,7 @@ impl Publisher {
             image,
             taken_at_ms,
             log,
+            bytes: size,
         }))
     }
 

@@ -2,11 +2,14 @@
 //! back, feed each outcome to the tenure, settle the log for a handoff's flush, and take images
 //! at a cut, where the log position they hold is known (docs/guarantees.md, the change log).
 
+use std::time::Instant;
+
 use actix::prelude::*;
 use leasehold::Error;
 use leasehold::durable::StoreError;
 use leasehold::image::ReadSnapshot;
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use super::actor::{ImageWant, TenantActor};
 use super::log::{Cut, ship};
@@ -53,8 +56,14 @@ impl TenantActor {
         let Cut { from, to, bytes } = cut;
         let len = bytes.len() as u64;
         self.feed(Input::Shipping, ctx);
-        let work = ship(self.rt.clone(), self.cell.clone(), from, to, bytes);
+        let span = tracing::debug_span!("ship", key = %self.cell.key, epoch = self.cell.epoch,
+            seq = to.seq, bytes = len);
+        let started = Instant::now();
+        let work = ship(self.rt.clone(), self.cell.clone(), from, to, bytes).instrument(span);
         ctx.spawn(work.into_actor(self).map(move |outcome, act, ctx| {
+            if outcome.is_ok() {
+                crate::metrics::segment_shipped(len, started.elapsed());
+            }
             if let Some(log) = act.log.as_mut() {
                 log.shipped(to, len, &outcome);
             }
