@@ -170,6 +170,27 @@ pub enum Error {
         /// What the server said.
         reason: String,
     },
+    /// A store that must exist does not: a lease file, a lease table, a durable directory or a
+    /// bucket that an operator command was pointed at (it opens existing stores only). Nothing
+    /// was created.
+    #[error("store missing: {what}")]
+    StoreMissing {
+        /// The store, named as given.
+        what: String,
+    },
+    /// A directory or file that holds tenants' data (the state root, the durable directory, the
+    /// lease file) lets the group or others in: leasehold keeps its files private (directories
+    /// 0700, files 0600) and refuses to start on one that is not, unless told to accept it
+    /// (`accept_shared_permissions`, docs/operations.md "File permissions"). Nothing was started.
+    #[error(
+        "not private: {path} has mode {mode:04o}, which lets the group or others in; make it private (chmod go-rwx) or accept it knowingly (accept_shared_permissions)"
+    )]
+    NotPrivate {
+        /// The path.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
 }
 
 impl Error {
@@ -195,6 +216,8 @@ impl Error {
             Error::Unshipped { .. } => "LEASEHOLD_UNSHIPPED",
             Error::BatchTooLarge { .. } => "LEASEHOLD_BATCH_TOO_LARGE",
             Error::LogBehind { .. } => "LEASEHOLD_LOG_BEHIND",
+            Error::StoreMissing { .. } => "LEASEHOLD_STORE_MISSING",
+            Error::NotPrivate { .. } => "LEASEHOLD_NOT_PRIVATE",
         }
     }
 
@@ -224,6 +247,8 @@ impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::InvalidKey { .. } => Error::InvalidPath(e.to_string()),
+            StoreError::Missing { what } => Error::StoreMissing { what },
+            StoreError::NotPrivate { path, mode } => Error::NotPrivate { path, mode },
             other => Error::Store(other),
         }
     }
@@ -293,6 +318,7 @@ impl From<PathError> for Error {
     fn from(e: PathError) -> Self {
         match e {
             PathError::Locked { path, holder } => Error::StateRootLocked { root: path, holder },
+            PathError::NotPrivate { path, mode } => Error::NotPrivate { path, mode },
             other => Error::InvalidPath(other.to_string()),
         }
     }
@@ -359,6 +385,11 @@ mod tests {
                 key: "k".into(),
                 pending_bytes: 2,
                 limit: 1,
+            },
+            Error::StoreMissing { what: "w".into() },
+            Error::NotPrivate {
+                path: "p".into(),
+                mode: 0o755,
             },
         ];
         let mut codes: Vec<_> = all.iter().map(Error::code).collect();

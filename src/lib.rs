@@ -40,6 +40,7 @@ pub mod ledger;
 pub mod log;
 pub mod paths;
 pub mod plan;
+pub mod private;
 pub mod sweep;
 #[cfg(feature = "testkit")]
 pub mod testkit;

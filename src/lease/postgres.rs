@@ -66,13 +66,16 @@ use crate::layout::{ImageRef, LogPos};
 use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, TipMove, TipOutcomes};
 
 mod errors;
+mod listing;
+mod migrate;
 mod pool;
 mod sql;
 mod tips;
+pub mod tls;
 
-use errors::{Login, login_error, not_held, pg_error, pool_error};
+use errors::{Login, not_held, pool_error};
 use pool::{Checkout, build_pool};
-use sql::{COLUMNS, Statements, attempt_param, get, record, to_i64, ttl_param};
+use sql::{Statements, attempt_param, get, record, to_i64, ttl_param};
 
 /// The table used when the operator names none.
 pub const DEFAULT_TABLE: &str = "leasehold_leases";
@@ -225,86 +228,34 @@ impl PostgresLeaseStore {
         Ok(store)
     }
 
+    /// [`PostgresLeaseStore::connect_with`] to a lease table that must exist already: nothing
+    /// is created or altered. A missing table is [`Error::StoreMissing`] naming it, one of
+    /// another shape (or of an older build) [`Error::InvalidOption`] (`table`). What an
+    /// operator command uses: it opens existing stores only.
+    pub async fn connect_existing(url: &str, table: &str, opts: PgOptions) -> Result<Self, Error> {
+        check_table_name(table)?;
+        opts.check()?;
+        let (pool, login) = build_pool(url, &opts)?;
+        let store = Self {
+            pool,
+            table: table.to_string(),
+            sql: Statements::new(table),
+            opts,
+            login,
+        };
+        store.check_existing().await?;
+        Ok(store)
+    }
+
+    /// The URL's `sslmode`: whether the connections are encrypted, and what is checked of the
+    /// server's certificate (docs/operations.md, "TLS").
+    pub fn sslmode(&self) -> tls::SslMode {
+        self.login.sslmode
+    }
+
     /// The table this store keeps its leases in.
     pub fn table(&self) -> &str {
         &self.table
-    }
-
-    /// Creates the table if it is absent and adds the `attempt` and tip columns to a table made
-    /// before they existed (under an advisory lock, so replicas starting together do not race on the
-    /// catalog), then checks its shape with a query that reads no row. A refused login is its own
-    /// error; a table that cannot serve is [`Error::InvalidOption`] (`table`).
-    async fn migrate(&self) -> Result<(), Error> {
-        let steps = async {
-            let client = self.pool.get().await;
-            let client = client.map_err(|e| login_error("migrate", e, &self.login))?;
-            let mut lease = Checkout::new(client);
-            self.create_or_upgrade(&mut lease)
-                .await
-                .map_err(|e| self.not_a_lease_table(e))?;
-            lease.keep();
-            Ok(())
-        };
-        match tokio::time::timeout(self.opts.op_timeout, steps).await {
-            Ok(done) => done,
-            Err(_) => Err(Error::Store(StoreError::Timeout {
-                op: "migrate",
-                after_ms: duration_ms(self.opts.op_timeout),
-            })),
-        }
-    }
-
-    async fn create_or_upgrade(&self, lease: &mut Checkout) -> Result<(), StoreError> {
-        let shape_check = format!(
-            "SELECT {COLUMNS}, l.attempt, l.forgotten_at, l.erasure_floor FROM \"{}\" AS l LIMIT 0",
-            self.table
-        );
-        let lock_name = format!("leasehold.migrate.{}", self.table);
-        let quoted = format!("\"{}\"", self.table);
-        let db = |e: tokio_postgres::Error| pg_error("migrate", &e);
-        let client = lease.client()?;
-        let tx = client.transaction().await.map_err(db)?;
-        let lock = "SELECT pg_advisory_xact_lock(hashtext($1))";
-        tx.execute(lock, &[&lock_name]).await.map_err(db)?;
-        let shape = "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 5 FROM pg_attribute \
-            WHERE attrelid = to_regclass($1) AND NOT attisdropped \
-              AND attname IN ('attempt', 'tip_epoch', 'tip_seq', 'forgotten_at', 'erasure_floor'))";
-        let row = tx.query_one(shape, &[&quoted]).await.map_err(db)?;
-        let exists: bool = row.try_get(0).map_err(db)?;
-        let up_to_date: bool = row.try_get(1).map_err(db)?;
-        if !exists {
-            tx.batch_execute(&self.sql.create).await.map_err(db)?;
-        } else if !up_to_date {
-            let added = tx.batch_execute(&self.sql.add_columns).await;
-            added.map_err(|e| match pg_error("migrate", &e) {
-                StoreError::Backend { op, message } => StoreError::Backend {
-                    op,
-                    message: format!(
-                        "it lacks the attempt, log tip or pending-erasure columns and they cannot be added \
-                         ({message}); have its owner run: {}",
-                        self.sql.add_columns
-                    ),
-                },
-                other => other,
-            })?;
-        }
-        tx.commit().await.map_err(db)?;
-        client.query(&shape_check, &[]).await.map_err(db)?;
-        Ok(())
-    }
-
-    /// A statement the server refused while setting up the table means the table cannot serve.
-    fn not_a_lease_table(&self, e: StoreError) -> Error {
-        match e {
-            StoreError::Backend { message, .. } => Error::InvalidOption {
-                name: "table",
-                reason: format!(
-                    "{:?} cannot serve as the lease table: {message}",
-                    self.table
-                ),
-            },
-            other => Error::from(other),
-        }
     }
 
     /// Runs `fut` within [`PgOptions::op_timeout`]; running out is [`StoreError::Timeout`].
@@ -584,6 +535,14 @@ impl LeaseStore for PostgresLeaseStore {
         self.rows("erasure_done", sql, &[&key.as_str(), &floor])
             .await?;
         Ok(())
+    }
+
+    async fn list(
+        &self,
+        from: Option<&LeaseKey>,
+        limit: usize,
+    ) -> Result<crate::lease::LeasePage, LeaseError> {
+        listing::list(self, from, limit).await
     }
 }
 

@@ -371,11 +371,8 @@ async fn walk(
 
 /// Writes the plan's image into `tmp`, applies its segments, fsyncs, and links it to `dest`.
 fn build(plan: &Plan, tmp: &Path, dest: &Path) -> Result<crate::image::ImageFile, LogError> {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(tmp)
-        .map_err(|e| LogError::io("create", tmp, &e))?;
+    let mut file =
+        crate::private::create_new_file(tmp).map_err(|e| LogError::io("create", tmp, &e))?;
     if let Some((_, bytes)) = &plan.image {
         file.write_all(bytes)
             .map_err(|e| LogError::io("write", tmp, &e))?;
