@@ -84,8 +84,9 @@ pub(super) struct Statements {
     pub(super) erasures_due: String,
     /// Clear the pending erasure of `$1` at floor `$2`.
     pub(super) erasure_done: String,
-    /// The rows at or after `$1` (all when NULL) in key order, `$2` of them, each with the time
-    /// it still runs and its pending erasure's age, by one reading of the server's clock.
+    /// The rows at or after `$1` (all when NULL: `''` sorts first in every collation) in key
+    /// order, `$2` of them (an index range scan), each with the time it still runs and its
+    /// pending erasure's age, by one reading of the server's clock.
     pub(super) list: String,
 }
 
@@ -206,7 +207,7 @@ impl Statements {
                          THEN greatest(0, floor(extract(epoch FROM n.t - l.forgotten_at) * 1000))::int8
                     END
                  FROM {t} AS l, (SELECT clock_timestamp() AS t) AS n
-                 WHERE $1::text IS NULL OR l.key >= $1
+                 WHERE l.key >= coalesce($1::text, '')
                  ORDER BY l.key LIMIT $2"
             ),
         }
