@@ -19,7 +19,8 @@ pub struct LeaseFileOptions {
     /// Create the file (0600, and its missing directories 0700) and its schema when missing.
     /// Default true. False (what an operator command uses: it opens existing stores only): a
     /// missing file, or a file that is no lease file, is [`StoreError::Missing`] and nothing is
-    /// created or written.
+    /// created or written (a lease file of an older schema is brought up to date, as a
+    /// replica's open would).
     pub create: bool,
     /// Accept an existing lease file that lets the group or others in. Default false: such a
     /// file is refused with [`StoreError::NotPrivate`].
@@ -72,9 +73,11 @@ pub(super) fn open_connection(
     };
     let mut conn = Connection::open_with_flags(path, flags).map_err(fail)?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
-    if !options.create {
-        check_lease_file(&conn, path)?;
-    }
+    let current = if options.create {
+        false
+    } else {
+        check_lease_file(&conn, path)? == SCHEMA_VERSION
+    };
     let mode: String = with_retries(|| {
         conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
     })
@@ -90,13 +93,15 @@ pub(super) fn open_connection(
     }
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(fail)?;
-    with_retries(|| create_schema(&mut conn)).map_err(fail)??;
+    if !current {
+        with_retries(|| create_schema(&mut conn)).map_err(fail)??;
+    }
     Ok(conn)
 }
 
 /// Refuses a file that is no lease file (no schema version, or no `leases` table) before
-/// anything is written to it.
-fn check_lease_file(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+/// anything is written to it; its schema version otherwise.
+fn check_lease_file(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
     let fail = |e: rusqlite::Error| store_error("open", &e);
     let version: i64 = with_retries(|| conn.pragma_query_value(None, "user_version", |r| r.get(0)))
         .map_err(fail)?;
@@ -116,7 +121,7 @@ fn check_lease_file(conn: &Connection, path: &Path) -> Result<(), StoreError> {
             ),
         });
     }
-    Ok(())
+    Ok(version)
 }
 
 /// Creates the table in one immediate transaction; refuses a file of a newer schema.
