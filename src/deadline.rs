@@ -334,6 +334,13 @@ impl<S: LeaseStore> LeaseStore for Deadline<S> {
         self.settle("erasure_done", self.inner.erasure_done(key, floor))
             .await
     }
+    async fn list(
+        &self,
+        from: Option<&LeaseKey>,
+        limit: usize,
+    ) -> Result<crate::lease::LeasePage, LeaseError> {
+        self.settle("list", self.inner.list(from, limit)).await
+    }
 }
 
 #[cfg(test)]

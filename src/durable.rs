@@ -106,6 +106,24 @@ pub enum StoreError {
         /// The most the store takes in one put.
         limit: u64,
     },
+    /// The store itself does not exist (a directory, a lease file or table) and the caller asked
+    /// not to create it; nothing was created.
+    #[error("missing {store}: {location} does not exist; nothing was created")]
+    Missing {
+        /// Which store (`lease file`, `lease table`, `durable directory`, `bucket`).
+        store: &'static str,
+        /// Where it was looked for (a path, a table or bucket name; never a password).
+        location: String,
+    },
+    /// The store's directory or file lets the group or others in, and the caller did not accept
+    /// that (docs/operations.md, "File permissions"); nothing was touched.
+    #[error("{path} has mode {mode:04o}, which lets the group or others in")]
+    NotPrivate {
+        /// The path.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// Any other error the backend returned.
     #[error("{op}: {message}")]
     Backend {

@@ -180,6 +180,19 @@ pub enum Error {
         /// Where it was looked for (a path, a table name; never a password).
         location: String,
     },
+    /// A directory or file that holds tenants' data (the state root, the durable directory, the
+    /// lease file) lets the group or others in: leasehold keeps its files private (directories
+    /// 0700, files 0600) and refuses to start on one that is not, unless told to accept it
+    /// (`accept_shared_permissions`, docs/operations.md "File permissions"). Nothing was started.
+    #[error(
+        "not private: {path} has mode {mode:04o}, which lets the group or others in; make it private (chmod go-rwx) or accept it knowingly (accept_shared_permissions)"
+    )]
+    NotPrivate {
+        /// The path.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
 }
 
 impl Error {
@@ -206,6 +219,7 @@ impl Error {
             Error::BatchTooLarge { .. } => "LEASEHOLD_BATCH_TOO_LARGE",
             Error::LogBehind { .. } => "LEASEHOLD_LOG_BEHIND",
             Error::StoreMissing { .. } => "LEASEHOLD_STORE_MISSING",
+            Error::NotPrivate { .. } => "LEASEHOLD_NOT_PRIVATE",
         }
     }
 
@@ -235,6 +249,8 @@ impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::InvalidKey { .. } => Error::InvalidPath(e.to_string()),
+            StoreError::Missing { store, location } => Error::StoreMissing { store, location },
+            StoreError::NotPrivate { path, mode } => Error::NotPrivate { path, mode },
             other => Error::Store(other),
         }
     }
@@ -304,6 +320,7 @@ impl From<PathError> for Error {
     fn from(e: PathError) -> Self {
         match e {
             PathError::Locked { path, holder } => Error::StateRootLocked { root: path, holder },
+            PathError::NotPrivate { path, mode } => Error::NotPrivate { path, mode },
             other => Error::InvalidPath(other.to_string()),
         }
     }
@@ -374,6 +391,10 @@ mod tests {
             Error::StoreMissing {
                 store: "lease file",
                 location: "l".into(),
+            },
+            Error::NotPrivate {
+                path: "p".into(),
+                mode: 0o755,
             },
         ];
         let mut codes: Vec<_> = all.iter().map(Error::code).collect();

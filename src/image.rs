@@ -228,6 +228,7 @@ impl ReadSnapshot {
 }
 
 fn backup_into(src: &Connection, dest: &Path) -> Result<(), ImageError> {
+    crate::private::create_sqlite_file(dest).map_err(|e| io_error("create", dest, &e))?;
     let mut dst = Connection::open(dest)?;
     // The image is fsynced once, by `seal`; a torn copy is never published.
     dst.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;")?;
@@ -258,6 +259,8 @@ fn vacuum_into(src: &Connection, dest: &Path) -> Result<(), ImageError> {
     let dest_text = dest
         .to_str()
         .ok_or_else(|| ImageError::Io(format!("{}: not a UTF-8 path", dest.display())))?;
+    // An empty file of mode 0600 for SQLite to fill (it would create one of mode 0644).
+    crate::private::create_sqlite_file(dest).map_err(|e| io_error("create", dest, &e))?;
     src.execute("VACUUM INTO ?1", [dest_text])?;
     Ok(())
 }

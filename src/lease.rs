@@ -20,9 +20,12 @@ use crate::durable::StoreError;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
 
+mod listing;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sqlite;
+
+pub use listing::{ErasureEntry, LeaseEntry, LeasePage, page_limit};
 
 /// A lease as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,14 +202,18 @@ pub fn check_tip_step(
     })
 }
 
-/// Whether a store error leaves a write's outcome unknown: everything but a refused key or an
-/// object too large for one put (both checked before any I/O). Conservative on purpose: an
+/// Whether a store error leaves a write's outcome unknown: everything but a refused key, an
+/// object too large for one put, a missing store or one that is not private (all checked
+/// before any write). Conservative on purpose: an
 /// `Unavailable` that never reached the backend is also reported unknown, which costs a
 /// re-read; the opposite mistake would lose a write.
 pub fn store_outcome_unknown(e: &StoreError) -> bool {
     !matches!(
         e,
-        StoreError::InvalidKey { .. } | StoreError::TooLarge { .. }
+        StoreError::InvalidKey { .. }
+            | StoreError::TooLarge { .. }
+            | StoreError::Missing { .. }
+            | StoreError::NotPrivate { .. }
     )
 }
 
@@ -393,6 +400,14 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// or below the floor). A pending erasure of another floor (a later forget) stays; clearing
     /// one that is not pending is no error. Needs no lease: any replica may sweep a floor.
     async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError>;
+
+    /// One page of every lease the store keeps, live or not: the keys at or after `from` (all
+    /// keys when `None`), in the store's order of keys, at most `limit` of them (at least one,
+    /// [`page_limit`]); [`LeasePage::next`] names where the next page starts. Each entry carries
+    /// how long the lease still runs and its pending erasure, both judged by the store's own
+    /// clock at the call ([`LeaseEntry`]). A read: it changes nothing and needs no lease. One
+    /// key's entry is the first of `list(Some(key), 1)`, if that is the key.
+    async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError>;
 }
 
 /// Shared handle to a lease store.
@@ -482,6 +497,9 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
     }
     async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
         (**self).erasure_done(key, floor).await
+    }
+    async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError> {
+        (**self).list(from, limit).await
     }
 }
 

@@ -228,6 +228,9 @@ impl Ledger {
     /// timeout of [`BUSY_TIMEOUT`], foreign keys on, and the `events` table if it is absent.
     /// The directory must exist.
     pub fn open(path: &Path, opts: &LedgerOptions) -> Result<Self, LedgerError> {
+        // Created private (0600) first: SQLite gives the -wal and -shm the file's mode.
+        crate::private::create_sqlite_file(path)
+            .map_err(|e| LedgerError::Io(format!("{}: {e}", path.display())))?;
         let mut conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
@@ -508,6 +511,11 @@ impl Ledger {
         self.checkpoint()?;
         crate::image::remove_if_present(dest)?;
         std::fs::copy(&self.path, dest)
+            .and_then(|_| {
+                use std::os::unix::fs::PermissionsExt;
+                let private = std::fs::Permissions::from_mode(crate::private::FILE_MODE);
+                std::fs::set_permissions(dest, private)
+            })
             .map_err(|e| crate::image::io_error("copy the ledger", dest, &e))?;
         crate::image::seal(dest)
     }

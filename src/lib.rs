@@ -46,6 +46,7 @@ pub mod ledger;
 pub mod log;
 pub mod paths;
 pub mod plan;
+pub mod private;
 pub mod stores;
 pub mod sweep;
 #[cfg(feature = "testkit")]

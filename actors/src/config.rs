@@ -186,6 +186,10 @@ pub struct RuntimeConfig {
     pub ledger: LedgerOptions,
     /// Who hears the runtime's events, besides `tracing`. Default: nobody.
     pub observer: Option<Arc<dyn Observer>>,
+    /// Start on a state root that lets the group or others in (refused by default with
+    /// `Error::NotPrivate`: every tenant's ledger lives below it; docs/operations.md, "File
+    /// permissions"). What the runtime creates is private (0700, 0600) either way. Default false.
+    pub accept_shared_permissions: bool,
     /// Deliberate bugs, to prove that the test harnesses catch a broken promise.
     #[cfg(feature = "fault-switches")]
     pub breakage: Breakage,
@@ -228,6 +232,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("put_lifetime", &self.put_lifetime)
             .field("reconcile_every", &self.reconcile_every)
             .field("arbiters", &self.arbiters)
+            .field("accept_shared_permissions", &self.accept_shared_permissions)
             .finish_non_exhaustive()
     }
 }
@@ -266,6 +271,7 @@ impl RuntimeConfig {
             arbiters: std::thread::available_parallelism().map_or(2, |n| n.get()),
             ledger: LedgerOptions::default(),
             observer: None,
+            accept_shared_permissions: false,
             #[cfg(feature = "fault-switches")]
             breakage: Breakage::default(),
         }

@@ -84,7 +84,11 @@ impl Runtime {
     /// Validates `config`, takes the state root's lock and wraps the stores in deadlines.
     pub(crate) fn new(config: RuntimeConfig) -> Result<Arc<Self>, Error> {
         config.validate()?;
-        let lock = paths::lock_state_root(&config.state_root, config.replica_id.as_str())?;
+        let lock = paths::lock_state_root(
+            &config.state_root,
+            config.replica_id.as_str(),
+            config.accept_shared_permissions,
+        )?;
         let leases: SharedLeaseStore =
             Arc::new(Deadline::new(config.leases, config.store_deadline)?);
         let durable: SharedDurableStore =

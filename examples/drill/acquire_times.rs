@@ -154,4 +154,11 @@ impl LeaseStore for AcquireTimes {
     async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
         self.inner.erasure_done(key, floor).await
     }
+    async fn list(
+        &self,
+        from: Option<&LeaseKey>,
+        limit: usize,
+    ) -> Result<leasehold::lease::LeasePage, LeaseError> {
+        self.inner.list(from, limit).await
+    }
 }

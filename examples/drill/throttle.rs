@@ -263,4 +263,12 @@ impl LeaseStore for SlowLeases {
         self.wait().await;
         self.inner.erasure_done(key, floor).await
     }
+    async fn list(
+        &self,
+        from: Option<&LeaseKey>,
+        limit: usize,
+    ) -> Result<leasehold::lease::LeasePage, LeaseError> {
+        self.wait().await;
+        self.inner.list(from, limit).await
+    }
 }

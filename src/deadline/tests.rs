@@ -142,6 +142,14 @@ impl LeaseStore for Stalled {
         self.wait().await;
         Ok(())
     }
+    async fn list(
+        &self,
+        _: Option<&LeaseKey>,
+        _: usize,
+    ) -> Result<crate::lease::LeasePage, LeaseError> {
+        self.wait().await;
+        Ok(crate::lease::LeasePage::default())
+    }
 }
 
 const LIMIT: Duration = Duration::from_millis(250);
@@ -225,6 +233,7 @@ async fn every_lease_call_to_a_store_that_never_answers_times_out_at_the_limit()
         store.erasure_done(&k, 1).await,
         Err(expired("erasure_done"))
     );
+    assert_eq!(store.list(Some(&k), 10).await, Err(expired("list")));
 }
 
 #[tokio::test(start_paused = true)]

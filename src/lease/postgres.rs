@@ -66,14 +66,16 @@ use crate::layout::{ImageRef, LogPos};
 use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, TipMove, TipOutcomes};
 
 mod errors;
+mod listing;
 mod migrate;
 mod pool;
 mod sql;
 mod tips;
+pub mod tls;
 
 use errors::{Login, not_held, pool_error};
 use pool::{Checkout, build_pool};
-use sql::{COLUMNS, Statements, attempt_param, get, record, to_i64, ttl_param};
+use sql::{Statements, attempt_param, get, record, to_i64, ttl_param};
 
 /// The table used when the operator names none.
 pub const DEFAULT_TABLE: &str = "leasehold_leases";
@@ -241,6 +243,12 @@ impl PostgresLeaseStore {
         };
         store.migrate(create).await?;
         Ok(store)
+    }
+
+    /// The URL's `sslmode`: whether the connections are encrypted, and what is checked of the
+    /// server's certificate (docs/operations.md, "TLS").
+    pub fn sslmode(&self) -> tls::SslMode {
+        self.login.sslmode
     }
 
     /// The table this store keeps its leases in.
@@ -525,6 +533,14 @@ impl LeaseStore for PostgresLeaseStore {
         self.rows("erasure_done", sql, &[&key.as_str(), &floor])
             .await?;
         Ok(())
+    }
+
+    async fn list(
+        &self,
+        from: Option<&LeaseKey>,
+        limit: usize,
+    ) -> Result<crate::lease::LeasePage, LeaseError> {
+        listing::list(self, from, limit).await
     }
 }
 

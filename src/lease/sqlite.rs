@@ -44,16 +44,25 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::types::Type;
-use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::clock::{SharedClock, SystemClock, duration_ms};
 use crate::durable::StoreError;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
-use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
+use crate::lease::{
+    LeaseError, LeasePage, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step, page_limit,
+};
 
 mod erasures;
+mod listing;
+mod open;
+mod plumbing;
 mod rules;
+
+pub use open::LeaseFileOptions;
+
+use plumbing::{store_error, with_retries};
 
 use rules::{
     Decision, LeaseRow, StoreTime, Tenure, advance_tip, extend, forget, hand_back, move_head, take,
@@ -155,8 +164,10 @@ impl fmt::Debug for SqliteLeaseStore {
 }
 
 impl SqliteLeaseStore {
-    /// Opens (creating if needed) the lease file at `path`, judging expiry by the host's
-    /// `CLOCK_MONOTONIC` in the current boot. Blocks briefly while it opens the file.
+    /// Opens (creating if needed: the file 0600, its missing directories 0700) the lease file at
+    /// `path`, judging expiry by the host's `CLOCK_MONOTONIC` in the current boot; an existing
+    /// file that lets the group or others in is refused ([`LeaseFileOptions`]). Blocks briefly
+    /// while it opens the file.
     pub fn open(path: &Path) -> Result<Self, LeaseError> {
         Self::open_with(path, Arc::new(SystemClock), current_boot_id())
     }
@@ -164,7 +175,24 @@ impl SqliteLeaseStore {
     /// Opens the lease file at `path` with an injected clock and boot id (tests move the clock
     /// by hand and simulate reboots). Every store sharing a file must read the same clock.
     pub fn open_with(path: &Path, clock: SharedClock, boot_id: String) -> Result<Self, LeaseError> {
-        let conn = open_connection(path)?;
+        Self::open_with_options(path, clock, boot_id, LeaseFileOptions::default())
+    }
+
+    /// Opens the lease file at `path` as `options` say (whether to create it, whether to
+    /// accept one that lets the group or others in), with the host's `CLOCK_MONOTONIC` in the
+    /// current boot, as [`SqliteLeaseStore::open`] does.
+    pub fn open_existing(path: &Path, options: LeaseFileOptions) -> Result<Self, LeaseError> {
+        Self::open_with_options(path, Arc::new(SystemClock), current_boot_id(), options)
+    }
+
+    /// [`SqliteLeaseStore::open_with`] as `options` say.
+    pub fn open_with_options(
+        path: &Path,
+        clock: SharedClock,
+        boot_id: String,
+        options: LeaseFileOptions,
+    ) -> Result<Self, LeaseError> {
+        let conn = open::open_connection(path, options)?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
             clock,
@@ -428,109 +456,27 @@ impl LeaseStore for SqliteLeaseStore {
         })
         .await
     }
+
+    /// One statement (a snapshot), judged by the store's clock read beside it.
+    async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError> {
+        let from = from.map(|k| k.as_str().to_owned());
+        let (clock, boot_id) = (Arc::clone(&self.clock), Arc::clone(&self.boot_id));
+        self.blocking("list", move |conn| {
+            let page = with_retries(|| {
+                let at = StoreTime {
+                    now_ms: clock.now_ms(),
+                    boot_id: Arc::clone(&boot_id),
+                };
+                listing::page(conn, from.as_deref(), page_limit(limit), &at)
+            });
+            page.map_err(|e| store_error("list", &e))?
+        })
+        .await
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // SQLite plumbing
-
-/// Opens the file, switches it to WAL with full syncs, and creates the schema if absent.
-fn open_connection(path: &Path) -> Result<Connection, StoreError> {
-    let fail = |e: rusqlite::Error| store_error("open", &e);
-    let mut conn = Connection::open(path).map_err(fail)?;
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
-    let mode: String = with_retries(|| {
-        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-    })
-    .map_err(fail)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Backend {
-            op: "open",
-            message: format!(
-                "{}: journal_mode is {mode:?}, WAL is required",
-                path.display()
-            ),
-        });
-    }
-    conn.pragma_update(None, "synchronous", "FULL")
-        .map_err(fail)?;
-    with_retries(|| create_schema(&mut conn)).map_err(fail)??;
-    Ok(conn)
-}
-
-/// Creates the table in one immediate transaction; refuses a file of a newer schema.
-fn create_schema(conn: &mut Connection) -> rusqlite::Result<Result<(), StoreError>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
-    if version > SCHEMA_VERSION {
-        return Ok(Err(StoreError::Backend {
-            op: "open",
-            message: format!(
-                "the lease file has schema {version}; this build knows {SCHEMA_VERSION}"
-            ),
-        }));
-    }
-    if version <= 0 {
-        tx.execute_batch(SCHEMA)?;
-    }
-    if version == 1 {
-        tx.execute_batch(MIGRATE_1_TO_2)?;
-    }
-    if (1..=2).contains(&version) {
-        tx.execute_batch(MIGRATE_2_TO_3)?;
-    }
-    if version <= 3 {
-        tx.execute_batch(erasures::SCHEMA)?;
-    }
-    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-    tx.commit()?;
-    Ok(Ok(()))
-}
-
-/// Runs `attempt` until it succeeds, fails with something other than busy/locked, or
-/// [`MAX_ATTEMPTS`] are used up.
-fn with_retries<T>(mut attempt: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
-    let mut tries = 1;
-    loop {
-        match attempt() {
-            Err(e) if is_busy(&e) && tries < MAX_ATTEMPTS => {
-                std::thread::sleep(RETRY_PAUSE * tries);
-                tries += 1;
-            }
-            other => return other,
-        }
-    }
-}
-
-fn is_busy(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-    )
-}
-
-/// Maps a SQLite error to the store error a caller can act on.
-fn store_error(op: &'static str, e: &rusqlite::Error) -> StoreError {
-    match e.sqlite_error_code() {
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Unavailable {
-            op,
-            message: format!("the lease file stayed locked after {MAX_ATTEMPTS} attempts: {e}"),
-        },
-        Some(
-            ErrorCode::CannotOpen
-            | ErrorCode::SystemIoFailure
-            | ErrorCode::DiskFull
-            | ErrorCode::PermissionDenied
-            | ErrorCode::ReadOnly,
-        ) => StoreError::Io {
-            op,
-            message: e.to_string(),
-        },
-        _ => StoreError::Backend {
-            op,
-            message: e.to_string(),
-        },
-    }
-}
 
 fn load(conn: &Connection, key: &str) -> rusqlite::Result<Option<LeaseRow>> {
     conn.prepare_cached(SELECT_ROW)?

@@ -132,7 +132,10 @@ pub async fn restore_to_from(
     let plan = walk(store, key, tip, floor, target, &images).await?;
     let built = tokio::task::spawn_blocking({
         let (dest, tmp) = (dest.to_path_buf(), tmp.clone());
-        move || build(&plan, &tmp, &dest).map(|file| (plan, file))
+        move || {
+            let image = plan.image.as_ref().map(|(_, bytes)| bytes.as_slice());
+            build(image, &plan.segments, &tmp, &dest).map(|file| (plan, file))
+        }
     })
     .await
     .map_err(|e| LogError::Io(format!("the restore's blocking task failed: {e}")))?;
@@ -144,6 +147,78 @@ pub async fn restore_to_from(
         position: plan.position,
         image: plan.image.as_ref().map(|(m, _)| m.image_ref()),
         segments: plan.segments.len(),
+        size: file.size,
+        sha256: file.sha256,
+    })
+}
+
+/// Checks a restore's destination as [`restore_to`] does before it asks any store: refused
+/// ([`LogError::Destination`]) when it exists, has a `-wal` or `-journal` beside it, or its
+/// directory does not exist. Nothing is touched.
+pub fn check_destination(dest: &Path) -> Result<(), LogError> {
+    check_dest(dest).map(|_| ())
+}
+
+/// What [`restore_latest`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatestReport {
+    /// The log position the file holds: the tip, or the image's own without a tip; `None` for
+    /// a tenant without a log.
+    pub position: Option<LogPos>,
+    /// The image it started from (the head, or a base when the head failed its checks).
+    pub image: Option<ImageRef>,
+    /// How many segments were applied on top of the image.
+    pub segments: usize,
+    /// The file's size in bytes.
+    pub size: u64,
+    /// SHA-256 of the file, 64 lowercase hex characters.
+    pub sha256: String,
+}
+
+/// Restores the newest state of `key` — what an open would restore: its head image and the log
+/// up to the tip ([`super::fetch_log`]), every piece checked — into a new plain SQLite file at
+/// `dest`, with the refusals of [`restore_to_from`]: the destination is checked before any store
+/// call, the file is built beside it and linked into place only when complete. A tenant with
+/// no record, or with neither an image nor a log, is [`LogError::OutsideRetention`] (nothing to
+/// restore), and nothing is written.
+pub async fn restore_latest(
+    store: &dyn DurableStore,
+    leases: &dyn crate::LeaseStore,
+    key: &LeaseKey,
+    dest: &Path,
+) -> Result<LatestReport, LogError> {
+    let tmp = check_dest(dest)?;
+    let record = leases.read(key).await?;
+    let Some(record) = record.filter(|r| r.head.is_some() || r.tip.is_some()) else {
+        return Err(LogError::OutsideRetention {
+            target: "the latest state".into(),
+            reason: format!("{key} has no image and no log"),
+        });
+    };
+    let head = record.head.as_ref();
+    let fetched = super::fetch_log(store, key, head, record.tip, record.floor).await?;
+    let image = fetched.image.as_ref().map(|(m, _)| m.image_ref());
+    let position = fetched
+        .tip
+        .or_else(|| fetched.image.as_ref().and_then(|(m, _)| m.log));
+    let segments = fetched.segments.len();
+    let built = tokio::task::spawn_blocking({
+        let (dest, tmp) = (dest.to_path_buf(), tmp.clone());
+        move || {
+            let image = fetched.image.as_ref().map(|(_, bytes)| bytes.as_slice());
+            build(image, &fetched.segments, &tmp, &dest)
+        }
+    })
+    .await
+    .map_err(|e| LogError::Io(format!("the restore's blocking task failed: {e}")))?;
+    if built.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    let file = built?;
+    Ok(LatestReport {
+        position,
+        image,
+        segments,
         size: file.size,
         sha256: file.sha256,
     })
@@ -372,20 +447,23 @@ async fn walk(
     })
 }
 
-/// Writes the plan's image into `tmp`, applies its segments, fsyncs, and links it to `dest`.
-fn build(plan: &Plan, tmp: &Path, dest: &Path) -> Result<crate::image::ImageFile, LogError> {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(tmp)
-        .map_err(|e| LogError::io("create", tmp, &e))?;
-    if let Some((_, bytes)) = &plan.image {
+/// Writes `image` (none: an empty database) into `tmp` (0600), applies `segments`, fsyncs, and
+/// links it to `dest`.
+fn build(
+    image: Option<&[u8]>,
+    segments: &[Segment],
+    tmp: &Path,
+    dest: &Path,
+) -> Result<crate::image::ImageFile, LogError> {
+    let mut file =
+        crate::private::create_new_file(tmp).map_err(|e| LogError::io("create", tmp, &e))?;
+    if let Some(bytes) = image {
         file.write_all(bytes)
             .map_err(|e| LogError::io("write", tmp, &e))?;
     }
     drop(file);
     let mut sums = super::restore::sums_of(tmp)?;
-    for seg in &plan.segments {
+    for seg in segments {
         apply(tmp, &mut sums, seg)?;
     }
     let sealed = seal(tmp)?;

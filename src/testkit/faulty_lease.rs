@@ -57,11 +57,13 @@ pub enum LeaseOp {
     ErasuresDue,
     /// [`LeaseStore::erasure_done`].
     ErasureDone,
+    /// [`LeaseStore::list`].
+    List,
 }
 
 impl LeaseOp {
     /// Every operation.
-    pub const ALL: [LeaseOp; 10] = [
+    pub const ALL: [LeaseOp; 11] = [
         LeaseOp::Read,
         LeaseOp::Acquire,
         LeaseOp::Renew,
@@ -72,6 +74,7 @@ impl LeaseOp {
         LeaseOp::MarkForgotten,
         LeaseOp::ErasuresDue,
         LeaseOp::ErasureDone,
+        LeaseOp::List,
     ];
 
     /// The method's name, as it appears in [`StoreError`]s (`"publish_head"`, …).
@@ -87,6 +90,7 @@ impl LeaseOp {
             LeaseOp::MarkForgotten => "mark_forgotten",
             LeaseOp::ErasuresDue => "erasures_due",
             LeaseOp::ErasureDone => "erasure_done",
+            LeaseOp::List => "list",
         }
     }
 
@@ -503,5 +507,12 @@ impl LeaseStore for FaultyLeaseStore {
             s.erasure_done(&key, floor).await
         })
         .await
+    }
+    async fn list(
+        &self,
+        from: Option<&LeaseKey>,
+        limit: usize,
+    ) -> Result<crate::lease::LeasePage, LeaseError> {
+        self.call(LeaseOp::List, self.inner.list(from, limit)).await
     }
 }

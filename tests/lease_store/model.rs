@@ -12,7 +12,8 @@ use leasehold::ids::LeaseKey;
 use leasehold::layout::{ImageRef, LogPos};
 use leasehold::lease::sqlite::SqliteLeaseStore;
 use leasehold::lease::{
-    LeaseError, LeaseRecord, LeaseStore, PendingErasure, RenewOutcome, check_tip_step,
+    ErasureEntry, LeaseEntry, LeaseError, LeasePage, LeaseRecord, LeaseStore, PendingErasure,
+    RenewOutcome, check_tip_step, page_limit,
 };
 
 /// A broken store: `renew` renews whatever tenure of `owner` is live, ignoring the epoch asked.
@@ -91,6 +92,9 @@ impl LeaseStore for RenewIgnoresEpoch {
     async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
         self.0.erasure_done(key, floor).await
     }
+    async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError> {
+        self.0.list(from, limit).await
+    }
 }
 
 /// What is wrong with a [`ModelStore`].
@@ -110,6 +114,8 @@ pub enum Flaw {
     TipIgnoresFrom,
     /// `erasures_due` reports a forget at once, before the settle time has passed.
     ErasureDueAtOnce,
+    /// `list` starts after `from` instead of at it: a key at a page's edge is never shown.
+    ListStartsAfterFrom,
 }
 
 /// A lease store in memory, correct unless given a [`Flaw`]; its clock is a [`ManualClock`].
@@ -382,5 +388,35 @@ impl LeaseStore for ModelStore {
             erasures.remove(key.as_str());
         }
         Ok(())
+    }
+    async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError> {
+        let now = self.clock.now_ms();
+        let rows = self.rows.lock().unwrap();
+        let erasures = self.erasures.lock().unwrap();
+        let mut keys: Vec<&String> = rows.keys().collect();
+        keys.sort();
+        let starts = |k: &&String| match from {
+            None => true,
+            Some(f) if self.flaw == Flaw::ListStartsAfterFrom => k.as_str() > f.as_str(),
+            Some(f) => k.as_str() >= f.as_str(),
+        };
+        let mut chosen = keys.into_iter().filter(|k| starts(k));
+        let limit = page_limit(limit);
+        let mut page = LeasePage::default();
+        for key in chosen.by_ref().take(limit) {
+            let record = rows[key].clone();
+            let live = self.is_live(&record);
+            page.entries.push(LeaseEntry {
+                remaining: live
+                    .then(|| Duration::from_millis(record.expires_at_ms.saturating_sub(now))),
+                erasure: erasures.get(key).map(|&(floor, at)| ErasureEntry {
+                    floor,
+                    age: Some(Duration::from_millis(now.saturating_sub(at))),
+                }),
+                record,
+            });
+        }
+        page.next = chosen.next().map(|k| LeaseKey::parse(k).unwrap());
+        Ok(page)
     }
 }

@@ -9,7 +9,7 @@ use leasehold::image::parse_manifest;
 use leasehold::layout::{LogPos, manifest_key, segment_of};
 use leasehold::lease::{LeaseError, LeaseRecord};
 use leasehold::plan::reconcile::{ChainWalk, PutOf, Seen, Verdict, is_due, verdict};
-use leasehold::sweep::{SWEEP_PAGE_KEYS, sweep_dead_epochs};
+use leasehold::sweep::{SWEEP_PAGE_KEYS, finish_erasure};
 use leasehold::{Error, LeaseKey};
 
 use super::{Cx, ReconcileReport};
@@ -244,22 +244,14 @@ async fn sweep_due_erasures(cx: &Cx, report: &mut ReconcileReport) {
     };
     for erasure in due {
         let key = erasure.key.to_string();
-        let swept = sweep_dead_epochs(cx.durable.as_ref(), &erasure.key, erasure.floor).await;
-        let event = match swept {
-            Ok(objects) => match cx.leases.erasure_done(&erasure.key, erasure.floor).await {
-                Ok(()) => {
-                    report.erasures_done += 1;
-                    report.deleted += objects;
-                    Event::Swept { key, objects }
-                }
-                Err(e) => {
-                    report.failures += 1;
-                    Event::SweepFailed {
-                        key,
-                        error: e.to_string(),
-                    }
-                }
-            },
+        let (durable, leases) = (cx.durable.as_ref(), cx.leases.as_ref());
+        let finished = finish_erasure(durable, leases, &erasure.key, erasure.floor).await;
+        let event = match finished {
+            Ok(objects) => {
+                report.erasures_done += 1;
+                report.deleted += objects;
+                Event::Swept { key, objects }
+            }
             Err(e) => {
                 report.failures += 1;
                 Event::SweepFailed {

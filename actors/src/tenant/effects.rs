@@ -3,7 +3,7 @@
 //! each effect becomes a call, and each call's completion becomes an [`Input`] fed back.
 
 use actix::prelude::*;
-use leasehold::sweep::sweep_dead_epochs;
+use leasehold::sweep::erase_floor;
 use leasehold::{Error, paths};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -12,9 +12,6 @@ use super::actor::{HandoffReplies, TenantActor};
 use super::messages::*;
 use super::tenure::{Effect, Input, Waiter};
 use crate::lease_actor::{LeaseLost, Unregister};
-
-/// How many times a forget sweeps before it reports its erasure incomplete.
-const ERASE_TRIES: u32 = 3;
 
 /// The caller of the input being fed, answered at once or kept as a waiter.
 enum Caller {
@@ -284,7 +281,7 @@ impl TenantActor {
     }
 
     /// Waits for this replica's puts of the tenant that outlived their deadline, deletes every
-    /// durable copy at or below `floor` (asking again, up to [`ERASE_TRIES`] times, when a
+    /// durable copy at or below `floor` (asking again, up to [`leasehold::sweep::ERASE_TRIES`] times, when a
     /// sweep fails: a sweep keeps what it deleted), then the local directory. Renewals go on
     /// meanwhile: the lease is still registered. A put still running after `drain_timeout`, or
     /// a sweep that failed every time, makes the forget report its erasure incomplete; the
@@ -299,14 +296,7 @@ impl TenantActor {
                 .durable
                 .settle_puts(&key.prefix(), rt.drain_timeout)
                 .await;
-            let mut tries = 1;
-            while let Err(e) = sweep_dead_epochs(rt.durable.as_ref(), &key, floor).await {
-                if tries >= ERASE_TRIES {
-                    return Err(e.into());
-                }
-                tries += 1;
-                tracing::debug!(%key, error = %e, "a forget's sweep failed; asking again");
-            }
+            erase_floor(rt.durable.as_ref(), &key, floor).await?;
             settled?;
             let root = rt.state_root.clone();
             let (org, tenant) = (key.org().clone(), key.tenant().clone());

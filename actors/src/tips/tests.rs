@@ -83,6 +83,13 @@ impl LeaseStore for SlowBatches {
     async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
         self.inner.erasure_done(key, floor).await
     }
+    async fn list(
+        &self,
+        from: Option<&LeaseKey>,
+        limit: usize,
+    ) -> Result<leasehold::lease::LeasePage, LeaseError> {
+        self.inner.list(from, limit).await
+    }
     async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
         tokio::time::sleep(self.per_call).await;
         self.inner.move_tips(moves).await

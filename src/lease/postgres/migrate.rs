@@ -1,9 +1,10 @@
 //! The lease table's migration: create it if absent (or, opened as existing only, refuse),
 //! add the columns newer builds need, and check its shape with a query that reads no row.
 
+use super::PostgresLeaseStore;
 use super::errors::{login_error, pg_error};
 use super::pool::Checkout;
-use super::{COLUMNS, PostgresLeaseStore};
+use super::sql::COLUMNS;
 use crate::clock::duration_ms;
 use crate::durable::StoreError;
 use crate::error::Error;

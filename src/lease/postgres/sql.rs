@@ -84,7 +84,15 @@ pub(super) struct Statements {
     pub(super) erasures_due: String,
     /// Clear the pending erasure of `$1` at floor `$2`.
     pub(super) erasure_done: String,
+    /// The rows at or after `$1` (all when NULL: `''` sorts first in every collation) in key
+    /// order, `$2` of them (an index range scan), each with the time it still runs and its
+    /// pending erasure's age, by one reading of the server's clock.
+    pub(super) list: String,
 }
+
+/// Where the time left is among the columns of `list`: after [`COLUMNS`]; the erasure's floor
+/// and age follow it.
+pub(super) const REMAINING_COLUMN: usize = 11;
 
 impl Statements {
     /// The statements of the lease table `table` (a name [`super::check_table_name`] accepted).
@@ -189,6 +197,18 @@ impl Statements {
             erasure_done: format!(
                 "UPDATE {t} AS l SET erasure_floor = NULL
                  WHERE l.key = $1 AND l.erasure_floor = $2"
+            ),
+            list: format!(
+                "SELECT {COLUMNS},
+                    CASE WHEN NOT l.released AND l.expires_at > n.t
+                         THEN floor(extract(epoch FROM l.expires_at - n.t) * 1000)::int8 END,
+                    l.erasure_floor,
+                    CASE WHEN l.erasure_floor IS NOT NULL
+                         THEN greatest(0, floor(extract(epoch FROM n.t - l.forgotten_at) * 1000))::int8
+                    END
+                 FROM {t} AS l, (SELECT clock_timestamp() AS t) AS n
+                 WHERE l.key >= coalesce($1::text, '')
+                 ORDER BY l.key LIMIT $2"
             ),
         }
     }
@@ -329,5 +349,14 @@ mod tests {
         assert!(!s.erasures_due.contains("now()"));
         assert!(s.erasure_done.contains("l.erasure_floor = $2"));
         assert!(s.create.contains("erasure_floor") && s.add_columns.contains("erasure_floor"));
+    }
+
+    #[test]
+    fn the_listing_judges_every_row_by_one_reading_of_the_server_clock() {
+        let s = Statements::new("my_leases");
+        assert!(s.list.contains("\"my_leases\""));
+        assert_eq!(s.list.matches("clock_timestamp()").count(), 1, "{}", s.list);
+        assert!(!s.list.contains("now()"));
+        assert!(s.list.contains("ORDER BY l.key LIMIT $2"));
     }
 }

@@ -60,6 +60,12 @@ pub(super) fn is_due(forgotten_at_ms: u64, boot_id: &str, at: &StoreTime, settle
     }
 }
 
+/// How long ago an erasure recorded at `forgotten_at_ms` in boot `boot_id` was recorded, at
+/// `at`: `None` for a row of another boot (its time counts on a clock that has started again).
+pub(super) fn age_ms(forgotten_at_ms: u64, boot_id: &str, at: &StoreTime) -> Option<u64> {
+    (boot_id == &*at.boot_id).then(|| at.now_ms.saturating_sub(forgotten_at_ms))
+}
+
 /// The due erasures at `at`, oldest first (another boot's before this one's), at most `limit`.
 pub(super) fn due(
     conn: &Connection,
@@ -114,6 +120,13 @@ mod tests {
         assert!(!is_due(1_000, "b1", &at(1_999, "b1"), 1_000));
         assert!(is_due(1_000, "b1", &at(2_000, "b1"), 1_000));
         assert!(is_due(u64::MAX, "b1", &at(u64::MAX, "b1"), 1_000));
+    }
+
+    #[test]
+    fn an_erasures_age_counts_on_this_boots_clock_and_is_unknown_for_another_boot() {
+        assert_eq!(age_ms(1_000, "b1", &at(1_250, "b1")), Some(250));
+        assert_eq!(age_ms(1_000, "b1", &at(999, "b1")), Some(0));
+        assert_eq!(age_ms(1_000, "b1", &at(5_000, "b2")), None);
     }
 
     #[test]

@@ -54,7 +54,8 @@ fn p4_a_commit_of_the_lease_file_is_synced_before_it_returns() {
     // WAL with synchronous=NORMAL may lose the last commits on power loss; a tip move must
     // be as durable as the directory store's fsynced put (docs/guarantees.md, "The log tip").
     let dir = tempfile::tempdir().unwrap();
-    let conn = open_connection(&dir.path().join("leases.db")).unwrap();
+    let conn =
+        open::open_connection(&dir.path().join("leases.db"), LeaseFileOptions::default()).unwrap();
     let mode: String = conn
         .pragma_query_value(None, "journal_mode", |r| r.get(0))
         .unwrap();
