@@ -170,6 +170,61 @@ pub enum Error {
         /// What the server said.
         reason: String,
     },
+    /// No message of this name and schema version is registered on the replica that received
+    /// it (every replica of a fleet registers the same set): nothing ran, nothing was written.
+    #[error(
+        "unknown message {name:?} version {version}: this replica registers no such message; nothing ran"
+    )]
+    UnknownMessage {
+        /// The message's name.
+        name: String,
+        /// Its schema version.
+        version: u32,
+    },
+    /// A message could not be taken as it came: its body does not decode as the registered
+    /// type, its idempotency key is not allowed, or the key was used before for another
+    /// message. Nothing ran, nothing was written.
+    #[error("bad message: {reason}; nothing ran")]
+    BadMessage {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A message body or reply takes more bytes than a message may (`codec::MESSAGE_LIMIT`).
+    /// A body: nothing ran. A reply: its command was rolled back, nothing was written.
+    #[error(
+        "too large: {bytes} bytes, more than the {limit} a message may take; nothing was written"
+    )]
+    TooLarge {
+        /// How many bytes it took (at least).
+        bytes: u64,
+        /// The most a message may take.
+        limit: u64,
+    },
+    /// A message's deadline passed before its reply came. With `delivered` false it never
+    /// reached its tenant and nothing ran; with `delivered` true **the outcome is unknown**:
+    /// it may have run and may still be committed (retry with the same idempotency key, which
+    /// makes the retry safe either way).
+    #[error(
+        "deadline exceeded: no reply from tenant {key} within {after_ms} ms ({})",
+        reached(.delivered)
+    )]
+    DeadlineExceeded {
+        /// The tenant's lease key.
+        key: String,
+        /// The deadline the caller gave.
+        after_ms: u64,
+        /// Whether the message had reached its tenant (it may have run).
+        delivered: bool,
+    },
+}
+
+/// How a [`Error::DeadlineExceeded`] reads, by whether the message had reached its tenant.
+fn reached(delivered: &bool) -> &'static str {
+    if *delivered {
+        "it reached the tenant and may have run; the outcome is unknown"
+    } else {
+        "it never reached the tenant; nothing ran"
+    }
 }
 
 impl Error {
@@ -195,6 +250,10 @@ impl Error {
             Error::Unshipped { .. } => "LEASEHOLD_UNSHIPPED",
             Error::BatchTooLarge { .. } => "LEASEHOLD_BATCH_TOO_LARGE",
             Error::LogBehind { .. } => "LEASEHOLD_LOG_BEHIND",
+            Error::UnknownMessage { .. } => "LEASEHOLD_UNKNOWN_MESSAGE",
+            Error::BadMessage { .. } => "LEASEHOLD_BAD_MESSAGE",
+            Error::TooLarge { .. } => "LEASEHOLD_TOO_LARGE",
+            Error::DeadlineExceeded { .. } => "LEASEHOLD_DEADLINE_EXCEEDED",
         }
     }
 
@@ -215,7 +274,22 @@ impl Error {
         match self {
             Error::Store(e) => crate::lease::store_outcome_unknown(e),
             Error::Unshipped { .. } => true,
+            Error::DeadlineExceeded { delivered, .. } => *delivered,
             _ => false,
+        }
+    }
+}
+
+impl From<crate::codec::MessageCodecError> for Error {
+    fn from(e: crate::codec::MessageCodecError) -> Self {
+        match e {
+            crate::codec::MessageCodecError::TooLarge { bytes, limit } => Error::TooLarge {
+                bytes: bytes as u64,
+                limit: limit as u64,
+            },
+            other => Error::BadMessage {
+                reason: other.to_string(),
+            },
         }
     }
 }
@@ -360,6 +434,17 @@ mod tests {
                 pending_bytes: 2,
                 limit: 1,
             },
+            Error::UnknownMessage {
+                name: "n".into(),
+                version: 1,
+            },
+            Error::BadMessage { reason: "r".into() },
+            Error::TooLarge { bytes: 2, limit: 1 },
+            Error::DeadlineExceeded {
+                key: "k".into(),
+                after_ms: 1,
+                delivered: true,
+            },
         ];
         let mut codes: Vec<_> = all.iter().map(Error::code).collect();
         assert!(codes.iter().all(|c| c.starts_with("LEASEHOLD_")));
@@ -426,5 +511,35 @@ mod tests {
         };
         assert!(!gap.outcome_unknown());
         assert_eq!(Error::from(gap).code(), "LEASEHOLD_UNSHIPPED");
+    }
+
+    #[test]
+    fn a_message_refused_before_it_ran_is_a_known_outcome_and_a_lapsed_delivery_is_not() {
+        let never = Error::DeadlineExceeded {
+            key: "k".into(),
+            after_ms: 5,
+            delivered: false,
+        };
+        assert!(!never.is_outcome_unknown());
+        let maybe = Error::DeadlineExceeded {
+            key: "k".into(),
+            after_ms: 5,
+            delivered: true,
+        };
+        assert!(maybe.is_outcome_unknown());
+        for refused in [
+            Error::UnknownMessage {
+                name: "n".into(),
+                version: 2,
+            },
+            Error::BadMessage { reason: "r".into() },
+            Error::TooLarge { bytes: 2, limit: 1 },
+        ] {
+            assert!(!refused.is_outcome_unknown(), "{refused:?}");
+        }
+        let big = crate::codec::MessageCodecError::TooLarge { bytes: 9, limit: 8 };
+        assert_eq!(Error::from(big).code(), "LEASEHOLD_TOO_LARGE");
+        let cut = crate::codec::MessageCodecError::Trailing { extra: 1 };
+        assert_eq!(Error::from(cut).code(), "LEASEHOLD_BAD_MESSAGE");
     }
 }
