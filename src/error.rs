@@ -200,30 +200,31 @@ pub enum Error {
         /// The most a message may take.
         limit: u64,
     },
-    /// A message's deadline passed before its reply came. With `delivered` false it never
-    /// reached its tenant and nothing ran; with `delivered` true **the outcome is unknown**:
-    /// it may have run and may still be committed (retry with the same idempotency key, which
-    /// makes the retry safe either way).
+    /// A message's deadline passed before its reply came. With `outcome_unknown` false nothing
+    /// of it was written (it never reached its tenant, or it is a query); with
+    /// `outcome_unknown` true it reached its tenant and **the outcome is unknown**: it may have
+    /// run and may still be committed (retry with the same idempotency key, which makes the
+    /// retry safe either way).
     #[error(
         "deadline exceeded: no reply from tenant {key} within {after_ms} ms ({})",
-        reached(.delivered)
+        reached(.outcome_unknown)
     )]
     DeadlineExceeded {
         /// The tenant's lease key.
         key: String,
         /// The deadline the caller gave.
         after_ms: u64,
-        /// Whether the message had reached its tenant (it may have run).
-        delivered: bool,
+        /// Whether a command had reached its tenant (it may have run and be committed).
+        outcome_unknown: bool,
     },
 }
 
-/// How a [`Error::DeadlineExceeded`] reads, by whether the message had reached its tenant.
-fn reached(delivered: &bool) -> &'static str {
-    if *delivered {
+/// How a [`Error::DeadlineExceeded`] reads, by whether its outcome is unknown.
+fn reached(outcome_unknown: &bool) -> &'static str {
+    if *outcome_unknown {
         "it reached the tenant and may have run; the outcome is unknown"
     } else {
-        "it never reached the tenant; nothing ran"
+        "nothing of it was written"
     }
 }
 
@@ -274,7 +275,9 @@ impl Error {
         match self {
             Error::Store(e) => crate::lease::store_outcome_unknown(e),
             Error::Unshipped { .. } => true,
-            Error::DeadlineExceeded { delivered, .. } => *delivered,
+            Error::DeadlineExceeded {
+                outcome_unknown, ..
+            } => *outcome_unknown,
             _ => false,
         }
     }
@@ -443,7 +446,7 @@ mod tests {
             Error::DeadlineExceeded {
                 key: "k".into(),
                 after_ms: 1,
-                delivered: true,
+                outcome_unknown: true,
             },
         ];
         let mut codes: Vec<_> = all.iter().map(Error::code).collect();
@@ -518,13 +521,13 @@ mod tests {
         let never = Error::DeadlineExceeded {
             key: "k".into(),
             after_ms: 5,
-            delivered: false,
+            outcome_unknown: false,
         };
         assert!(!never.is_outcome_unknown());
         let maybe = Error::DeadlineExceeded {
             key: "k".into(),
             after_ms: 5,
-            delivered: true,
+            outcome_unknown: true,
         };
         assert!(maybe.is_outcome_unknown());
         for refused in [

@@ -46,6 +46,8 @@ type SharedOpen = Shared<BoxFuture<'static, Result<TenantRef, Error>>>;
 pub struct Supervisor {
     /// The supervisor actor.
     addr: Addr<SupervisorActor>,
+    /// Carries typed messages to tenant addresses (`crate::router`).
+    pub(crate) router: Arc<crate::router::Router>,
     /// The event sink, for `events_delivered`.
     events: EventSink,
     /// Tells the actor when the last handle goes.
@@ -117,6 +119,7 @@ impl Supervisor {
         let arbiters = config.arbiters;
         let rt = Runtime::new(config)?;
         let events = rt.events.clone();
+        let router = Arc::new(crate::router::Router::new(rt.clone()));
         let lease_actor = LeaseActor::new(rt.clone()).start();
         let arbiters = (0..arbiters).map(|_| Arbiter::new()).collect();
         let host_handles = Arc::new(AtomicUsize::new(0));
@@ -146,6 +149,7 @@ impl Supervisor {
         });
         Ok(Self {
             addr,
+            router,
             events,
             _owner: owner,
         })
@@ -166,6 +170,23 @@ impl Supervisor {
             let tenant = request.await.map_err(|_| stopped())??;
             Ok(owner.hand_out(tenant))
         }
+    }
+
+    /// Opens a tenant for the router: [`Supervisor::open`] without counting the handle as one
+    /// a host holds.
+    pub(crate) fn open_here(
+        &self,
+        key: &LeaseKey,
+    ) -> impl Future<Output = Result<TenantRef, Error>> + use<> {
+        let request = self.addr.send(Open { key: key.clone() });
+        async move { request.await.map_err(|_| stopped())? }
+    }
+
+    /// The supervisor's own handle of the tenant of `key` in its table (serving, leaving, or
+    /// just ended), if any.
+    pub(crate) async fn lookup(&self, key: &LeaseKey) -> Result<Option<TenantRef>, Error> {
+        let key = key.clone();
+        self.addr.send(Lookup { key }).await.map_err(|_| stopped())
     }
 
     /// The handle of a tenant open on this replica, if any.
