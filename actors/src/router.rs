@@ -298,20 +298,30 @@ impl Supervisor {
                         None => rt.messages.prepare(&req)?,
                     };
                     match run_on(&tenant, prepared, &reached).await {
-                        // Refused at admission: nothing of it ran. It began leaving meanwhile.
-                        Err(e) if e.is_draining() => self.wait_until_gone(&tenant, deadline).await,
+                        // Refused at admission (it began leaving meanwhile), or committed in a
+                        // batch its leaving tenure never shipped: nothing of it is in the log.
+                        Err(e) if e.is_draining() => {
+                            reached.store(false, Ordering::SeqCst);
+                            self.wait_until_gone(&tenant, deadline).await;
+                        }
                         answer => return answer,
                     }
                 }
                 Here::Leaving(tenant) => self.wait_until_gone(&tenant, deadline).await,
                 Here::Absent => match self.open_here(&key).await {
-                    Ok(tenant) => self.remember(tenant),
+                    Ok(tenant) => {
+                        tracing::debug!(%key, epoch = tenant.epoch(), message = %req.name,
+                            "nobody held the tenant: opened here for a message");
+                        self.remember(tenant);
+                    }
                     // A forget under way here, or a tenant that has just left: decide again.
                     Err(e) if e.is_draining() => {
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(Duration::from_millis(100));
                     }
                     Err(Error::LeaseHeld { owner, epoch, .. }) => {
+                        tracing::debug!(%key, %owner, epoch, message = %req.name,
+                            "another replica holds the tenant");
                         let holder = Holder { owner, epoch };
                         return self.elsewhere(addr, req, deadline, holder).await;
                     }
