@@ -452,11 +452,9 @@ impl MsgWorld {
         let mut stmt = file
             .prepare("SELECT id FROM credits")
             .map_err(|e| e.to_string())?;
-        let ids = stmt
-            .query_map([], |r| r.get(0))
+        stmt.query_map([], |r| r.get(0))
             .and_then(|rows| rows.collect::<Result<Vec<String>, _>>())
-            .map_err(|e| e.to_string());
-        ids
+            .map_err(|e| e.to_string())
     }
 
     /// Holds what the callers heard against the log.
