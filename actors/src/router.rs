@@ -345,6 +345,8 @@ impl Supervisor {
                 self.remember(t.clone());
                 Here::Serving(t)
             }
+            // Over, and about to leave the table: an open waits for that (`Draining`).
+            Some(t) if t.status_now().is_final() => Here::Absent,
             Some(t) => Here::Leaving(t),
         })
     }

@@ -129,9 +129,7 @@ pub struct Messages {
 
 impl std::fmt::Debug for Messages {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.list())
-            .finish()
+        f.debug_list().entries(self.list()).finish()
     }
 }
 

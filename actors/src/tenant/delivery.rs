@@ -246,7 +246,11 @@ impl TenantRef {
                 .await
                 .map_err(|_| super::closed(&key))?;
             let path = pass.path.clone();
-            let read = blocking(move || ReadLedger::begin(&path).map_err(Error::from)).await?;
+            let read = match blocking(move || ReadLedger::begin(&path).map_err(Error::from)).await {
+                // The tenure ended meanwhile (its directory may be gone): it has left.
+                Err(_) if pass.cell.is_ended() => return Err(left(&key)),
+                other => other?,
+            };
             let gate = match pass.gated {
                 true => addr
                     .send(QueryGate)
@@ -262,11 +266,24 @@ impl TenantRef {
             if let Some(gate) = gate {
                 gate.await.map_err(|_| super::closed(&key))??;
             }
+            if pass.cell.is_ended() {
+                // Handed off, abandoned or forgotten while it read: a successor may write from
+                // now on, so this reply would be stale; the router routes the query again.
+                return Err(left(&key));
+            }
             if !pass.cell.holds(pass.clock.now_ms()) {
                 return Err(fenced(&key));
             }
             Ok(bytes)
         }
+    }
+}
+
+/// What a query hears when its tenure ended while it ran: it ran nothing, it may go again.
+fn left(key: &LeaseKey) -> Error {
+    Error::Draining {
+        key: key.to_string(),
+        state: "left".into(),
     }
 }
 
