@@ -9,6 +9,8 @@
 //! keyed commands across handoffs and crashes, `refusals.rs` bad input.
 
 mod common;
+#[path = "messages/figures.rs"]
+mod figures;
 #[path = "messages/gate.rs"]
 mod gate;
 #[path = "messages/idempotency.rs"]

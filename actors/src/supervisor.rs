@@ -20,6 +20,7 @@ use futures::future::{BoxFuture, Shared};
 use leasehold::{Error, LeaseKey, OrgId, TenantId};
 use tokio::sync::oneshot;
 
+mod addressing;
 mod close;
 mod local_sweep;
 mod open;
@@ -170,23 +171,6 @@ impl Supervisor {
             let tenant = request.await.map_err(|_| stopped())??;
             Ok(owner.hand_out(tenant))
         }
-    }
-
-    /// Opens a tenant for the router: [`Supervisor::open`] without counting the handle as one
-    /// a host holds.
-    pub(crate) fn open_here(
-        &self,
-        key: &LeaseKey,
-    ) -> impl Future<Output = Result<TenantRef, Error>> + use<> {
-        let request = self.addr.send(Open { key: key.clone() });
-        async move { request.await.map_err(|_| stopped())? }
-    }
-
-    /// The supervisor's own handle of the tenant of `key` in its table (serving, leaving, or
-    /// just ended), if any.
-    pub(crate) async fn lookup(&self, key: &LeaseKey) -> Result<Option<TenantRef>, Error> {
-        let key = key.clone();
-        self.addr.send(Lookup { key }).await.map_err(|_| stopped())
     }
 
     /// The handle of a tenant open on this replica, if any.
