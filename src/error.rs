@@ -193,6 +193,62 @@ pub enum Error {
         /// Its permission bits.
         mode: u32,
     },
+    /// No message of this name and schema version is registered on the replica that received
+    /// it (every replica of a fleet registers the same set): nothing ran, nothing was written.
+    #[error(
+        "unknown message {name:?} version {version}: this replica registers no such message; nothing ran"
+    )]
+    UnknownMessage {
+        /// The message's name.
+        name: String,
+        /// Its schema version.
+        version: u32,
+    },
+    /// A message could not be taken as it came: its body does not decode as the registered
+    /// type, its idempotency key is not allowed, or the key was used before for another
+    /// message. Nothing ran, nothing was written.
+    #[error("bad message: {reason}; nothing ran")]
+    BadMessage {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A message body or reply takes more bytes than a message may (`codec::MESSAGE_LIMIT`).
+    /// A body: nothing ran. A reply: its command was rolled back, nothing was written.
+    #[error(
+        "too large: {bytes} bytes, more than the {limit} a message may take; nothing was written"
+    )]
+    TooLarge {
+        /// How many bytes it took (at least).
+        bytes: u64,
+        /// The most a message may take.
+        limit: u64,
+    },
+    /// A message's deadline passed before its reply came. With `outcome_unknown` false nothing
+    /// of it was written (it never reached its tenant, or it is a query); with
+    /// `outcome_unknown` true it reached its tenant and **the outcome is unknown**: it may have
+    /// run and may still be committed (retry with the same idempotency key, which makes the
+    /// retry safe either way).
+    #[error(
+        "deadline exceeded: no reply from tenant {key} within {after_ms} ms ({})",
+        reached(.outcome_unknown)
+    )]
+    DeadlineExceeded {
+        /// The tenant's lease key.
+        key: String,
+        /// The deadline the caller gave.
+        after_ms: u64,
+        /// Whether a command had reached its tenant (it may have run and be committed).
+        outcome_unknown: bool,
+    },
+}
+
+/// How a [`Error::DeadlineExceeded`] reads, by whether its outcome is unknown.
+fn reached(outcome_unknown: &bool) -> &'static str {
+    if *outcome_unknown {
+        "it reached the tenant and may have run; the outcome is unknown"
+    } else {
+        "nothing of it was written"
+    }
 }
 
 impl Error {
@@ -220,6 +276,10 @@ impl Error {
             Error::LogBehind { .. } => "LEASEHOLD_LOG_BEHIND",
             Error::StoreMissing { .. } => "LEASEHOLD_STORE_MISSING",
             Error::NotPrivate { .. } => "LEASEHOLD_NOT_PRIVATE",
+            Error::UnknownMessage { .. } => "LEASEHOLD_UNKNOWN_MESSAGE",
+            Error::BadMessage { .. } => "LEASEHOLD_BAD_MESSAGE",
+            Error::TooLarge { .. } => "LEASEHOLD_TOO_LARGE",
+            Error::DeadlineExceeded { .. } => "LEASEHOLD_DEADLINE_EXCEEDED",
         }
     }
 
@@ -240,7 +300,24 @@ impl Error {
         match self {
             Error::Store(e) => crate::lease::store_outcome_unknown(e),
             Error::Unshipped { .. } => true,
+            Error::DeadlineExceeded {
+                outcome_unknown, ..
+            } => *outcome_unknown,
             _ => false,
+        }
+    }
+}
+
+impl From<crate::codec::MessageCodecError> for Error {
+    fn from(e: crate::codec::MessageCodecError) -> Self {
+        match e {
+            crate::codec::MessageCodecError::TooLarge { bytes, limit } => Error::TooLarge {
+                bytes: bytes as u64,
+                limit: limit as u64,
+            },
+            other => Error::BadMessage {
+                reason: other.to_string(),
+            },
         }
     }
 }
@@ -396,6 +473,17 @@ mod tests {
                 path: "p".into(),
                 mode: 0o755,
             },
+            Error::UnknownMessage {
+                name: "n".into(),
+                version: 1,
+            },
+            Error::BadMessage { reason: "r".into() },
+            Error::TooLarge { bytes: 2, limit: 1 },
+            Error::DeadlineExceeded {
+                key: "k".into(),
+                after_ms: 1,
+                outcome_unknown: true,
+            },
         ];
         let mut codes: Vec<_> = all.iter().map(Error::code).collect();
         assert!(codes.iter().all(|c| c.starts_with("LEASEHOLD_")));
@@ -462,5 +550,35 @@ mod tests {
         };
         assert!(!gap.outcome_unknown());
         assert_eq!(Error::from(gap).code(), "LEASEHOLD_UNSHIPPED");
+    }
+
+    #[test]
+    fn a_message_refused_before_it_ran_is_a_known_outcome_and_a_lapsed_delivery_is_not() {
+        let never = Error::DeadlineExceeded {
+            key: "k".into(),
+            after_ms: 5,
+            outcome_unknown: false,
+        };
+        assert!(!never.is_outcome_unknown());
+        let maybe = Error::DeadlineExceeded {
+            key: "k".into(),
+            after_ms: 5,
+            outcome_unknown: true,
+        };
+        assert!(maybe.is_outcome_unknown());
+        for refused in [
+            Error::UnknownMessage {
+                name: "n".into(),
+                version: 2,
+            },
+            Error::BadMessage { reason: "r".into() },
+            Error::TooLarge { bytes: 2, limit: 1 },
+        ] {
+            assert!(!refused.is_outcome_unknown(), "{refused:?}");
+        }
+        let big = crate::codec::MessageCodecError::TooLarge { bytes: 9, limit: 8 };
+        assert_eq!(Error::from(big).code(), "LEASEHOLD_TOO_LARGE");
+        let cut = crate::codec::MessageCodecError::Trailing { extra: 1 };
+        assert_eq!(Error::from(cut).code(), "LEASEHOLD_BAD_MESSAGE");
     }
 }

@@ -190,6 +190,17 @@ pub struct RuntimeConfig {
     /// `Error::NotPrivate`: every tenant's ledger lives below it; docs/operations.md, "File
     /// permissions"). What the runtime creates is private (0700, 0600) either way. Default false.
     pub accept_shared_permissions: bool,
+    /// The typed messages this replica knows (`Supervisor::send`): every replica of a fleet
+    /// registers the same set. Default: none.
+    pub messages: crate::message::Messages,
+    /// How long the reply of a command sent with an idempotency key is kept: a second delivery
+    /// of the key within this window returns the stored reply without running; a retry later
+    /// than it may run again (docs/guarantees.md, promise 11). Pruned by age, judged by
+    /// `wall_clock`. Default 24 h.
+    pub idempotency_window: Duration,
+    /// The deadline of `Supervisor::send` (and of a request given none): the longest a caller
+    /// waits for a reply, an open, a handoff under way and the output gate included. Default 30 s.
+    pub ask_timeout: Duration,
     /// Deliberate bugs, to prove that the test harnesses catch a broken promise.
     #[cfg(feature = "fault-switches")]
     pub breakage: Breakage,
@@ -208,6 +219,12 @@ pub struct Breakage {
     /// With `Shipped`, acknowledge a batch at its local commit, before its segment is shipped
     /// and the tip moved (breaks the RPO 0 of the change log).
     pub ack_before_tip: bool,
+    /// Answer a query as soon as it has read, without waiting for the log to hold what it saw
+    /// (breaks the output gate, promise 11).
+    pub reply_before_log: bool,
+    /// Run a command sent with an idempotency key without looking for its stored reply
+    /// (breaks exactly-once delivery, promise 11).
+    pub ignore_idempotency_keys: bool,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -233,6 +250,9 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("reconcile_every", &self.reconcile_every)
             .field("arbiters", &self.arbiters)
             .field("accept_shared_permissions", &self.accept_shared_permissions)
+            .field("messages", &self.messages)
+            .field("idempotency_window", &self.idempotency_window)
+            .field("ask_timeout", &self.ask_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -272,6 +292,9 @@ impl RuntimeConfig {
             ledger: LedgerOptions::default(),
             observer: None,
             accept_shared_permissions: false,
+            messages: crate::message::Messages::new(),
+            idempotency_window: Duration::from_secs(24 * 60 * 60),
+            ask_timeout: Duration::from_secs(30),
             #[cfg(feature = "fault-switches")]
             breakage: Breakage::default(),
         }
@@ -334,6 +357,8 @@ impl RuntimeConfig {
         if let Some(every) = self.reconcile_every {
             positive("reconcile_every", every)?;
         }
+        positive("idempotency_window", self.idempotency_window)?;
+        positive("ask_timeout", self.ask_timeout)?;
         if !(1..=10_000).contains(&self.close_concurrency) {
             return invalid("close_concurrency", "must be between 1 and 10000");
         }
@@ -372,13 +397,21 @@ pub const FDS_PER_FLUSH: u64 = 8;
 /// event queues, the lease store's connections, the durable store's calls, the host's own.
 pub const FDS_BASE_RESERVE: u64 = 128;
 
+/// How many queries (`TenantQuery`) of a replica read at once, each on a read connection of its
+/// own (3 descriptors, as a tenant's ledger); more wait for a slot, within their deadline.
+pub const QUERIES_AT_ONCE: usize = 16;
+
+/// Descriptors the read connections of queries may hold at once.
+pub const FDS_QUERY_RESERVE: u64 = QUERIES_AT_ONCE as u64 * FDS_PER_TENANT;
+
 /// The largest number of open tenants that still leaves `close_concurrency` flushes (and as many
-/// snapshots) their descriptors under a descriptor limit of `limit` (`None`: unlimited, which
+/// snapshots) and [`QUERIES_AT_ONCE`] queries their descriptors under a descriptor limit of `limit` (`None`: unlimited, which
 /// caps at 1,000,000). At least 1.
 pub fn default_max_open(limit: Option<u64>, close_concurrency: usize) -> usize {
     let limit = limit.unwrap_or(u64::MAX);
     let flushing = FDS_PER_FLUSH.saturating_mul(2 * close_concurrency as u64);
-    let usable = limit.saturating_sub(FDS_BASE_RESERVE.saturating_add(flushing));
+    let reserve = FDS_BASE_RESERVE.saturating_add(FDS_QUERY_RESERVE);
+    let usable = limit.saturating_sub(reserve.saturating_add(flushing));
     let tenants = (usable / FDS_PER_TENANT).clamp(1, 1_000_000);
     usize::try_from(tenants).unwrap_or(1_000_000)
 }
@@ -497,6 +530,15 @@ mod tests {
                 "reconcile_every",
                 Box::new(|c| c.reconcile_every = Some(Duration::ZERO)),
             ),
+            (
+                "idempotency_window",
+                Box::new(|c| c.idempotency_window = Duration::ZERO),
+            ),
+            (
+                "idempotency_window",
+                Box::new(move |c| c.idempotency_window = day),
+            ),
+            ("ask_timeout", Box::new(|c| c.ask_timeout = Duration::ZERO)),
         ];
         for (name, break_it) in cases {
             let mut c = config(dir.path());
@@ -519,7 +561,10 @@ mod tests {
 
     #[test]
     fn the_default_max_open_keeps_a_reserve_for_flushes() {
-        assert_eq!(default_max_open(Some(20_000), 8), (20_000 - 128 - 128) / 3);
+        assert_eq!(
+            default_max_open(Some(20_000), 8),
+            (20_000 - 128 - 48 - 128) / 3
+        );
         assert_eq!(default_max_open(Some(10), 8), 1, "never zero");
         assert_eq!(default_max_open(None, 8), 1_000_000);
     }

@@ -161,6 +161,22 @@ pub enum Event {
         /// How many tenants were open.
         tenants: usize,
     },
+    /// A command sent with an idempotency key was delivered again: the reply stored with its
+    /// first delivery was returned and nothing ran (docs/guarantees.md, promise 11).
+    ReplyReplayed {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The message's name.
+        name: String,
+    },
+    /// A message addressed to a tenant that was leaving this replica (draining, flushing,
+    /// being forgotten) waited for it to leave before it was routed again.
+    MessageWaited {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// How long it waited.
+        waited_ms: u64,
+    },
     /// `close` handed off another tenant.
     CloseProgress {
         /// Tenants done (flushed or not).
@@ -195,6 +211,8 @@ impl Event {
             Event::LocalCopyDropped { .. } => "local_copy_dropped",
             Event::ReplicaDropped { .. } => "replica_dropped",
             Event::CloseProgress { .. } => "close_progress",
+            Event::ReplyReplayed { .. } => "reply_replayed",
+            Event::MessageWaited { .. } => "message_waited",
         }
     }
 }

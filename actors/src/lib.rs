@@ -43,13 +43,19 @@
 //!   and its image publisher.
 //! - `lease_actor` — the renewal chain and each tenure's `LeaseCell`.
 //! - `reconcile` — the replica's ledger of puts of unknown outcome and its passes.
+//! - [`message`] — typed messages: [`TenantMessage`], [`TenantQuery`], the registry
+//!   [`Messages`], the erased form a replica hands another ([`ErasedRequest`]).
+//! - `router` — [`TenantAddr`] and `Supervisor::send`/`ask`/`request`: a message goes to its
+//!   tenant wherever it is on this replica, opening it when nobody holds it.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod config;
 pub mod events;
 mod lease_actor;
+pub mod message;
 pub mod metrics;
 mod reconcile;
+mod router;
 mod runtime;
 pub mod status;
 mod supervisor;
@@ -64,7 +70,9 @@ pub use config::{
 };
 pub use events::{Event, EventLog, Observer};
 pub use lease_actor::live_tenants;
+pub use message::{ErasedRequest, MessageKind, Messages, Sendable, TenantMessage, TenantQuery};
 pub use reconcile::ReconcileReport;
+pub use router::{MessageRequest, TenantAddr};
 pub use status::TenantStatus;
 pub use supervisor::{Supervisor, SupervisorActor};
 pub use tenant::{TenantRef, Ticket};

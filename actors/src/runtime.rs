@@ -72,6 +72,15 @@ pub(crate) struct Runtime {
     pub(crate) ledger: LedgerOptions,
     /// Where events go.
     pub(crate) events: EventSink,
+    /// The typed messages this replica knows.
+    pub(crate) messages: crate::message::Messages,
+    /// How long a command's stored reply is kept.
+    pub(crate) idempotency_window: Duration,
+    /// The deadline of a message sent without one.
+    pub(crate) ask_timeout: Duration,
+    /// Read connections of queries open at once, replica-wide (each holds three descriptors:
+    /// docs/guarantees.md, the descriptor ceiling).
+    pub(crate) queries: Arc<tokio::sync::Semaphore>,
     /// The state root's lock: held while anything of this replica lives, so no second replica
     /// starts on the same root (docs/guarantees.md, assumption 5).
     lock: std::sync::Mutex<Option<RootLock>>,
@@ -133,6 +142,10 @@ impl Runtime {
             lock: std::sync::Mutex::new(Some(lock)),
             ledger: config.ledger,
             events,
+            messages: config.messages,
+            idempotency_window: config.idempotency_window,
+            ask_timeout: config.ask_timeout,
+            queries: Arc::new(tokio::sync::Semaphore::new(crate::config::QUERIES_AT_ONCE)),
             reconcile,
             #[cfg(feature = "fault-switches")]
             breakage: config.breakage,
@@ -159,6 +172,22 @@ impl Runtime {
     pub(crate) fn acks_before_tip(&self) -> bool {
         #[cfg(feature = "fault-switches")]
         return self.breakage.ack_before_tip;
+        #[cfg(not(feature = "fault-switches"))]
+        false
+    }
+
+    /// Whether a query answers before the log holds what it saw (a deliberate bug).
+    pub(crate) fn replies_before_log(&self) -> bool {
+        #[cfg(feature = "fault-switches")]
+        return self.breakage.reply_before_log;
+        #[cfg(not(feature = "fault-switches"))]
+        false
+    }
+
+    /// Whether commands run without looking for their stored reply (a deliberate bug).
+    pub(crate) fn ignores_idempotency_keys(&self) -> bool {
+        #[cfg(feature = "fault-switches")]
+        return self.breakage.ignore_idempotency_keys;
         #[cfg(not(feature = "fault-switches"))]
         false
     }

@@ -20,6 +20,7 @@ use futures::future::{BoxFuture, Shared};
 use leasehold::{Error, LeaseKey, OrgId, TenantId};
 use tokio::sync::oneshot;
 
+mod addressing;
 mod close;
 mod local_sweep;
 mod open;
@@ -46,6 +47,8 @@ type SharedOpen = Shared<BoxFuture<'static, Result<TenantRef, Error>>>;
 pub struct Supervisor {
     /// The supervisor actor.
     addr: Addr<SupervisorActor>,
+    /// Carries typed messages to tenant addresses (`crate::router`).
+    pub(crate) router: Arc<crate::router::Router>,
     /// The event sink, for `events_delivered`.
     events: EventSink,
     /// Tells the actor when the last handle goes.
@@ -117,6 +120,7 @@ impl Supervisor {
         let arbiters = config.arbiters;
         let rt = Runtime::new(config)?;
         let events = rt.events.clone();
+        let router = Arc::new(crate::router::Router::new(rt.clone()));
         let lease_actor = LeaseActor::new(rt.clone()).start();
         let arbiters = (0..arbiters).map(|_| Arbiter::new()).collect();
         let host_handles = Arc::new(AtomicUsize::new(0));
@@ -146,6 +150,7 @@ impl Supervisor {
         });
         Ok(Self {
             addr,
+            router,
             events,
             _owner: owner,
         })

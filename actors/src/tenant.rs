@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 use tracing::Instrument;
 
 mod actor;
+mod delivery;
 mod effects;
 pub(crate) mod log;
 pub(crate) mod messages;
@@ -247,6 +248,15 @@ impl TenantRef {
     /// without waiting on a busy tenant).
     pub(crate) fn status_now(&self) -> TenantStatus {
         self.ended.get()
+    }
+
+    /// Waits while the tenant's status satisfies `pred`, at most until `deadline`.
+    pub(crate) async fn wait_while_status(
+        &self,
+        pred: impl Fn(TenantStatus) -> bool,
+        deadline: tokio::time::Instant,
+    ) -> TenantStatus {
+        self.ended.wait_while(pred, deadline).await
     }
 
     /// Whether the tenant is serving.

@@ -122,6 +122,7 @@ fn breakage(switches: &[crate::BreakSwitch]) -> Breakage {
         skip_commit_check: switches.contains(&crate::BreakSwitch::SkipCommitCheck),
         skip_final_image: switches.contains(&crate::BreakSwitch::SkipFinalImage),
         ack_before_tip: switches.contains(&crate::BreakSwitch::AckBeforeTip),
+        ..Breakage::default()
     }
 }
 

@@ -49,6 +49,7 @@
 mod change_log;
 mod check;
 mod hardening;
+mod messages;
 mod model;
 mod ops;
 mod world;

@@ -147,6 +147,14 @@ impl RuntimeConfigBuilder {
         arbiters: usize;
         /// [`RuntimeConfig::ledger`].
         ledger: LedgerOptions;
+        /// [`RuntimeConfig::accept_shared_permissions`].
+        accept_shared_permissions: bool;
+        /// [`RuntimeConfig::messages`].
+        messages: crate::message::Messages;
+        /// [`RuntimeConfig::idempotency_window`].
+        idempotency_window: Duration;
+        /// [`RuntimeConfig::ask_timeout`].
+        ask_timeout: Duration;
     }
 
     /// Deliberate bugs for harness tests ([`RuntimeConfig::breakage`]). Never in production.

@@ -184,6 +184,24 @@ pub const ENV_VARS: &[EnvVar] = &[
         "how often puts of unknown outcome are reconciled; off",
     ),
     var(
+        "LEASEHOLD_IDEMPOTENCY_WINDOW",
+        "idempotency_window",
+        "24h",
+        "how long a keyed command's reply is kept for its retries",
+    ),
+    var(
+        "LEASEHOLD_ASK_TIMEOUT",
+        "ask_timeout",
+        "30s",
+        "the deadline of a message sent without one",
+    ),
+    var(
+        "LEASEHOLD_ACCEPT_SHARED_PERMISSIONS",
+        "accept_shared_permissions",
+        "false",
+        "start on a state root the group or others may enter (true/false)",
+    ),
+    var(
         "LEASEHOLD_ARBITERS",
         "arbiters",
         "the number of cores",
@@ -319,6 +337,15 @@ fn parse_durability(text: &str) -> Result<Durability, String> {
     }
 }
 
+/// `true`/`false` (also `1`/`0`, `yes`/`no`).
+fn parse_flag(text: &str) -> Result<bool, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err(format!("{text:?} is not true or false")),
+    }
+}
+
 fn parse_count(text: &str) -> Result<usize, String> {
     text.parse()
         .map_err(|_| format!("{text:?} is not a whole number"))
@@ -446,6 +473,11 @@ fn options(vars: &Vars) -> Result<Vec<(&'static EnvVar, Set)>, Error> {
             "LEASEHOLD_PUT_LIFETIME" => with(v, parse_duration(text), B::put_lifetime)?,
             "LEASEHOLD_RECONCILE_EVERY" => with(v, parse_period(text), B::reconcile_every)?,
             "LEASEHOLD_ARBITERS" => with(v, parse_count(text), B::arbiters)?,
+            "LEASEHOLD_IDEMPOTENCY_WINDOW" => with(v, parse_duration(text), B::idempotency_window)?,
+            "LEASEHOLD_ASK_TIMEOUT" => with(v, parse_duration(text), B::ask_timeout)?,
+            "LEASEHOLD_ACCEPT_SHARED_PERMISSIONS" => {
+                with(v, parse_flag(text), B::accept_shared_permissions)?
+            }
             // Read above (the stores and the name), or below (compaction's two halves).
             _ => continue,
         };

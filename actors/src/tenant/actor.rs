@@ -126,6 +126,8 @@ pub(crate) struct TenantActor {
     pub(super) image_too_large: Option<(u64, Error)>,
     /// Counts this tenant in `leasehold_open_tenants` while the actor lives.
     _counted: crate::metrics::OpenTenant,
+    /// When (wall clock) the next batch prunes stored replies older than the idempotency window.
+    pub(super) next_prune_ms: u64,
 }
 
 impl TenantActor {
@@ -156,6 +158,7 @@ impl TenantActor {
             image_busy: false,
             image_too_large: None,
             _counted: parts.counted,
+            next_prune_ms: 0,
         }
     }
 
@@ -408,9 +411,21 @@ impl Handler<Run> for TenantActor {
             self.batch = Some(Vec::new());
             // Runs after the messages already in the mailbox: they join this batch.
             ctx.spawn(actix::fut::ready(()).map(|_, act: &mut Self, ctx| act.commit_batch(ctx)));
+            self.prune_replies_if_due();
         }
+        let Some(ledger) = self.ledger.as_mut() else {
+            return msg
+                .job
+                .refuse(Error::Closed("the ledger was closed".into()));
+        };
         let started = std::time::Instant::now();
-        let finisher = msg.job.execute(ledger);
+        let cx = RunCx {
+            key: &self.cell.key,
+            wall_ms: self.rt.wall_ms(),
+            events: &self.rt.events,
+            ignores_keys: self.rt.ignores_idempotency_keys(),
+        };
+        let finisher = msg.job.execute(ledger, &cx);
         let took = started.elapsed();
         let refused = ledger.take_refused_run();
         let batch_bytes = ledger.batch_bytes();
