@@ -244,6 +244,12 @@ impl From<LeaseError> for Error {
                 }
             }
             LeaseError::Store(s) => s.into(),
+            // A store without replica records given to a replica that forwards: a
+            // configuration the replica cannot start with.
+            LeaseError::Unsupported { .. } => Error::InvalidOption {
+                name: "leases",
+                reason: e.to_string(),
+            },
         }
     }
 }

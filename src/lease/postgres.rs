@@ -48,7 +48,6 @@
 //! and pool errors in `postgres/errors.rs`, the pool, its socket bounds and the discarding of
 //! connections in `postgres/pool.rs`.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
@@ -63,10 +62,14 @@ use crate::durable::StoreError;
 use crate::error::Error;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
-use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, TipMove, TipOutcomes};
+use crate::lease::{
+    LeaseError, LeaseRecord, LeaseStore, Lookup, RenewOutcome, ReplicaRecord, ReplicaRenewal,
+    ReplicaView, TipMove, TipOutcomes,
+};
 
 mod errors;
 mod pool;
+mod replicas;
 mod sql;
 mod tips;
 
@@ -153,8 +156,8 @@ pub fn create_table_sql(table: &str) -> Result<String, Error> {
 }
 
 /// The statement that brings a lease table made by an older build up to date: it adds the
-/// `attempt` column, the log tip's `tip_epoch` and `tip_seq`, and the pending erasure's
-/// `forgotten_at` and `erasure_floor`
+/// `attempt` column, the log tip's `tip_epoch` and `tip_seq`, the pending erasure's
+/// `forgotten_at` and `erasure_floor`, and the replica records' `endpoint`
 /// (`ALTER TABLE … ADD COLUMN IF NOT EXISTS …`; running it twice is harmless).
 /// [`PostgresLeaseStore::connect`] runs it itself when its role owns the table; a replica role
 /// with only `SELECT, INSERT, UPDATE` needs an operator to run it first.
@@ -179,6 +182,8 @@ pub struct PostgresLeaseStore {
     table: String,
     /// The statements, with the table name filled in.
     sql: Statements,
+    /// The statements of replica records (rows of the same table, `postgres/replicas.rs`).
+    replica_sql: replicas::ReplicaStatements,
     /// Pool size and deadlines.
     opts: PgOptions,
     /// The user and database of the URL, to name them when the server refuses the login.
@@ -218,6 +223,7 @@ impl PostgresLeaseStore {
             pool,
             table: table.to_string(),
             sql: Statements::new(table),
+            replica_sql: replicas::ReplicaStatements::new(table),
             opts,
             login,
         };
@@ -256,7 +262,7 @@ impl PostgresLeaseStore {
 
     async fn create_or_upgrade(&self, lease: &mut Checkout) -> Result<(), StoreError> {
         let shape_check = format!(
-            "SELECT {COLUMNS}, l.attempt, l.forgotten_at, l.erasure_floor FROM \"{}\" AS l LIMIT 0",
+            "SELECT {COLUMNS}, l.attempt, l.forgotten_at, l.erasure_floor, l.endpoint FROM \"{}\" AS l LIMIT 0",
             self.table
         );
         let lock_name = format!("leasehold.migrate.{}", self.table);
@@ -266,9 +272,10 @@ impl PostgresLeaseStore {
         let tx = client.transaction().await.map_err(db)?;
         let lock = "SELECT pg_advisory_xact_lock(hashtext($1))";
         tx.execute(lock, &[&lock_name]).await.map_err(db)?;
-        let shape = "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 5 FROM pg_attribute \
+        let shape = "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 6 FROM pg_attribute \
             WHERE attrelid = to_regclass($1) AND NOT attisdropped \
-              AND attname IN ('attempt', 'tip_epoch', 'tip_seq', 'forgotten_at', 'erasure_floor'))";
+              AND attname IN ('attempt', 'tip_epoch', 'tip_seq', 'forgotten_at', 'erasure_floor', \
+                              'endpoint'))";
         let row = tx.query_one(shape, &[&quoted]).await.map_err(db)?;
         let exists: bool = row.try_get(0).map_err(db)?;
         let up_to_date: bool = row.try_get(1).map_err(db)?;
@@ -280,7 +287,7 @@ impl PostgresLeaseStore {
                 StoreError::Backend { op, message } => StoreError::Backend {
                     op,
                     message: format!(
-                        "it lacks the attempt, log tip or pending-erasure columns and they cannot be added \
+                        "it lacks the attempt, log tip, pending-erasure or endpoint columns and they cannot be added \
                          ({message}); have its owner run: {}",
                         self.sql.add_columns
                     ),
@@ -439,38 +446,8 @@ impl LeaseStore for PostgresLeaseStore {
             return Ok(Vec::new());
         }
         let keys: Vec<&str> = leases.iter().map(|(k, _)| k.as_str()).collect();
-        let epochs = leases
-            .iter()
-            .map(|(_, e)| to_i64("renew_many", *e))
-            .collect::<Result<Vec<i64>, _>>()?;
-        let ttl_ms = ttl_param(ttl);
-        let rows = self
-            .rows(
-                "renew_many",
-                &self.sql.renew_many,
-                &[&keys, &epochs, &ttl_ms, &owner],
-            )
-            .await?;
-        let renewed = rows
-            .iter()
-            .map(|row| {
-                Ok((
-                    get::<String>("renew_many", row, 0)?,
-                    get::<i64>("renew_many", row, 1)?,
-                ))
-            })
-            .collect::<Result<HashSet<(String, i64)>, StoreError>>()?;
-        Ok(keys
-            .iter()
-            .zip(&epochs)
-            .map(|(k, e)| {
-                if renewed.contains(&(k.to_string(), *e)) {
-                    RenewOutcome::Renewed
-                } else {
-                    RenewOutcome::Lost
-                }
-            })
-            .collect())
+        let epochs: Vec<u64> = leases.iter().map(|(_, e)| *e).collect();
+        self.renew_keys(owner, &keys, &epochs, ttl).await
     }
 
     async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError> {
@@ -584,6 +561,39 @@ impl LeaseStore for PostgresLeaseStore {
         self.rows("erasure_done", sql, &[&key.as_str(), &floor])
             .await?;
         Ok(())
+    }
+
+    async fn advertise(
+        &self,
+        replica: &str,
+        endpoint: &str,
+        incarnation: u64,
+        ttl: Duration,
+    ) -> Result<ReplicaRecord, LeaseError> {
+        self.advertise_record(replica, endpoint, incarnation, ttl)
+            .await
+    }
+
+    async fn renew_replica(
+        &self,
+        replica: &str,
+        epoch: u64,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<ReplicaRenewal, LeaseError> {
+        self.renew_record(replica, epoch, leases, ttl).await
+    }
+
+    async fn withdraw(&self, replica: &str, epoch: u64) -> Result<(), LeaseError> {
+        self.withdraw_record(replica, epoch).await
+    }
+
+    async fn lookup(&self, key: &LeaseKey) -> Result<Lookup, LeaseError> {
+        self.lookup_key(key).await
+    }
+
+    async fn live_replicas(&self) -> Result<Vec<ReplicaView>, LeaseError> {
+        self.live_records().await
     }
 }
 

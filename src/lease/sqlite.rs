@@ -29,11 +29,14 @@
 //!        head_epoch, head_seq, head_sha256, attempt,
 //!        tip_epoch, tip_seq)                          -- PRAGMA user_version = 4
 //! erasures(key PRIMARY KEY, floor, forgotten_at_ms, boot_id)     -- pending erasures
+//! replicas(id PRIMARY KEY, endpoint, epoch, incarnation, expires_at_ms, boot_id, withdrawn)
+//!                                                      -- replica records, PRAGMA user_version = 5
 //! ```
 //!
 //! Schema 1 lacked `attempt` (the id of the acquire that started the tenure, so that a retry of
 //! that acquire recognises its own success), schema 2 the log tip (`tip_epoch`, `tip_seq`,
-//! docs/guarantees.md, "The log tip"), schema 3 the pending erasures (`sqlite/erasures.rs`);
+//! docs/guarantees.md, "The log tip"), schema 3 the pending erasures (`sqlite/erasures.rs`),
+//! schema 4 the replica records (`sqlite/replicas.rs`);
 //! opening an older file adds what is missing (`ALTER TABLE … ADD COLUMN`, `CREATE TABLE`) and
 //! keeps its rows.
 
@@ -50,10 +53,17 @@ use crate::clock::{SharedClock, SystemClock, duration_ms};
 use crate::durable::StoreError;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
-use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
+use crate::lease::{
+    LeaseError, LeaseRecord, LeaseStore, Lookup, RenewOutcome, ReplicaRecord, ReplicaRenewal,
+    ReplicaView, check_tip_step,
+};
 
 mod erasures;
+mod replicas;
 mod rules;
+mod schema;
+
+use schema::open_connection;
 
 use rules::{
     Decision, LeaseRow, StoreTime, Tenure, advance_tip, extend, forget, hand_back, move_head, take,
@@ -76,32 +86,6 @@ pub const MAX_ATTEMPTS: u32 = 3;
 
 /// The pause before the second attempt; it grows linearly with the attempt number.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
-
-/// The schema version this build writes and reads (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 4;
-
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leases (
-    key           TEXT PRIMARY KEY NOT NULL,
-    owner         TEXT NOT NULL,
-    epoch         INTEGER NOT NULL,
-    expires_at_ms INTEGER NOT NULL,
-    boot_id       TEXT NOT NULL,
-    released      INTEGER NOT NULL,
-    floor         INTEGER NOT NULL,
-    head_epoch    INTEGER,
-    head_seq      INTEGER,
-    head_sha256   TEXT,
-    attempt       INTEGER,
-    tip_epoch     INTEGER,
-    tip_seq       INTEGER
-) STRICT";
-
-/// Brings a schema-1 file to schema 2.
-const MIGRATE_1_TO_2: &str = "ALTER TABLE leases ADD COLUMN attempt INTEGER";
-
-/// Brings a schema-2 file to schema 3: the log tip.
-const MIGRATE_2_TO_3: &str = "ALTER TABLE leases ADD COLUMN tip_epoch INTEGER; \
-    ALTER TABLE leases ADD COLUMN tip_seq INTEGER";
 
 const SELECT_ROW: &str = "SELECT owner, epoch, expires_at_ms, boot_id, released, floor, \
     head_epoch, head_seq, head_sha256, attempt, tip_epoch, tip_seq FROM leases WHERE key = ?1";
@@ -428,63 +412,43 @@ impl LeaseStore for SqliteLeaseStore {
         })
         .await
     }
+
+    async fn advertise(
+        &self,
+        replica: &str,
+        endpoint: &str,
+        incarnation: u64,
+        ttl: Duration,
+    ) -> Result<ReplicaRecord, LeaseError> {
+        self.advertise_record(replica, endpoint, incarnation, ttl)
+            .await
+    }
+
+    async fn renew_replica(
+        &self,
+        replica: &str,
+        epoch: u64,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<ReplicaRenewal, LeaseError> {
+        self.renew_record(replica, epoch, leases, ttl).await
+    }
+
+    async fn withdraw(&self, replica: &str, epoch: u64) -> Result<(), LeaseError> {
+        self.withdraw_record(replica, epoch).await
+    }
+
+    async fn lookup(&self, key: &LeaseKey) -> Result<Lookup, LeaseError> {
+        self.lookup_key(key).await
+    }
+
+    async fn live_replicas(&self) -> Result<Vec<ReplicaView>, LeaseError> {
+        self.live_records().await
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // SQLite plumbing
-
-/// Opens the file, switches it to WAL with full syncs, and creates the schema if absent.
-fn open_connection(path: &Path) -> Result<Connection, StoreError> {
-    let fail = |e: rusqlite::Error| store_error("open", &e);
-    let mut conn = Connection::open(path).map_err(fail)?;
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
-    let mode: String = with_retries(|| {
-        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-    })
-    .map_err(fail)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Backend {
-            op: "open",
-            message: format!(
-                "{}: journal_mode is {mode:?}, WAL is required",
-                path.display()
-            ),
-        });
-    }
-    conn.pragma_update(None, "synchronous", "FULL")
-        .map_err(fail)?;
-    with_retries(|| create_schema(&mut conn)).map_err(fail)??;
-    Ok(conn)
-}
-
-/// Creates the table in one immediate transaction; refuses a file of a newer schema.
-fn create_schema(conn: &mut Connection) -> rusqlite::Result<Result<(), StoreError>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
-    if version > SCHEMA_VERSION {
-        return Ok(Err(StoreError::Backend {
-            op: "open",
-            message: format!(
-                "the lease file has schema {version}; this build knows {SCHEMA_VERSION}"
-            ),
-        }));
-    }
-    if version <= 0 {
-        tx.execute_batch(SCHEMA)?;
-    }
-    if version == 1 {
-        tx.execute_batch(MIGRATE_1_TO_2)?;
-    }
-    if (1..=2).contains(&version) {
-        tx.execute_batch(MIGRATE_2_TO_3)?;
-    }
-    if version <= 3 {
-        tx.execute_batch(erasures::SCHEMA)?;
-    }
-    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-    tx.commit()?;
-    Ok(Ok(()))
-}
 
 /// Runs `attempt` until it succeeds, fails with something other than busy/locked, or
 /// [`MAX_ATTEMPTS`] are used up.

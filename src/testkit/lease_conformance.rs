@@ -1,7 +1,8 @@
 //! The lease-store conformance suite: what every [`LeaseStore`](crate::LeaseStore) backend must
 //! do (docs/guarantees.md, promises 1, 4 and 5, "Late landings" and "The log tip"), as named
 //! checks. The checks of late landings live in `lease_conformance/late.rs`, those of the log tip
-//! in `lease_conformance/tip.rs`, that of pending erasures in `lease_conformance/erasure.rs`.
+//! in `lease_conformance/tip.rs`, that of pending erasures in `lease_conformance/erasure.rs`,
+//! those of replica records in `lease_conformance/replica.rs`.
 //!
 //! A backend's test builds a [`LeaseHarness`] and calls [`lease_store_conformance`], which runs
 //! every `conformance_*` check in turn and panics on the first violation with a message naming the
@@ -27,10 +28,12 @@ use crate::lease::{LeaseError, LeaseRecord, RenewOutcome, SharedLeaseStore};
 
 mod erasure;
 mod late;
+mod replica;
 mod tip;
 
 pub use erasure::*;
 pub use late::*;
+pub use replica::*;
 pub use tip::*;
 
 /// The first owner the checks use.
@@ -103,6 +106,10 @@ pub async fn lease_store_conformance(h: &LeaseHarness) {
     conformance_a_new_tenure_continues_the_tip_and_the_old_one_cannot(h).await;
     conformance_many_tip_moves_in_one_call_are_the_moves_one_by_one(h).await;
     conformance_a_forget_leaves_an_erasure_due_after_the_settle_time(h).await;
+    conformance_advertise_takes_and_refreshes_a_record_by_incarnation(h).await;
+    conformance_lookup_names_the_lease_and_its_holders_endpoint(h).await;
+    conformance_a_dead_replicas_endpoint_is_not_trusted(h).await;
+    conformance_renew_replica_renews_the_record_and_the_leases_together(h).await;
 }
 
 /// `read` of a key that was never acquired is `None`.

@@ -107,6 +107,7 @@ impl Statements {
                     tip_seq     int8,
                     forgotten_at  timestamptz,
                     erasure_floor int8,
+                    endpoint    text,
                     CHECK ((head_epoch IS NULL) = (head_seq IS NULL)
                        AND (head_seq IS NULL) = (head_sha256 IS NULL)),
                     CHECK ((tip_epoch IS NULL) = (tip_seq IS NULL))
@@ -116,7 +117,8 @@ impl Statements {
                 "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt int8, \
                  ADD COLUMN IF NOT EXISTS tip_epoch int8, ADD COLUMN IF NOT EXISTS tip_seq int8, \
                  ADD COLUMN IF NOT EXISTS forgotten_at timestamptz, \
-                 ADD COLUMN IF NOT EXISTS erasure_floor int8"
+                 ADD COLUMN IF NOT EXISTS erasure_floor int8, \
+                 ADD COLUMN IF NOT EXISTS endpoint text"
             ),
             read: format!("SELECT {COLUMNS} FROM {t} AS l WHERE l.key = $1"),
             acquire: format!(

@@ -54,6 +54,15 @@ impl LeaseRow {
         !self.released && self.boot_id == *at.boot_id && at.now_ms < self.expires_at_ms
     }
 
+    /// How long the lease still runs at `at` (0 when it is not live).
+    pub(super) fn left_ms(&self, at: &StoreTime) -> u64 {
+        if self.is_live(at) {
+            self.expires_at_ms - at.now_ms
+        } else {
+            0
+        }
+    }
+
     /// The row as the record of `key`.
     pub(super) fn record(&self, key: &str) -> LeaseRecord {
         LeaseRecord {
