@@ -12,8 +12,9 @@
 //!   that says whether a holder may still act; [`lease::sqlite`] is the embedded backend.
 //! - [`durable`] — the [`DurableStore`] trait (an object store with `put_if_absent` as its only
 //!   write), key and prefix validation; [`durable::dir`] is the embedded backend.
-//! - [`codec`] — the binary codec of the change log's segments (bincode 2, the bytes of bincode
-//!   1), the only user of `bincode`, pinned by a golden-bytes test.
+//! - [`codec`] — the binary codec of the change log's segments and of forwarded messages'
+//!   envelopes (bincode 2, the bytes of bincode 1), the only user of `bincode`, pinned by
+//!   golden-bytes tests.
 //! - [`deadline`] — a wrapper that gives every lease-store and durable-store call a deadline.
 //! - [`layout`] — how images and manifests are named in the durable store, and the image
 //!   reference ([`layout::ImageRef`]) that heads and manifests carry.
@@ -22,6 +23,8 @@
 //! - [`log`] — the durable change log: captured pages, segments, the rolling checksum.
 //! - [`paths`] — path containment for every destructive local call.
 //! - [`plan`] — pure decisions: what a sweep may delete.
+//! - [`route`] — pure decisions: where a message for a tenant goes (run here, open here,
+//!   forward, wait, refuse) and which replica opens a tenant nobody holds (placement).
 //! - [`sweep`] — deleting dead epochs of one tenant, or of a whole store (the operator command).
 //! - `testkit` (feature `testkit`) — conformance suites every backend passes, and
 //!   `FaultyStore`, the fault-injecting durable store the tests use.
@@ -40,6 +43,7 @@ pub mod ledger;
 pub mod log;
 pub mod paths;
 pub mod plan;
+pub mod route;
 pub mod sweep;
 #[cfg(feature = "testkit")]
 pub mod testkit;
