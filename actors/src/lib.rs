@@ -14,6 +14,8 @@
 //! - [`config`] — [`RuntimeConfig`], defaults and validation.
 //! - [`events`] — [`Event`], the [`Observer`] trait, [`EventLog`].
 //! - [`status`] — [`TenantStatus`], the tenant's state machine.
+//! - [`transport`] — how replicas of a fleet reach each other: [`TransportConfig`], the fleet
+//!   key, the actix-web server and the pooled client that carry forwarded messages.
 //! - `supervisor` — [`Supervisor`]: open, handoff under the drain deadline, close.
 //! - `tenant` — [`TenantRef`] and [`Ticket`]; the tenant actor, its group commit, its lifecycle
 //!   and its image publisher.
@@ -30,6 +32,7 @@ pub mod status;
 mod supervisor;
 mod tenant;
 mod tips;
+pub mod transport;
 
 #[cfg(feature = "fault-switches")]
 pub use config::Breakage;
@@ -40,3 +43,4 @@ pub use reconcile::ReconcileReport;
 pub use status::TenantStatus;
 pub use supervisor::{Supervisor, SupervisorActor};
 pub use tenant::{TenantRef, Ticket};
+pub use transport::{FleetKey, TransportConfig};

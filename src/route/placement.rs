@@ -57,7 +57,7 @@ impl Placement for Rendezvous {
 
 /// The weight of `replica` for `key`: FNV-1a over both (with a separator no id contains),
 /// finished with splitmix64's mixer so that near keys get unrelated weights.
-pub fn weight(key: &str, replica: &str) -> u64 {
+fn weight(key: &str, replica: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in key.bytes().chain([0xff]).chain(replica.bytes()) {
         h ^= u64::from(byte);
