@@ -33,6 +33,10 @@ pub const DEFAULT_MAX_HOPS: u8 = 3;
 /// How long a router waits before it looks again while a tenant is leaving, at most.
 pub const WAIT_STEP_MS: u64 = 50;
 
+/// How long a router waits before it looks again while it waits out a holder's lease, at
+/// most: the holder may come back (advertise again), hand the tenant off, or its lease end.
+pub const LEASE_POLL_MS: u64 = 200;
+
 /// Where the tenant stands on this replica, as its supervisor knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LocalState {
@@ -96,12 +100,13 @@ pub enum Route {
         /// How long to wait before looking again.
         wait_ms: u64,
     },
-    /// The holder cannot be reached and its lease ends before the caller's deadline: wait
-    /// `wait_ms` for it to run out by the store's clock, then decide again (and take over).
+    /// The holder cannot be reached and its lease ends before the caller's deadline: look
+    /// again in `wait_ms` (at most [`LEASE_POLL_MS`]), until the lease has run out by the
+    /// store's clock; then decide again (and take over).
     WaitForLeaseEnd {
         /// The holder.
         holder: String,
-        /// How long its lease still runs.
+        /// How long to wait before looking again.
         wait_ms: u64,
     },
     /// The holder cannot be reached and its lease outlasts the caller's deadline.
@@ -161,7 +166,7 @@ fn wait_out(input: &RouteInput<'_>, holder: &str) -> Route {
     if left < input.time_left_ms {
         Route::WaitForLeaseEnd {
             holder: holder.to_owned(),
-            wait_ms: left,
+            wait_ms: left.min(LEASE_POLL_MS),
         }
     } else {
         Route::Unavailable {

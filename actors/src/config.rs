@@ -179,6 +179,11 @@ pub struct RuntimeConfig {
     pub ledger: LedgerOptions,
     /// Who hears the runtime's events, besides `tracing`. Default: nobody.
     pub observer: Option<Arc<dyn Observer>>,
+    /// How this replica takes messages forwarded by the other replicas of its fleet and sends
+    /// its own: the transport's bind address, fleet key, limits, TLS. `None` (the default): no
+    /// transport, the replica reaches no other and advertises nothing. The lease store must
+    /// keep replica records (SQLite, PostgreSQL).
+    pub transport: Option<crate::transport::TransportConfig>,
     /// Deliberate bugs, to prove that the test harnesses catch a broken promise.
     #[cfg(feature = "fault-switches")]
     pub breakage: Breakage,
@@ -221,6 +226,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("put_lifetime", &self.put_lifetime)
             .field("reconcile_every", &self.reconcile_every)
             .field("arbiters", &self.arbiters)
+            .field("transport", &self.transport)
             .finish_non_exhaustive()
     }
 }
@@ -259,6 +265,7 @@ impl RuntimeConfig {
             arbiters: std::thread::available_parallelism().map_or(2, |n| n.get()),
             ledger: LedgerOptions::default(),
             observer: None,
+            transport: None,
             #[cfg(feature = "fault-switches")]
             breakage: Breakage::default(),
         }
@@ -329,6 +336,9 @@ impl RuntimeConfig {
         }
         if self.max_open == 0 {
             return invalid("max_open", "must be at least 1");
+        }
+        if let Some(transport) = &self.transport {
+            transport.validate()?;
         }
         if self.state_root.as_os_str().is_empty() {
             return invalid("state_root", "must not be empty");

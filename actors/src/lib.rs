@@ -27,6 +27,7 @@ pub mod config;
 pub mod events;
 mod lease_actor;
 mod reconcile;
+mod router;
 mod runtime;
 pub mod status;
 mod supervisor;

@@ -21,8 +21,12 @@ use leasehold::{Error, LeaseKey, OrgId, TenantId};
 use tokio::sync::oneshot;
 
 mod close;
+mod fleet;
 mod local_sweep;
 mod open;
+mod where_is;
+
+pub(crate) use where_is::local_state;
 
 use crate::config::RuntimeConfig;
 use crate::events::EventSink;
@@ -116,6 +120,8 @@ impl Supervisor {
     pub fn start(config: RuntimeConfig) -> Result<Self, Error> {
         let arbiters = config.arbiters;
         let rt = Runtime::new(config)?;
+        // Bound before any actor starts: an address that cannot be had refuses the start.
+        let fleet = rt.transport.clone().map(fleet::Fleet::bind).transpose()?;
         let events = rt.events.clone();
         let lease_actor = LeaseActor::new(rt.clone()).start();
         let arbiters = (0..arbiters).map(|_| Arbiter::new()).collect();
@@ -136,8 +142,12 @@ impl Supervisor {
             close_waiters: Vec::new(),
             handle_dropped: false,
             host_handles: host_handles.clone(),
+            fleet: None,
         }
         .start();
+        if let Some(fleet) = fleet {
+            addr.do_send(fleet::JoinFleet(fleet));
+        }
         // Copies a crash left behind of tenants forgotten meanwhile go first.
         addr.do_send(local_sweep::SweepLocal);
         let owner = Arc::new(Owner {
@@ -275,6 +285,8 @@ pub struct SupervisorActor {
     /// How many tenant handles hosts hold ([`HostHold`]): with no `Supervisor` handle and none
     /// of these, nothing can reach the replica.
     host_handles: Arc<AtomicUsize>,
+    /// The transport to the fleet's other replicas, if configured (`supervisor/fleet.rs`).
+    fleet: Option<fleet::Fleet>,
 }
 
 /// A forget under way: its tenure, the signal that it is over, and the tenant's handle.
@@ -319,6 +331,8 @@ impl Actor for SupervisorActor {
         }
         // Tenant actors live on the arbiters: they go with them (promise 6).
         self.lease_actor.do_send(StopRenewals);
+        // The server stops with the replica (its record runs out after `ttl`).
+        self.fleet = None;
         self.table.clear();
         self.forgets.clear();
         for arbiter in self.arbiters.drain(..) {

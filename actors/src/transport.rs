@@ -192,6 +192,35 @@ impl fmt::Debug for TransportConfig {
     }
 }
 
+/// An [`Inbound`] plugged in after the server started: until then (and if never) a message is
+/// refused as `Closed` ("the replica is starting"), having run nothing.
+#[derive(Default)]
+pub(crate) struct InboundSlot(std::sync::RwLock<Option<Arc<dyn Inbound>>>);
+
+impl InboundSlot {
+    /// Plugs `inbound` in.
+    pub(crate) fn set(&self, inbound: Arc<dyn Inbound>) {
+        let mut slot = self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = Some(inbound);
+    }
+}
+
+impl Inbound for InboundSlot {
+    fn deliver(&self, envelope: Envelope) -> BoxFuture<'static, Result<Vec<u8>, Error>> {
+        let slot = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match slot.as_ref() {
+            Some(inbound) => inbound.deliver(envelope),
+            None => Box::pin(async { Err(Error::Closed("the replica is starting".into())) }),
+        }
+    }
+}
+
 /// What the server hands every envelope that passed the size limit, the MAC and the decoder:
 /// the router of the replica (`crate::router`). Its answer is the reply's bytes, or an error
 /// whose code travels back ([`wire::to_wire`]).

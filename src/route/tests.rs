@@ -124,7 +124,7 @@ fn row_a_dead_holder_is_waited_out_if_its_lease_ends_in_time_else_unavailable() 
     for lookup in [held_by("r2", false, 900), lease("r2", 900)] {
         let wait = Route::WaitForLeaseEnd {
             holder: "r2".into(),
-            wait_ms: 900,
+            wait_ms: LEASE_POLL_MS,
         };
         assert_eq!(decide(&input(LocalState::Absent, &lookup)), wait);
         let short = RouteInput {
@@ -157,10 +157,10 @@ fn row_an_unreachable_holder_is_treated_as_dead() {
 #[test]
 fn row_a_live_lease_of_mine_not_open_here_is_waited_out_never_broken() {
     // An earlier process of this replica id holds it: an acquire would be refused.
-    let lookup = held_by(ME, true, 300);
+    let lookup = held_by(ME, true, 150);
     let wait = Route::WaitForLeaseEnd {
         holder: ME.into(),
-        wait_ms: 300,
+        wait_ms: 150,
     };
     assert_eq!(decide(&input(LocalState::Absent, &lookup)), wait);
 }

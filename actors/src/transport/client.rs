@@ -26,6 +26,7 @@ pub(crate) enum ForwardError {
 #[derive(Debug)]
 pub(crate) struct RawReply {
     /// The HTTP status.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) status: u16,
     /// What the signed reply envelope said.
     pub(crate) outcome: Result<Vec<u8>, WireError>,

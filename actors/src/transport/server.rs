@@ -100,6 +100,7 @@ impl Server {
     }
 
     /// The address the server listens on.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn local_addr(&self) -> SocketAddr {
         self.addr
     }
