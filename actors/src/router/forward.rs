@@ -116,7 +116,7 @@ impl FleetRouter {
     pub(crate) async fn route(
         &self,
         key: &LeaseKey,
-        req: WireRequest,
+        mut req: WireRequest,
         deadline: Instant,
         hops: u8,
         open: bool,
@@ -156,7 +156,7 @@ impl FleetRouter {
                 decision = route::decide(&input);
             }
             let epoch = lookup.record.as_ref().map_or(0, |r| r.epoch);
-            let step = self.carry_out(key, &req, deadline, decision, epoch, &mut trip);
+            let step = self.carry_out(key, &mut req, deadline, decision, epoch, &mut trip);
             if let Some(answer) = step.await {
                 return answer;
             }
@@ -167,7 +167,7 @@ impl FleetRouter {
     async fn carry_out(
         &self,
         key: &LeaseKey,
-        req: &WireRequest,
+        req: &mut WireRequest,
         deadline: Instant,
         decision: Route,
         epoch: u64,
@@ -196,6 +196,8 @@ impl FleetRouter {
             }
             Route::Forward { to, endpoint, open } => {
                 let envelope = self.envelope(key, req, deadline, trip.hops, open);
+                // Every later retry, hop and run here carries the key this forward carried.
+                req.idempotency_key = Some(envelope.idempotency_key.clone());
                 self.forward(key, envelope, &to, &endpoint, epoch, deadline, trip)
                     .await
             }
@@ -301,7 +303,7 @@ impl FleetRouter {
             tenant: key.tenant().to_string(),
             name: req.name.clone(),
             version: req.version,
-            idempotency_key: req.idempotency_key.clone(),
+            idempotency_key: req.idempotency_key.clone().unwrap_or_else(fresh_key),
             deadline_ms: duration_ms(deadline.saturating_duration_since(Instant::now())),
             hops: route::next_hop(hops),
             open,
@@ -385,6 +387,15 @@ impl FleetRouter {
     }
 }
 
+/// An idempotency key for a send the host gave none: 128 random bits.
+fn fresh_key() -> String {
+    let (a, b) = (
+        leasehold::lease::fresh_attempt(),
+        leasehold::lease::fresh_attempt(),
+    );
+    format!("leasehold-{a:016x}{b:016x}")
+}
+
 impl Inbound for FleetRouter {
     fn deliver(&self, e: Envelope) -> BoxFuture<'static, Result<Vec<u8>, Error>> {
         let router = self.clone();
@@ -394,7 +405,7 @@ impl Inbound for FleetRouter {
             let req = WireRequest {
                 name: e.name,
                 version: e.version,
-                idempotency_key: e.idempotency_key,
+                idempotency_key: Some(e.idempotency_key),
                 body: e.body,
             };
             tracing::debug!(%key, from = %e.from, hop = e.hops, "a forwarded message arrived");

@@ -11,17 +11,17 @@ use actix::Addr;
 
 use crate::supervisor::SupervisorActor;
 
-/// A message with its type erased, as it travels: what `message.rs`'s `ErasedRequest` is, with
-/// the idempotency key always set (the router makes one when the host gave none, and every
-/// retry and hop of one send carries it).
+/// A message with its type erased, field for field the `ErasedRequest` of typed messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WireRequest {
     /// The registered name.
     pub(crate) name: String,
     /// The schema version.
     pub(crate) version: u32,
-    /// The key that makes a retry safe.
-    pub(crate) idempotency_key: String,
+    /// The key that makes a retry safe: the host's, else one the router makes before the first
+    /// forward of a send, carried by every retry and hop of it (and by a run here after a
+    /// forward whose answer was lost). A message that never leaves this replica needs none.
+    pub(crate) idempotency_key: Option<String>,
     /// The encoded message.
     pub(crate) body: Vec<u8>,
 }

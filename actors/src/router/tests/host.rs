@@ -94,13 +94,15 @@ impl Host {
                 key: key.to_string(),
             });
         }
-        let slot = (key.to_string(), req.idempotency_key.clone());
-        if let Some(reply) = self.world.replies.lock().unwrap().get(&slot) {
-            return Ok(reply.clone());
+        let idem = req.idempotency_key.clone().unwrap_or_default();
+        let slot = (key.to_string(), idem.clone());
+        let stored = self.world.replies.lock().unwrap().get(&slot).cloned();
+        if let Some(reply) = stored.filter(|_| !idem.is_empty()) {
+            return Ok(reply);
         }
         self.world.ran.lock().unwrap().push(Ran {
             tenant: key.to_string(),
-            idem: req.idempotency_key.clone(),
+            idem,
             replica: self.me.clone(),
             epoch,
         });
@@ -240,7 +242,8 @@ impl Replica {
             .unwrap();
     }
 
-    /// Sends a `note` to `tenant` through this replica's router.
+    /// Sends a `note` to `tenant` through this replica's router, with the idempotency key
+    /// `idem` (none when it starts with `-`; the body is `idem` either way).
     pub(crate) async fn send(
         &self,
         tenant: &str,
@@ -250,7 +253,7 @@ impl Replica {
         let req = WireRequest {
             name: "note".into(),
             version: 1,
-            idempotency_key: idem.into(),
+            idempotency_key: Some(idem.to_owned()).filter(|k| !k.starts_with('-')),
             body: idem.as_bytes().to_vec(),
         };
         self.router
