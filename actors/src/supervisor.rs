@@ -26,8 +26,6 @@ mod local_sweep;
 mod open;
 mod where_is;
 
-pub(crate) use where_is::local_state;
-
 use crate::config::RuntimeConfig;
 use crate::events::EventSink;
 use crate::lease_actor::{LeaseActor, RenewNow, StopRenewals};

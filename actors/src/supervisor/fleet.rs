@@ -9,8 +9,9 @@ use actix::Addr;
 use leasehold::Error;
 
 use super::SupervisorActor;
+use super::where_is::SupervisorDelivery;
 use crate::lease_actor::{Advertise, LeaseActor, Withdraw};
-use crate::router::{FleetRouter, SupervisorDelivery};
+use crate::router::FleetRouter;
 use crate::runtime::Runtime;
 use crate::transport::{ForwardClient, Inbound, InboundSlot, Server, TransportConfig};
 

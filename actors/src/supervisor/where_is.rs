@@ -1,11 +1,15 @@
 //! Where a tenant stands on this replica, for the router (`router/local.rs`): serving, leaving,
-//! opening, or absent — from the supervisor's table and its opens under way.
+//! opening, or absent — from the supervisor's table and its opens under way; and the
+//! supervisor's side of the router's seam, [`SupervisorDelivery`].
 
 use actix::prelude::*;
-use leasehold::LeaseKey;
+use futures::future::BoxFuture;
 use leasehold::route::LocalState;
+use leasehold::{Error, LeaseKey};
+use tokio::time::Instant;
 
 use super::SupervisorActor;
+use crate::router::{LocalDelivery, WireRequest};
 use crate::status::TenantStatus;
 
 /// Asks where the tenant of `key` stands here.
@@ -41,4 +45,37 @@ pub(crate) fn local_state(
 ) -> impl Future<Output = LocalState> + Send + use<> {
     let asked = addr.send(LocalStateOf { key: key.clone() });
     async move { asked.await.unwrap_or(LocalState::Absent) }
+}
+
+/// The supervisor's side of the router's [`LocalDelivery`]: tenants' states from its table and
+/// its opens under way. This build has no registry of typed messages yet, so every message is unknown
+/// here ([`Error::Refused`] with `LEASEHOLD_UNKNOWN_MESSAGE`) and nothing ever runs; the
+/// registry's `deliver_local` takes this place.
+pub(crate) struct SupervisorDelivery {
+    /// The supervisor actor: an address, not a `Supervisor` handle, so that the transport
+    /// holding this never keeps the replica from stopping when its host lets go of it.
+    pub(crate) addr: Addr<SupervisorActor>,
+}
+
+impl LocalDelivery for SupervisorDelivery {
+    fn check(&self, name: &str, version: u32) -> Result<(), Error> {
+        Err(Error::Refused {
+            code: crate::transport::wire::CODE_UNKNOWN_MESSAGE.into(),
+            message: format!("no message {name:?} version {version} is registered here"),
+        })
+    }
+
+    fn local_state(&self, key: &LeaseKey) -> BoxFuture<'static, LocalState> {
+        Box::pin(local_state(&self.addr, key))
+    }
+
+    fn deliver_local(
+        &self,
+        _key: &LeaseKey,
+        req: WireRequest,
+        _deadline: Instant,
+    ) -> BoxFuture<'static, Result<Vec<u8>, Error>> {
+        let refused = self.check(&req.name, req.version);
+        Box::pin(async move { refused.map(|()| Vec::new()) })
+    }
 }
