@@ -172,8 +172,33 @@ impl FleetRouter {
             let epoch = lookup.record.as_ref().map_or(0, |r| r.epoch);
             let step = self.carry_out(key, &mut req, deadline, decision, epoch, &mut trip);
             if let Some(answer) = step.await {
-                return answer;
+                return self.settled(key, answer, &trip);
             }
+        }
+    }
+
+    /// The caller's answer. A refusal that came after a command's forward whose answer was
+    /// lost speaks only of the later attempt: the lost one may have run, so the outcome is
+    /// unknown ([`Error::ForwardFailed`]; retry with the same key).
+    fn settled(
+        &self,
+        key: &LeaseKey,
+        answer: Result<Vec<u8>, Error>,
+        trip: &Trip,
+    ) -> Result<Vec<u8>, Error> {
+        match (answer, &trip.lost) {
+            (Err(e), Some((to, reason)))
+                if trip.kind == MessageKind::Command && !e.is_outcome_unknown() =>
+            {
+                let e = Error::ForwardFailed {
+                    key: key.to_string(),
+                    to: to.clone(),
+                    reason: format!("{reason}; then {e}"),
+                };
+                self.refused(key, &e);
+                Err(e)
+            }
+            (answer, _) => answer,
         }
     }
 

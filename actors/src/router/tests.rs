@@ -5,7 +5,7 @@
 //! The oracle is the shared record of runs ([`host::World`]): which replica ran which message
 //! at which epoch — checked against the lease store, not the router's word.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::Error;
@@ -264,6 +264,57 @@ async fn a_deadline_that_passes_after_a_lost_answer_is_an_unknown_outcome_safe_t
         1,
         "the retry with the same key ran nothing"
     );
+}
+
+/// A command's forward whose answer was lost, then a holder that cannot be reached at all and
+/// whose lease outlasts the deadline: the caller must not hear `Unavailable` ("nothing ran"),
+/// since the lost forward ran. Before: `Unavailable { holder: rb }`, and the run at rb stood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_after_a_lost_answer_is_still_an_unknown_outcome() {
+    let (leases, _dir) = store();
+    let world = Arc::new(World::default());
+    let a = Replica::start("ra", leases.clone(), world.clone(), Options::default()).await;
+    let (b, proxy) = behind_proxy("rb", leases, world.clone()).await;
+    b.send("t10", "open", D).await.unwrap();
+    b.renew().await;
+    proxy.on_next_flow(|flow| {
+        flow.drop_next_answer();
+        flow.pass_close_after_dropped_answer();
+    });
+    let proxy = Arc::new(Mutex::new(Some(proxy)));
+    let cut = {
+        let proxy = proxy.clone();
+        tokio::spawn(async move {
+            let flow = {
+                let held = proxy.lock().unwrap();
+                held.as_ref().unwrap().last_flow()
+            };
+            let flow = match flow {
+                Some(flow) => flow,
+                None => {
+                    let waiting = proxy.lock().unwrap().take().unwrap();
+                    assert!(waiting.wait_for_flows(1, D).await);
+                    let flow = waiting.last_flow().unwrap();
+                    *proxy.lock().unwrap() = Some(waiting);
+                    flow
+                }
+            };
+            assert!(flow.wait_from_server_beyond(0, D).await, "rb answered");
+            flow.close_server_side().await;
+            // From now on rb cannot be reached at all: its connections are refused.
+            proxy.lock().unwrap().take();
+        })
+    };
+    let lost = a.send("t10", "k10", Duration::from_millis(900)).await;
+    cut.await.unwrap();
+    match &lost {
+        Err(e @ Error::ForwardFailed { to, .. }) => {
+            assert_eq!(to, "rb");
+            assert!(e.is_outcome_unknown(), "{e}");
+        }
+        other => panic!("an unknown outcome, not {other:?}"),
+    }
+    assert_eq!(ran_at(&world, "k10"), vec!["rb"], "the lost forward ran");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
