@@ -114,3 +114,38 @@ fn drill_addresses_on_postgres_and_s3_keep_every_promise() {
     let (code, output) = drill(&args);
     assert_kept(code, &output);
 }
+
+/// `examples/addresses.rs` (README's example of addresses across two replicas) runs green: it
+/// checks the balance it reads through both replicas after the handoff and exits non-zero when
+/// it is wrong.
+#[test]
+fn example_addresses_runs_green() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut run = std::process::Command::new(cargo);
+    // The drill's features, so that the two builds share the library's.
+    let mut features = vec!["testkit"];
+    if cfg!(feature = "postgres") {
+        features.push("postgres");
+    }
+    if cfg!(feature = "s3") {
+        features.push("s3");
+    }
+    run.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["run", "--quiet", "--example", "addresses", "--features"])
+        .arg(features.join(" "));
+    if !cfg!(debug_assertions) {
+        run.arg("--release");
+    }
+    let out = run.output().expect("cargo runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the example failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("both replicas closed"), "{stdout}");
+    assert!(
+        stdout.contains("forwarded it to the new holder"),
+        "{stdout}"
+    );
+}
