@@ -50,11 +50,11 @@ impl TenantMessage for Deposit {
              ON CONFLICT (name) DO UPDATE SET cents = cents + ?2",
             rusqlite::params![self.account, self.cents],
         )?;
-        Ok(ledger.query_row(
+        ledger.query_row(
             "SELECT cents FROM accounts WHERE name = ?1",
             [&self.account],
             |r| r.get(0),
-        )?)
+        )
     }
 }
 
@@ -90,11 +90,11 @@ impl TenantQuery for Balance {
 
     fn query(self, ledger: &LedgerRead<'_>) -> Result<i64, LedgerError> {
         // One row even for an account never seen (the first deposit creates the table).
-        Ok(ledger.query_row(
+        ledger.query_row(
             "SELECT coalesce(sum(cents), 0) FROM accounts WHERE name = ?1",
             [&self.account],
             |r| r.get(0),
-        )?)
+        )
     }
 }
 

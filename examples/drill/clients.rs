@@ -181,7 +181,7 @@ pub async fn run_addresses(
                 }
             }
         }
-        if n % 5 == 0
+        if n.is_multiple_of(5)
             && let Some(asked) = rng.pick(&acked).cloned()
         {
             ask(&cluster, tenant, asked, &mut rng).await;
