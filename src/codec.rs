@@ -1,4 +1,5 @@
-//! The binary codec of the change log's segments: the **only** user of `bincode` in the crate.
+//! The binary codec of the change log's segments and of forwarded messages' envelopes
+//! (`codec/envelope.rs`): the **only** user of `bincode` in the crate.
 //!
 //! Bytes are bincode 2 with [`bincode::config::legacy`]: fixed-width little-endian integers and
 //! `u64` lengths, the bytes bincode 1 wrote. They are a format of their own, not of one crate:
@@ -49,6 +50,14 @@ pub enum CodecError {
 fn config() -> impl bincode::config::Config {
     bincode::config::legacy().with_limit::<LIMIT>()
 }
+
+// The envelopes of forwarded messages: the same bytes, a limit and a format of their own.
+mod envelope;
+
+pub use envelope::{
+    ENVELOPE_FORMAT, ENVELOPE_LIMIT, Envelope, EnvelopeError, ReplyEnvelope, WireDetail, WireError,
+    decode_envelope, decode_reply, encode_envelope,
+};
 
 /// Encodes `value` as bincode 1 bytes.
 ///

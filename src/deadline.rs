@@ -341,6 +341,38 @@ impl<S: LeaseStore> LeaseStore for Deadline<S> {
     ) -> Result<crate::lease::LeasePage, LeaseError> {
         self.settle("list", self.inner.list(from, limit)).await
     }
+    async fn advertise(
+        &self,
+        replica: &str,
+        endpoint: &str,
+        incarnation: u64,
+        ttl: Duration,
+    ) -> Result<crate::lease::ReplicaRecord, LeaseError> {
+        let call = self.inner.advertise(replica, endpoint, incarnation, ttl);
+        self.settle("advertise", call).await
+    }
+    async fn renew_replica(
+        &self,
+        replica: &str,
+        epoch: u64,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<crate::lease::ReplicaRenewal, LeaseError> {
+        let call = self.inner.renew_replica(replica, epoch, leases, ttl);
+        self.settle("renew_replica", call).await
+    }
+    async fn withdraw(&self, replica: &str, epoch: u64) -> Result<(), LeaseError> {
+        let call = self.inner.withdraw(replica, epoch);
+        self.settle("withdraw", call).await
+    }
+    async fn lookup(&self, key: &LeaseKey) -> Result<crate::lease::Lookup, LeaseError> {
+        let call = self.inner.lookup(key);
+        self.settle("lookup", call).await
+    }
+    async fn live_replicas(&self) -> Result<Vec<crate::lease::ReplicaView>, LeaseError> {
+        let call = self.inner.live_replicas();
+        self.settle("live_replicas", call).await
+    }
 }
 
 #[cfg(test)]

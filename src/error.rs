@@ -68,6 +68,62 @@ pub enum Error {
         /// Its epoch.
         epoch: u64,
     },
+    /// A message reached a replica that does not hold its tenant, after as many forwards as a
+    /// message may take (`max_hops`): nothing ran. `holder` is where the lease store last said
+    /// the tenant is; send again (to it, or to any replica).
+    #[error("moved: tenant {key} is held by {holder}; nothing ran")]
+    Moved {
+        /// The tenant's lease key.
+        key: String,
+        /// The replica that holds it.
+        holder: String,
+    },
+    /// The replica that holds the tenant cannot be reached (its record in the lease store ran
+    /// out, or it does not answer) and its lease still runs for `lease_left_ms` by the store's
+    /// clock, longer than the caller waits: nothing ran here. Once the lease runs out, any
+    /// replica takes the tenant over.
+    #[error(
+        "unavailable: tenant {key} is held by {holder}, which cannot be reached, for {lease_left_ms} ms more; nothing ran"
+    )]
+    Unavailable {
+        /// The tenant's lease key.
+        key: String,
+        /// The replica that holds it.
+        holder: String,
+        /// How long its lease still runs, by the store's clock.
+        lease_left_ms: u64,
+    },
+    /// A forwarded message was refused before it was read: the sender is not a replica of this
+    /// fleet (no or a wrong `x-leasehold-mac`, the fleet key differs). Nothing ran.
+    #[error("unauthenticated: {reason}; nothing ran")]
+    Unauthenticated {
+        /// Why the receiver refused it.
+        reason: String,
+    },
+    /// A forward to `to` was sent and its answer was lost (cut connection, no answer within
+    /// the deadline): **the outcome is unknown**, the message may have run there. Retry with
+    /// the same idempotency key, which makes the retry safe (docs/guarantees.md, promise 11).
+    #[error(
+        "forward failed: the answer of {to} for tenant {key} was lost ({reason}); the outcome is unknown, retry with the same idempotency key"
+    )]
+    ForwardFailed {
+        /// The tenant's lease key.
+        key: String,
+        /// The replica it was sent to.
+        to: String,
+        /// What happened.
+        reason: String,
+    },
+    /// The replica that ran (or refused) a forwarded message answered with an error code this
+    /// build has no variant for (a newer replica, during a rolling upgrade): `code` and
+    /// `message` are its.
+    #[error("refused by the holder: {code}: {message}")]
+    Refused {
+        /// The stable code the other replica sent.
+        code: String,
+        /// Its message.
+        message: String,
+    },
     /// A lease store or durable store call failed, timed out or could not reach its backend.
     #[error("store: {0}")]
     Store(StoreError),
@@ -262,6 +318,11 @@ impl Error {
             Error::InvalidPath(_) => "LEASEHOLD_INVALID_PATH",
             Error::InvalidOption { .. } => "LEASEHOLD_INVALID_OPTION",
             Error::LeaseHeld { .. } => "LEASEHOLD_LEASE_HELD",
+            Error::Moved { .. } => "LEASEHOLD_MOVED",
+            Error::Unavailable { .. } => "LEASEHOLD_UNAVAILABLE",
+            Error::Unauthenticated { .. } => "LEASEHOLD_UNAUTHENTICATED",
+            Error::ForwardFailed { .. } => "LEASEHOLD_FORWARD_FAILED",
+            Error::Refused { .. } => "LEASEHOLD_REFUSED",
             Error::Store(_) => "LEASEHOLD_STORE",
             Error::Corrupt(_) => "LEASEHOLD_CORRUPT",
             Error::Ledger(_) => "LEASEHOLD_LEDGER",
@@ -299,7 +360,7 @@ impl Error {
     pub fn is_outcome_unknown(&self) -> bool {
         match self {
             Error::Store(e) => crate::lease::store_outcome_unknown(e),
-            Error::Unshipped { .. } => true,
+            Error::Unshipped { .. } | Error::ForwardFailed { .. } => true,
             Error::DeadlineExceeded {
                 outcome_unknown, ..
             } => *outcome_unknown,
@@ -348,6 +409,12 @@ impl From<LeaseError> for Error {
                 }
             }
             LeaseError::Store(s) => s.into(),
+            // A store without replica records given to a replica that forwards: a
+            // configuration the replica cannot start with.
+            LeaseError::Unsupported { .. } => Error::InvalidOption {
+                name: "leases",
+                reason: e.to_string(),
+            },
         }
     }
 }
@@ -420,6 +487,25 @@ mod tests {
                 after_ms: 1,
             },
             Error::InvalidId(IdError::Empty { kind: "org" }),
+            Error::Moved {
+                key: "k".into(),
+                holder: "r".into(),
+            },
+            Error::Unavailable {
+                key: "k".into(),
+                holder: "r".into(),
+                lease_left_ms: 1,
+            },
+            Error::Unauthenticated { reason: "r".into() },
+            Error::ForwardFailed {
+                key: "k".into(),
+                to: "r".into(),
+                reason: "r".into(),
+            },
+            Error::Refused {
+                code: "LEASEHOLD_X".into(),
+                message: "m".into(),
+            },
             Error::InvalidPath("p".into()),
             Error::InvalidOption {
                 name: "ttl",

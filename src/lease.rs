@@ -23,9 +23,12 @@ use crate::layout::{ImageRef, LogPos};
 mod listing;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod replica;
+mod shared;
 pub mod sqlite;
 
 pub use listing::{ErasureEntry, LeaseEntry, LeasePage, page_limit};
+pub use replica::{Lookup, ReplicaRecord, ReplicaRenewal, ReplicaView};
 
 /// A lease as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,6 +163,13 @@ pub enum LeaseError {
     /// a lease, it must be treated as unknown, never as held.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The store keeps no replica records (`advertise`, `lookup`…): it cannot serve a fleet
+    /// whose replicas forward messages. Nothing changed.
+    #[error("{op}: this lease store keeps no replica records")]
+    Unsupported {
+        /// The operation.
+        op: &'static str,
+    },
 }
 
 impl LeaseError {
@@ -168,7 +178,7 @@ impl LeaseError {
     /// or a file was lost after the statement went out). The caller must not conclude that
     /// nothing happened: read the record, or retry the same call, which every operation is safe
     /// to repeat (docs/guarantees.md, "Late landings"). A refusal (`Held`, `NotHeld`, `Stale`,
-    /// `TipMoved`, `TipOutOfOrder`) is definite: nothing changed.
+    /// `TipMoved`, `TipOutOfOrder`, `Unsupported`) is definite: nothing changed.
     pub fn outcome_unknown(&self) -> bool {
         match self {
             LeaseError::Store(e) => store_outcome_unknown(e),
@@ -176,7 +186,8 @@ impl LeaseError {
             | LeaseError::NotHeld { .. }
             | LeaseError::Stale { .. }
             | LeaseError::TipMoved { .. }
-            | LeaseError::TipOutOfOrder { .. } => false,
+            | LeaseError::TipOutOfOrder { .. }
+            | LeaseError::Unsupported { .. } => false,
         }
     }
 }
@@ -408,100 +419,72 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// clock at the call ([`LeaseEntry`]). A read: it changes nothing and needs no lease. One
     /// key's entry is the first of `list(Some(key), 1)`, if that is the key.
     async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError>;
+
+    /// Advertises where `replica` takes forwarded messages (`lease/replica.rs`): takes or
+    /// refreshes its record so that it runs for `ttl` by the store's clock, and returns it. An
+    /// `incarnation` other than the record's (a new start) bumps the epoch; the same one (a
+    /// retry, a late landing) keeps it and sets `endpoint`; a record its incarnation withdrew
+    /// is returned unchanged (withdrawn). Needs no lease.
+    ///
+    /// The provided version answers [`LeaseError::Unsupported`]: a store without replica
+    /// records cannot serve a fleet that forwards, and says so rather than pretend.
+    async fn advertise(
+        &self,
+        replica: &str,
+        endpoint: &str,
+        incarnation: u64,
+        ttl: Duration,
+    ) -> Result<ReplicaRecord, LeaseError> {
+        let _ = (replica, endpoint, incarnation, ttl);
+        Err(LeaseError::Unsupported { op: "advertise" })
+    }
+
+    /// Renews the record of `(replica, epoch)` and the leases of owner `replica` in one round
+    /// trip: the lease actor's tick once the replica advertised. The record is renewed only
+    /// while it is live at `epoch` (not run out, not withdrawn, no newer incarnation); each
+    /// lease as [`LeaseStore::renew_many`] would. Only a failure to reach the store is an
+    /// `Err`. The provided version answers [`LeaseError::Unsupported`].
+    async fn renew_replica(
+        &self,
+        replica: &str,
+        epoch: u64,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<ReplicaRenewal, LeaseError> {
+        let _ = (replica, epoch, leases, ttl);
+        Err(LeaseError::Unsupported {
+            op: "renew_replica",
+        })
+    }
+
+    /// Withdraws the record of `(replica, epoch)` at close: it is not live from now on. A record
+    /// of another epoch is left alone; withdrawing one that is gone is no error. The provided
+    /// version answers [`LeaseError::Unsupported`].
+    async fn withdraw(&self, replica: &str, epoch: u64) -> Result<(), LeaseError> {
+        let _ = (replica, epoch);
+        Err(LeaseError::Unsupported { op: "withdraw" })
+    }
+
+    /// Where the tenant of `key` is, in **one** round trip: its lease, how long the lease still
+    /// runs and the record of its owner, each judged by the store's clock at one instant
+    /// ([`Lookup::live_endpoint`]: a dead replica's endpoint is not trusted). The provided
+    /// version answers [`LeaseError::Unsupported`].
+    async fn lookup(&self, key: &LeaseKey) -> Result<Lookup, LeaseError> {
+        let _ = key;
+        Err(LeaseError::Unsupported { op: "lookup" })
+    }
+
+    /// The replicas whose records are live by the store's clock, ordered by id: whom a
+    /// placement may choose. The provided version answers [`LeaseError::Unsupported`].
+    async fn live_replicas(&self) -> Result<Vec<ReplicaView>, LeaseError> {
+        Err(LeaseError::Unsupported {
+            op: "live_replicas",
+        })
+    }
 }
 
 /// Shared handle to a lease store.
 pub type SharedLeaseStore = Arc<dyn LeaseStore>;
-
-#[async_trait]
-impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
-    async fn read(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
-        (**self).read(key).await
-    }
-    async fn acquire(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<LeaseRecord, LeaseError> {
-        (**self).acquire(key, owner, ttl).await
-    }
-    async fn acquire_attempt(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        ttl: Duration,
-        attempt: u64,
-    ) -> Result<LeaseRecord, LeaseError> {
-        (**self).acquire_attempt(key, owner, ttl, attempt).await
-    }
-    async fn renew(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        epoch: u64,
-        ttl: Duration,
-    ) -> Result<LeaseRecord, LeaseError> {
-        (**self).renew(key, owner, epoch, ttl).await
-    }
-    async fn renew_many(
-        &self,
-        owner: &str,
-        leases: &[(LeaseKey, u64)],
-        ttl: Duration,
-    ) -> Result<Vec<RenewOutcome>, LeaseError> {
-        (**self).renew_many(owner, leases, ttl).await
-    }
-    async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError> {
-        (**self).release(key, owner, epoch).await
-    }
-    async fn publish_head(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        epoch: u64,
-        image: &ImageRef,
-    ) -> Result<LeaseRecord, LeaseError> {
-        (**self).publish_head(key, owner, epoch, image).await
-    }
-    async fn move_tip(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        epoch: u64,
-        from: Option<LogPos>,
-        to: LogPos,
-    ) -> Result<LeaseRecord, LeaseError> {
-        (**self).move_tip(key, owner, epoch, from, to).await
-    }
-    async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
-        (**self).move_tips(moves).await
-    }
-    fn batches_tip_moves(&self) -> bool {
-        (**self).batches_tip_moves()
-    }
-    async fn mark_forgotten(
-        &self,
-        key: &LeaseKey,
-        owner: &str,
-        epoch: u64,
-    ) -> Result<LeaseRecord, LeaseError> {
-        (**self).mark_forgotten(key, owner, epoch).await
-    }
-    async fn erasures_due(
-        &self,
-        settled_for: Duration,
-        limit: usize,
-    ) -> Result<Vec<PendingErasure>, LeaseError> {
-        (**self).erasures_due(settled_for, limit).await
-    }
-    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
-        (**self).erasure_done(key, floor).await
-    }
-    async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError> {
-        (**self).list(from, limit).await
-    }
-}
 
 /// The holder's view of one tenure: whether it may still act, judged by its own clock.
 ///

@@ -13,8 +13,9 @@
 //!   that says whether a holder may still act; [`lease::sqlite`] is the embedded backend.
 //! - [`durable`] — the [`DurableStore`] trait (an object store with `put_if_absent` as its only
 //!   write), key and prefix validation; [`durable::dir`] is the embedded backend.
-//! - [`codec`] — the binary codec of the change log's segments (bincode 2, the bytes of bincode
-//!   1), the only user of `bincode`, pinned by a golden-bytes test.
+//! - [`codec`] — the binary codec of the change log's segments and of forwarded messages'
+//!   envelopes (bincode 2, the bytes of bincode 1), the only user of `bincode`, pinned by
+//!   golden-bytes tests.
 //! - [`deadline`] — a wrapper that gives every lease-store and durable-store call a deadline.
 //! - [`layout`] — how images and manifests are named in the durable store, and the image
 //!   reference ([`layout::ImageRef`]) that heads and manifests carry.
@@ -23,6 +24,8 @@
 //! - [`log`] — the durable change log: captured pages, segments, the rolling checksum.
 //! - [`paths`] — path containment for every destructive local call.
 //! - [`plan`] — pure decisions: what a sweep may delete.
+//! - [`route`] — pure decisions: where a message for a tenant goes (run here, open here,
+//!   forward, wait, refuse) and which replica opens a tenant nobody holds (placement).
 //! - [`sweep`] — deleting dead epochs of one tenant, or of a whole store (the operator command).
 //! - [`stores`] — store URLs (`sqlite://…`, `postgres://…`, a path, `s3://…`): parsing and
 //!   opening, creating a missing store or refusing it.
@@ -47,6 +50,7 @@ pub mod log;
 pub mod paths;
 pub mod plan;
 pub mod private;
+pub mod route;
 pub mod stores;
 pub mod sweep;
 #[cfg(feature = "testkit")]

@@ -13,6 +13,8 @@
 //! `target/<profile>/examples/drill`. The runs take turns: each starts four processes, and the
 //! machine running the suite may have two cores.
 
+#[path = "drill/addresses.rs"]
+mod addresses;
 #[path = "drill/holes.rs"]
 mod holes;
 

@@ -20,6 +20,8 @@ use tokio::sync::{Barrier, Notify};
 
 #[path = "lease_store/model.rs"]
 mod model;
+#[path = "lease_store/replicas.rs"]
+mod replicas;
 
 use model::{Flaw, ModelStore, RenewIgnoresEpoch};
 
@@ -192,7 +194,7 @@ async fn hole9_a_schema_1_lease_file_gains_the_attempt_column_and_keeps_its_rows
         .unwrap()
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
 }
 
 #[tokio::test]
@@ -233,7 +235,7 @@ async fn a_schema_3_lease_file_gains_the_pending_erasures_and_keeps_its_leases()
         .unwrap()
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
 }
 
 #[tokio::test]
@@ -272,7 +274,7 @@ async fn a_schema_2_lease_file_gains_the_log_tip_and_keeps_its_leases() {
         .unwrap()
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
 }
 
 #[tokio::test]
@@ -501,7 +503,7 @@ async fn an_outage_fails_every_call_without_reaching_the_store() {
     );
     faulty.set_down(false);
     assert_eq!(faulty.acquire(&k, "a", TTL).await.unwrap().epoch, 1);
-    assert_eq!(LeaseOp::ALL.len(), 11);
+    assert_eq!(LeaseOp::ALL.len(), 16);
 }
 
 #[tokio::test]

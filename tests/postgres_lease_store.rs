@@ -461,4 +461,11 @@ async fn a_table_made_before_the_log_tip_gains_its_columns_and_keeps_its_leases(
         .await
         .expect("connecting again finds the columns and changes nothing");
     assert_eq!(again.read(&key).await.unwrap().unwrap().tip, Some(to));
+    // The table gained the replica records' endpoint too: the holder `a` can advertise.
+    let ttl = Duration::from_secs(30);
+    let before = again.lookup(&key).await.unwrap();
+    assert_eq!((before.lease_live(), before.holder), (true, None));
+    again.advertise("a", "http://a:1", 1, ttl).await.unwrap();
+    let seen = again.lookup(&key).await.unwrap();
+    assert_eq!(seen.live_endpoint(), Some("http://a:1"));
 }

@@ -201,6 +201,11 @@ pub struct RuntimeConfig {
     /// The deadline of `Supervisor::send` (and of a request given none): the longest a caller
     /// waits for a reply, an open, a handoff under way and the output gate included. Default 30 s.
     pub ask_timeout: Duration,
+    /// How this replica takes messages forwarded by the other replicas of its fleet and sends
+    /// its own: the transport's bind address, fleet key, limits, TLS. `None` (the default): no
+    /// transport, the replica reaches no other and advertises nothing. The lease store must
+    /// keep replica records (SQLite, PostgreSQL).
+    pub transport: Option<crate::transport::TransportConfig>,
     /// Deliberate bugs, to prove that the test harnesses catch a broken promise.
     #[cfg(feature = "fault-switches")]
     pub breakage: Breakage,
@@ -253,6 +258,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("messages", &self.messages)
             .field("idempotency_window", &self.idempotency_window)
             .field("ask_timeout", &self.ask_timeout)
+            .field("transport", &self.transport)
             .finish_non_exhaustive()
     }
 }
@@ -295,6 +301,7 @@ impl RuntimeConfig {
             messages: crate::message::Messages::new(),
             idempotency_window: Duration::from_secs(24 * 60 * 60),
             ask_timeout: Duration::from_secs(30),
+            transport: None,
             #[cfg(feature = "fault-switches")]
             breakage: Breakage::default(),
         }
@@ -367,6 +374,9 @@ impl RuntimeConfig {
         }
         if self.max_open == 0 {
             return invalid("max_open", "must be at least 1");
+        }
+        if let Some(transport) = &self.transport {
+            transport.validate()?;
         }
         if self.state_root.as_os_str().is_empty() {
             return invalid("state_root", "must not be empty");

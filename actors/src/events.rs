@@ -54,6 +54,63 @@ pub enum Event {
         /// The epoch that ended.
         epoch: u64,
     },
+    /// This replica advertised where it takes forwarded messages (at start, and again after
+    /// its record was found gone at renewal).
+    Advertised {
+        /// The endpoint.
+        endpoint: String,
+        /// The record's epoch.
+        epoch: u64,
+    },
+    /// This replica withdrew its record at close: no replica forwards to it any more.
+    Withdrawn {
+        /// The record's epoch.
+        epoch: u64,
+    },
+    /// A message was forwarded to the replica that holds (or is to open) its tenant.
+    Forwarded {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The replica it went to.
+        to: String,
+        /// The holder's epoch as the lease store said (0 when nobody held it).
+        epoch: u64,
+        /// Its hop count on the way there.
+        hop: u8,
+    },
+    /// A forward's answer was lost after it was sent: the outcome is unknown and the message
+    /// is sent again with the same idempotency key.
+    ForwardLost {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The replica it went to.
+        to: String,
+        /// What happened.
+        reason: String,
+    },
+    /// A message took as many forwards as it may and was answered `Moved`.
+    MessageMoved {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// Where the lease store says the tenant is.
+        holder: String,
+    },
+    /// A message was refused: by this replica's transport before it was decoded (`code`
+    /// unauthenticated, too large, bad), or as unavailable (its holder cannot be reached).
+    MessageRefused {
+        /// `<org>/<tenant>`, when known.
+        key: Option<String>,
+        /// The stable code.
+        code: String,
+    },
+    /// A tenant whose holder could not be reached was opened here once its lease ran out by
+    /// the store's clock.
+    TakenOver {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The holder whose lease ran out.
+        holder: String,
+    },
     /// An image was published: uploaded and made the head.
     SnapshotPublished {
         /// `<org>/<tenant>`.
@@ -169,8 +226,9 @@ pub enum Event {
         /// The message's name.
         name: String,
     },
-    /// A message addressed to a tenant that was leaving this replica (draining, flushing,
-    /// being forgotten) waited for it to leave before it was routed again.
+    /// A message addressed to a tenant waited before it was routed again: for the tenant to
+    /// leave this replica (draining, flushing, being forgotten), for its successor, or for the
+    /// lease of a holder that cannot be reached to run out.
     MessageWaited {
         /// `<org>/<tenant>`.
         key: String,
@@ -197,6 +255,13 @@ impl Event {
             Event::Renewed { .. } => "renewed",
             Event::RenewFailed { .. } => "renew_failed",
             Event::Lost { .. } => "lost",
+            Event::Advertised { .. } => "advertised",
+            Event::Withdrawn { .. } => "withdrawn",
+            Event::Forwarded { .. } => "forwarded",
+            Event::ForwardLost { .. } => "forward_lost",
+            Event::MessageMoved { .. } => "message_moved",
+            Event::MessageRefused { .. } => "message_refused",
+            Event::TakenOver { .. } => "taken_over",
             Event::SnapshotPublished { .. } => "snapshot_published",
             Event::SnapshotFailed { .. } => "snapshot_failed",
             Event::ShipFailed { .. } => "ship_failed",
@@ -329,6 +394,12 @@ fn deliver(observer: Arc<dyn Observer>, rx: mpsc::Receiver<Item>, panics: Arc<At
 fn trace(event: &Event) {
     match event {
         Event::Lost { key, epoch } => tracing::warn!(%key, epoch, "lease lost"),
+        Event::ForwardLost { key, to, reason } => {
+            tracing::warn!(%key, %to, %reason, "a forward's answer was lost; sending it again")
+        }
+        Event::TakenOver { key, holder } => {
+            tracing::warn!(%key, %holder, "took over a tenant whose holder could not be reached")
+        }
         Event::SnapshotFailed { key, error } => tracing::warn!(%key, %error, "snapshot failed"),
         Event::ShipFailed {
             key,

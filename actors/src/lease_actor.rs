@@ -17,6 +17,10 @@ use tokio::sync::oneshot;
 use crate::events::Event;
 use crate::runtime::Runtime;
 
+mod presence;
+
+pub(crate) use presence::{Advertise, Withdraw};
+
 /// Tenures alive in this process: one per tenant actor (which holds its tenure's cell until it
 /// is dropped), counted for the leak checks of docs/testing.md.
 static LIVE_TENURES: AtomicUsize = AtomicUsize::new(0);
@@ -156,6 +160,8 @@ pub(crate) struct LeaseActor {
     waiters: Vec<oneshot::Sender<Result<(), Error>>>,
     /// The next tick of the chain, if scheduled.
     next_tick: Option<SpawnHandle>,
+    /// The replica's record in the lease store, once a transport asked to advertise it.
+    presence: Option<presence::Presence>,
 }
 
 impl LeaseActor {
@@ -167,6 +173,7 @@ impl LeaseActor {
             in_flight: false,
             waiters: Vec::new(),
             next_tick: None,
+            presence: None,
         }
     }
 
@@ -193,7 +200,8 @@ impl LeaseActor {
             .values()
             .map(|r| (r.cell.key.clone(), r.cell.epoch))
             .collect();
-        if batch.is_empty() {
+        let record = self.presence.as_ref().and_then(|p| p.epoch);
+        if batch.is_empty() && record.is_none() {
             self.settle_waiters(Ok(()));
             self.schedule(ctx);
             return;
@@ -202,11 +210,21 @@ impl LeaseActor {
         let rt = self.rt.clone();
         let sent_at = rt.now_ms();
         let started = std::time::Instant::now();
+        // With a record to keep alive, the record and the leases go in one round trip.
         let call = async move {
-            let outcomes = rt
-                .leases
-                .renew_many(rt.replica.as_str(), &batch, rt.ttl)
-                .await;
+            let replica = rt.replica.as_str();
+            let outcomes = match record {
+                Some(epoch) => rt
+                    .leases
+                    .renew_replica(replica, epoch, &batch, rt.ttl)
+                    .await
+                    .map(|r| (Some(r.record), r.leases)),
+                None => rt
+                    .leases
+                    .renew_many(replica, &batch, rt.ttl)
+                    .await
+                    .map(|leases| (None, leases)),
+            };
             (batch, outcomes)
         };
         ctx.spawn(
@@ -214,9 +232,12 @@ impl LeaseActor {
                 .map(move |(batch, outcomes), act, ctx| {
                     act.in_flight = false;
                     match outcomes {
-                        Ok(outcomes) => {
+                        Ok((record, outcomes)) => {
                             crate::metrics::renewed(started.elapsed());
-                            act.apply(sent_at, &batch, &outcomes)
+                            if record == Some(RenewOutcome::Lost) {
+                                act.record_lost(ctx);
+                            }
+                            act.apply(sent_at, &batch, &outcomes);
                         }
                         Err(e) => {
                             let error = Error::from(e);

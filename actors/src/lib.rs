@@ -38,15 +38,20 @@
 //! - [`metrics`] — what the runtime records through the `metrics` crate ([`metrics::CATALOG`]),
 //!   and (feature `prometheus`) its rendering in Prometheus' text format.
 //! - [`status`] — [`TenantStatus`], the tenant's state machine.
-//! - `supervisor` — [`Supervisor`]: open, handoff under the drain deadline, close.
+//! - [`transport`] — how replicas of a fleet reach each other: [`TransportConfig`], the fleet
+//!   key, the actix-web server and the pooled client that carry forwarded messages.
+//! - `supervisor` — [`Supervisor`]: open, handoff under the drain deadline, close; the host's
+//!   side of addresses (`Supervisor::send`/`ask`/`request`, [`MessageRequest`]).
 //! - `tenant` — [`TenantRef`] and [`Ticket`]; the tenant actor, its group commit, its lifecycle
 //!   and its image publisher.
 //! - `lease_actor` — the renewal chain and each tenure's `LeaseCell`.
 //! - `reconcile` — the replica's ledger of puts of unknown outcome and its passes.
 //! - [`message`] — typed messages: [`TenantMessage`], [`TenantQuery`], the registry
 //!   [`Messages`], the erased form a replica hands another ([`ErasedRequest`]).
-//! - `router` — [`TenantAddr`] and `Supervisor::send`/`ask`/`request`: a message goes to its
-//!   tenant wherever it is on this replica, opening it when nobody holds it.
+//! - `router` — [`TenantAddr`] and where a message runs: the local path (run here, open here
+//!   when nobody holds it, wait while it leaves here) and, with a transport, the fleet's router
+//!   (`router/forward.rs`: carries out `leasehold::route::decide` — forward to the holder, wait
+//!   for a successor, take over once a dead holder's lease ran out, `Moved`, `Unavailable`).
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod config;
@@ -61,6 +66,7 @@ pub mod status;
 mod supervisor;
 mod tenant;
 mod tips;
+pub mod transport;
 
 #[cfg(feature = "fault-switches")]
 pub use config::Breakage;
@@ -72,10 +78,11 @@ pub use events::{Event, EventLog, Observer};
 pub use lease_actor::live_tenants;
 pub use message::{ErasedRequest, MessageKind, Messages, Sendable, TenantMessage, TenantQuery};
 pub use reconcile::ReconcileReport;
-pub use router::{MessageRequest, TenantAddr};
+pub use router::TenantAddr;
 pub use status::TenantStatus;
-pub use supervisor::{Supervisor, SupervisorActor};
+pub use supervisor::{MessageRequest, Supervisor, SupervisorActor};
 pub use tenant::{TenantRef, Ticket};
+pub use transport::{FleetKey, TransportConfig};
 
 // What a host touches, so that it needs no other dependency (docs/architecture.md, "One
 // dependency").

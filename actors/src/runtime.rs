@@ -39,6 +39,8 @@ pub(crate) struct Runtime {
     pub(crate) margin: Duration,
     /// Renewal period, or `None` for renewals on request only.
     pub(crate) renew_every: Option<Duration>,
+    /// The transport to the fleet's other replicas, if any (taken by `Supervisor::start`).
+    pub(crate) transport: Option<crate::transport::TransportConfig>,
     /// How acknowledged writes are kept beyond the replica.
     pub(crate) durability: crate::config::Durability,
     /// Periodic snapshot (or compaction check) period, or `None`.
@@ -127,6 +129,7 @@ impl Runtime {
             ttl: config.ttl,
             margin: config.margin,
             renew_every: config.renew_every,
+            transport: config.transport,
             durability: config.durability,
             snapshot_every: config.snapshot_every,
             compaction: config.compaction,

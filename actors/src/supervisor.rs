@@ -22,12 +22,17 @@ use tokio::sync::oneshot;
 
 mod addressing;
 mod close;
+mod fleet;
 mod local_sweep;
 mod open;
+mod where_is;
+
+pub use addressing::MessageRequest;
 
 use crate::config::RuntimeConfig;
 use crate::events::EventSink;
 use crate::lease_actor::{LeaseActor, RenewNow, StopRenewals};
+use crate::router::{LocalPath, Router};
 use crate::runtime::Runtime;
 use crate::status::TenantStatus;
 use crate::tenant::TenantRef;
@@ -48,7 +53,7 @@ pub struct Supervisor {
     /// The supervisor actor.
     addr: Addr<SupervisorActor>,
     /// Carries typed messages to tenant addresses (`crate::router`).
-    pub(crate) router: Arc<crate::router::Router>,
+    router: Arc<Router>,
     /// The event sink, for `events_delivered`.
     events: EventSink,
     /// Tells the actor when the last handle goes.
@@ -66,7 +71,8 @@ struct Owner {
 impl Owner {
     /// `tenant`, counted as a handle the host holds.
     fn hand_out(&self, tenant: TenantRef) -> TenantRef {
-        tenant.held_by(HostHold::new(self.host_handles.clone(), self.addr.clone()))
+        let hold = HostHold::new(self.host_handles.clone(), self.addr.clone());
+        tenant.held_by(Arc::new(hold))
     }
 }
 
@@ -76,10 +82,10 @@ impl Drop for Owner {
     }
 }
 
-/// One tenant handle a host holds (a `TenantRef` that `open` or `tenant` handed out, a clone
-/// of it, a `Ticket`): while any lives, a replica whose `Supervisor` handles are gone keeps
-/// serving; when the last goes, the replica hears it.
-pub(crate) struct HostHold {
+/// One tenant handle a host holds (a `TenantRef` that `open` or `tenant` handed out, shared by
+/// its clones and its `Ticket`s): while any lives, a replica whose `Supervisor` handles are gone
+/// keeps serving; when the last goes, the replica hears it.
+struct HostHold {
     /// How many live, shared with the supervisor actor.
     count: Arc<AtomicUsize>,
     /// Told when the count falls to zero.
@@ -90,12 +96,6 @@ impl HostHold {
     fn new(count: Arc<AtomicUsize>, addr: Addr<SupervisorActor>) -> Self {
         count.fetch_add(1, Ordering::SeqCst);
         Self { count, addr }
-    }
-}
-
-impl Clone for HostHold {
-    fn clone(&self) -> Self {
-        Self::new(self.count.clone(), self.addr.clone())
     }
 }
 
@@ -119,13 +119,14 @@ impl Supervisor {
     pub fn start(config: RuntimeConfig) -> Result<Self, Error> {
         let arbiters = config.arbiters;
         let rt = Runtime::new(config)?;
+        // Bound before any actor starts: an address that cannot be had refuses the start.
+        let fleet = rt.transport.clone().map(fleet::Fleet::bind).transpose()?;
         let events = rt.events.clone();
-        let router = Arc::new(crate::router::Router::new(rt.clone()));
         let lease_actor = LeaseActor::new(rt.clone()).start();
         let arbiters = (0..arbiters).map(|_| Arbiter::new()).collect();
         let host_handles = Arc::new(AtomicUsize::new(0));
         let addr = SupervisorActor {
-            rt,
+            rt: rt.clone(),
             lease_actor,
             arbiters,
             next_arbiter: 0,
@@ -140,8 +141,17 @@ impl Supervisor {
             close_waiters: Vec::new(),
             handle_dropped: false,
             host_handles: host_handles.clone(),
+            fleet: None,
         }
         .start();
+        // The router holds the actor's address, not a handle: it must not keep the replica up.
+        let tenants = Arc::new(where_is::SupervisorTenants { addr: addr.clone() });
+        let local = LocalPath::new(rt.clone(), tenants);
+        let fleet_router = fleet.as_ref().map(|f| f.router(&rt, local.clone()));
+        let router = Arc::new(Router::new(rt.ask_timeout, local, fleet_router));
+        if let Some(fleet) = fleet {
+            addr.do_send(fleet::JoinFleet(fleet));
+        }
         // Copies a crash left behind of tenants forgotten meanwhile go first.
         addr.do_send(local_sweep::SweepLocal);
         let owner = Arc::new(Owner {
@@ -280,6 +290,8 @@ pub struct SupervisorActor {
     /// How many tenant handles hosts hold ([`HostHold`]): with no `Supervisor` handle and none
     /// of these, nothing can reach the replica.
     host_handles: Arc<AtomicUsize>,
+    /// The transport to the fleet's other replicas, if configured (`supervisor/fleet.rs`).
+    fleet: Option<fleet::Fleet>,
 }
 
 /// A forget under way: its tenure, the signal that it is over, and the tenant's handle.
@@ -324,6 +336,8 @@ impl Actor for SupervisorActor {
         }
         // Tenant actors live on the arbiters: they go with them (promise 6).
         self.lease_actor.do_send(StopRenewals);
+        // The server stops with the replica (its record runs out after `ttl`).
+        self.fleet = None;
         self.table.clear();
         self.forgets.clear();
         for arbiter in self.arbiters.drain(..) {

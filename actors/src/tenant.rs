@@ -77,9 +77,15 @@ pub struct TenantRef {
     /// The status the actor last recorded; the final one once it has stopped.
     ended: Arc<crate::status::StatusCell>,
     /// Counts this handle as one a host holds (those `open` handed out; the supervisor's own
-    /// have none): a replica whose `Supervisor` handles are gone serves while any is left.
-    _host: Option<crate::supervisor::HostHold>,
+    /// have none): a guard the supervisor made, shared by every clone of the handle and
+    /// dropped with the last, so a replica whose `Supervisor` handles are gone serves while any
+    /// is left.
+    _host: Option<HostGuard>,
 }
+
+/// What a handle a host holds keeps alive: the supervisor's count of such handles (its
+/// `HostHold`), told when the last clone goes.
+pub(crate) type HostGuard = Arc<dyn std::any::Any + Send + Sync>;
 
 impl std::fmt::Debug for TenantRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -108,8 +114,8 @@ impl TenantRef {
         }
     }
 
-    /// This handle, counted as one a host holds.
-    pub(crate) fn held_by(self, host: crate::supervisor::HostHold) -> Self {
+    /// This handle, counted as one a host holds while `host` (or a clone of it) lives.
+    pub(crate) fn held_by(self, host: HostGuard) -> Self {
         Self {
             _host: Some(host),
             ..self

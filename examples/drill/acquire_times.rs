@@ -29,13 +29,24 @@ use crate::protocol::now_ms;
 /// stays as small as the run's tenants.
 type Latest = HashMap<String, (u64, u64)>;
 
+/// Told of every acquire that returned: `(key, epoch, returned at)`.
+pub type Reporter = Arc<dyn Fn(&LeaseKey, u64, u64) + Send + Sync>;
+
 /// A lease store that notes when each acquire returned. Clones share the notes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AcquireTimes {
     /// The store every call goes to.
     inner: SharedLeaseStore,
     /// The notes.
     latest: Arc<Mutex<Latest>>,
+    /// Told of each acquire as it returns (`--transport`: the `acquired` line).
+    reporter: Arc<Mutex<Option<Reporter>>>,
+}
+
+impl std::fmt::Debug for AcquireTimes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcquireTimes").finish_non_exhaustive()
+    }
 }
 
 impl AcquireTimes {
@@ -44,7 +55,20 @@ impl AcquireTimes {
         Self {
             inner,
             latest: Arc::default(),
+            reporter: Arc::default(),
         }
+    }
+
+    /// Tells `reporter` of every acquire that returns from now on.
+    pub fn report_to(&self, reporter: Reporter) {
+        *self.reporter.lock().unwrap_or_else(PoisonError::into_inner) = Some(reporter);
+    }
+
+    /// The epoch of this replica's latest acquisition of `key`: the tenure its code runs under
+    /// while it holds the tenant (one tenure of a tenant per replica at a time).
+    pub fn latest_epoch(&self, key: &LeaseKey) -> Option<u64> {
+        let latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        latest.get(&key.to_string()).map(|&(epoch, _)| epoch)
     }
 
     /// When the acquire of `(key, epoch)` returned on this replica, if it was this replica's
@@ -62,6 +86,11 @@ impl AcquireTimes {
         let at = now_ms();
         let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
         latest.insert(key.to_string(), (record.epoch, at));
+        drop(latest);
+        let reporter = self.reporter.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(report) = reporter.as_ref() {
+            report(key, record.epoch, at);
+        }
         record
     }
 }
@@ -160,5 +189,34 @@ impl LeaseStore for AcquireTimes {
         limit: usize,
     ) -> Result<leasehold::lease::LeasePage, LeaseError> {
         self.inner.list(from, limit).await
+    }
+    async fn advertise(
+        &self,
+        replica: &str,
+        endpoint: &str,
+        incarnation: u64,
+        ttl: Duration,
+    ) -> Result<leasehold::lease::ReplicaRecord, LeaseError> {
+        self.inner
+            .advertise(replica, endpoint, incarnation, ttl)
+            .await
+    }
+    async fn renew_replica(
+        &self,
+        replica: &str,
+        epoch: u64,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<leasehold::lease::ReplicaRenewal, LeaseError> {
+        self.inner.renew_replica(replica, epoch, leases, ttl).await
+    }
+    async fn withdraw(&self, replica: &str, epoch: u64) -> Result<(), LeaseError> {
+        self.inner.withdraw(replica, epoch).await
+    }
+    async fn lookup(&self, key: &LeaseKey) -> Result<leasehold::lease::Lookup, LeaseError> {
+        self.inner.lookup(key).await
+    }
+    async fn live_replicas(&self) -> Result<Vec<leasehold::lease::ReplicaView>, LeaseError> {
+        self.inner.live_replicas().await
     }
 }

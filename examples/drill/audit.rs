@@ -288,6 +288,8 @@ pub async fn after_forget(
         }
         Ok(_) => return,
     };
+    // From now on nothing of the epochs at or below the floor may answer a message.
+    c.history.forgot(tenant, floor);
     let (c, delay) = (c.clone(), c.erasure_bound);
     tokio::spawn(async move {
         // A put that outlived its deadline may land late, an erasure may have timed out

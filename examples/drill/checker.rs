@@ -23,6 +23,7 @@
 //! | `orphan-object`, `storage-bound` | 5, storage | what the stores hold at the end, after the last retention ([`crate::storage`]) |
 //! | `pitr-*`                    | log     | a point-in-time restore refused inside the window, failed, or not the history's state ([`crate::pitr`]) |
 //! | `damage-served`, `damage-not-typed` | log | the open after a damaged segment ([`crate::damage`]) |
+//! | `ran-twice`, `ran-off-holder`, `answered-off-holder`, `forgotten-answered`, `query-missed-acked` | 11 | `--clients addresses`: a command ran twice, ran or answered from a replica its lease store granted no such tenure, a query answered a forgotten epoch or missed an acknowledged note ([`crate::address_rules`]) |
 //!
 //! ("log": docs/guarantees.md, the change log.) A write answered `LEASEHOLD_UNSHIPPED` (its
 //! segment did not reach the log in time) has an unknown outcome, like a timeout: it may be read
@@ -283,6 +284,7 @@ pub fn evaluate(
     report.pitr = counts;
     store_rules::check_flags(rec, &mut report);
     store_rules::check_leaks(rec, tolerance.fail_on_leak, &mut report);
+    crate::address_rules::check(rec, fin, &mut report);
     report
 }
 

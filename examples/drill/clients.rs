@@ -116,3 +116,106 @@ pub async fn ensure_open(cluster: &Cluster, tenant: u32, rng: &mut Rng) {
         Err(_) => tokio::time::sleep(Duration::from_millis(150)).await,
     }
 }
+
+/// How many times an address client sends one note before it moves on.
+const SEND_ATTEMPTS: u32 = 3;
+
+/// Runs address client `client` of `tenant` until `end_ms` (`--clients addresses`): each note
+/// goes to the tenant's address through a random live replica, which runs it wherever the
+/// tenant is; a note of unknown outcome is sent again with the same key (its idempotency key)
+/// through another random replica, so a retry that finds it ran returns the stored reply.
+/// Every fifth round, a query asks a random replica for a note this client had acknowledged.
+/// The replica the reply names as the runner becomes the tenant's route (what the faults
+/// pick their owners from).
+pub async fn run_addresses(
+    cluster: Arc<Cluster>,
+    tenant: u32,
+    client: u32,
+    seed: u64,
+    end_ms: u64,
+) {
+    let mut rng = Rng::new(seed ^ 0xadd ^ (u64::from(tenant) << 32) ^ u64::from(client));
+    let mut n = 0u64;
+    let mut acked: Vec<String> = Vec::new();
+    while now_ms() < end_ms {
+        n += 1;
+        let key = format!("t{tenant}-a{client}-{n:06}");
+        for attempt in 1..=SEND_ATTEMPTS {
+            let Some(&slot) = rng.pick(&cluster.live_slots()) else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            let Some(proc) = cluster.live(slot) else {
+                continue;
+            };
+            let id = next_id();
+            cluster.history.invoke(id, tenant, &key, &proc.label, false);
+            let op = Op::Send {
+                tenant,
+                key: key.clone(),
+            };
+            let mut result = proc.call_with(id, op, WRITE_TIMEOUT).await;
+            match &result {
+                Ok(crate::protocol::Answer::Sent { ran_on, .. }) => {
+                    cluster.history.ran_on(id, ran_on);
+                    if let Some(runner) = cluster.slot_named(ran_on) {
+                        cluster.set_owner(tenant, runner);
+                    }
+                }
+                // A retry's refusal says nothing of the earlier attempt, which may have run.
+                Ok(crate::protocol::Answer::Failed { code, .. })
+                    if attempt > 1 && crate::protocol::is_definite_refusal(code) =>
+                {
+                    result = Err(crate::history::CallError::Timeout);
+                }
+                _ => {}
+            }
+            match cluster.history.complete(id, &result) {
+                Outcome::Ok { .. } => {
+                    acked.push(key.clone());
+                    break;
+                }
+                Outcome::Fail { .. } => break,
+                Outcome::Unknown { .. } | Outcome::Pending => {
+                    tokio::time::sleep(rng.millis(20, 80)).await;
+                }
+            }
+        }
+        if n.is_multiple_of(5)
+            && let Some(asked) = rng.pick(&acked).cloned()
+        {
+            ask(&cluster, tenant, asked, &mut rng).await;
+        }
+        tokio::time::sleep(rng.millis(4, 14)).await;
+    }
+}
+
+/// Sends the query for note `key` of `tenant` through a random live replica and records what it
+/// answered.
+async fn ask(cluster: &Cluster, tenant: u32, key: String, rng: &mut Rng) {
+    let Some(proc) = rng
+        .pick(&cluster.live_slots())
+        .and_then(|&slot| cluster.live(slot))
+    else {
+        return;
+    };
+    let op = Op::Ask {
+        tenant,
+        key: key.clone(),
+    };
+    if let Ok(crate::protocol::Answer::Seen {
+        note,
+        sent_at,
+        answered_at,
+    }) = proc.call(op, WRITE_TIMEOUT).await
+    {
+        cluster.history.query(crate::history::addresses::QueryOp {
+            tenant,
+            key,
+            via: proc.label.clone(),
+            sent_at,
+            answered_at,
+            note,
+        });
+    }
+}

@@ -76,6 +76,8 @@ pub struct Spawn {
     pub generation: u32,
     /// Retention, compaction and slow backends of the run.
     pub tuning: crate::tuning::Tuning,
+    /// Whether the replicas join the run's fleet (`--clients addresses`).
+    pub transport: bool,
 }
 
 /// One running replica process.
@@ -126,6 +128,9 @@ impl Proc {
         for switch in &spec.breakage {
             cmd.arg("--break").arg(switch.as_arg());
         }
+        if spec.transport {
+            cmd.arg("--transport");
+        }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
@@ -172,6 +177,7 @@ impl Proc {
         let leave = match op {
             Op::Handoff { tenant } => Some((Some(tenant), LeaveKind::Handoff)),
             Op::Forget { tenant } => Some((Some(tenant), LeaveKind::Forget)),
+            Op::Abandon { tenant } => Some((Some(tenant), LeaveKind::Abandon)),
             Op::Close => Some((None, LeaveKind::Close)),
             _ => None,
         };
@@ -390,6 +396,11 @@ impl Cluster {
             stores,
             erasure_bound: Duration::from_secs(2),
         }
+    }
+
+    /// Whether the run's clients send through tenant addresses.
+    pub fn addresses(&self) -> bool {
+        self.template.transport
     }
 
     /// The run directory.

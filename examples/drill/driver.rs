@@ -99,6 +99,21 @@ pub struct DriveArgs {
     /// Retention, compaction and slow backends, passed on to every replica.
     #[command(flatten)]
     pub tuning: crate::tuning::Tuning,
+    /// How clients reach their tenants: `owners` (writes through the replica the driver
+    /// routes each tenant to, opening it where nobody holds it) or `addresses` (typed
+    /// messages to the tenant's address through random replicas, which run them wherever the
+    /// tenant is: every replica runs a transport; `crate::addresses`).
+    #[arg(long, value_enum, default_value_t = Clients::Owners)]
+    pub clients: Clients,
+}
+
+/// How clients reach their tenants (`--clients`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Clients {
+    /// Through the owner the driver routes each tenant to.
+    Owners,
+    /// Through tenant addresses, from random replicas.
+    Addresses,
 }
 
 fn random_seed() -> u64 {
@@ -119,7 +134,7 @@ pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
     let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
     let broken: Vec<&str> = args.breakage.iter().map(|b| b.as_arg()).collect();
     println!(
-        "drill: seed={seed} backend={} durability={} seconds={} replicas={} tenants={} clients={} \
+        "drill: seed={seed} backend={} durability={} seconds={} replicas={} tenants={} clients={}{} \
          faults={} break={} (rerun: --seed {seed})",
         args.backend.as_arg(),
         durability_text(&args),
@@ -127,6 +142,11 @@ pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
         args.replicas,
         args.tenants,
         args.tenants * args.clients_per_tenant,
+        if args.clients == Clients::Addresses {
+            " through addresses"
+        } else {
+            ""
+        },
         names.join(","),
         if broken.is_empty() {
             "none".into()
@@ -167,6 +187,7 @@ pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
         slot: None,
         generation: 0,
         tuning: args.tuning.clone(),
+        transport: args.clients == Clients::Addresses,
     };
     let mut cluster = Cluster::new(
         template,
@@ -248,7 +269,12 @@ async fn drive(
     for tenant in 0..args.tenants {
         for client in 0..args.clients_per_tenant {
             let c = cluster.clone();
-            tasks.push(tokio::spawn(clients::run(c, tenant, client, seed, end_ms)));
+            tasks.push(match args.clients {
+                Clients::Owners => tokio::spawn(clients::run(c, tenant, client, seed, end_ms)),
+                Clients::Addresses => {
+                    tokio::spawn(clients::run_addresses(c, tenant, client, seed, end_ms))
+                }
+            });
         }
     }
     if args.large_batch_mib > 0 && args.tenants > 0 {
@@ -385,6 +411,9 @@ fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &Hi
         report.closed_replicas,
         report.leaks,
     );
+    if args.clients == Clients::Addresses {
+        print_addresses(record);
+    }
     print_summary(&report, record, args, seed, history);
     if !report.violations.is_empty() {
         1
@@ -393,6 +422,30 @@ fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &Hi
     } else {
         0
     }
+}
+
+/// What the address clients did: how many acknowledged notes ran elsewhere than the replica
+/// they were sent to (forwarded), how many queries found their note.
+fn print_addresses(record: &Record) {
+    let a = &record.addresses;
+    let forwarded = record
+        .writes
+        .iter()
+        .filter(|w| {
+            a.ran_on
+                .get(&w.req)
+                .is_some_and(|ran| w.replica.split('#').next() != Some(ran.as_str()))
+        })
+        .count();
+    let found = a.queries.iter().filter(|q| q.note.is_some()).count();
+    println!(
+        "drill addresses: {} notes acknowledged, {forwarded} of them ran on another replica than \
+         the one they were sent to; {} queries answered ({found} found their note); {} forgets \
+         returned",
+        a.ran_on.len(),
+        a.queries.len(),
+        a.forgets.len()
+    );
 }
 
 fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, h: &History) {

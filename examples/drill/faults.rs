@@ -68,6 +68,12 @@ pub enum FaultKind {
     DropSegment,
     /// Two or three explicit snapshots of a tenant in a row (`crate::snapshots`).
     SnapshotBurst,
+    /// Forget a tenant on its owner while clients send to it (opt-in: `--clients addresses`
+    /// runs name it; its writes then meet the forgotten-epoch rules).
+    Forget,
+    /// Abandon a tenant on its owner: it stops like a crash and hands the lease back
+    /// (opt-in).
+    Abandon,
 }
 
 impl FaultKind {
@@ -93,7 +99,13 @@ impl FaultKind {
     /// of unknown outcome after a handoff (its forget leaves the late image, its live tenant
     /// keeps it as an orphan). (`drain-kill`, `close-during-open` and `forget-late-put` joined
     /// the defaults with the fixes of holes 4, 1 and 6 of the hardening.)
-    pub const OPT_IN: [FaultKind; 1] = [FaultKind::HandoffLatePut];
+    /// `forget` and `abandon` are opt-in so that the default schedule of a seed stays what it
+    /// was; the address runs name them.
+    pub const OPT_IN: [FaultKind; 3] = [
+        FaultKind::HandoffLatePut,
+        FaultKind::Forget,
+        FaultKind::Abandon,
+    ];
 
     /// The kind's name, as on the command line.
     pub fn name(self) -> &'static str {
@@ -113,6 +125,8 @@ impl FaultKind {
             FaultKind::HandoffLatePut => "handoff-late-put",
             FaultKind::DropSegment => "drop-segment",
             FaultKind::SnapshotBurst => "snapshot-burst",
+            FaultKind::Forget => "forget",
+            FaultKind::Abandon => "abandon",
         }
     }
 }
@@ -184,6 +198,8 @@ async fn inject(
         FaultKind::HandoffLatePut => crate::handoff_late::handoff_late_put(c, rng).await,
         FaultKind::DropSegment => crate::damage::damage(c, true, rng).await,
         FaultKind::SnapshotBurst => crate::snapshots::snapshot_burst(c, rng).await,
+        FaultKind::Forget => forget(c, rng).await,
+        FaultKind::Abandon => abandon(c, rng).await,
     }
 }
 
@@ -246,6 +262,39 @@ async fn handoff(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError>
         }
     }
     Ok(Some(text))
+}
+
+async fn forget(c: &Arc<Cluster>, rng: &mut Rng) -> Result<Option<String>, BoxError> {
+    let Some((slot, owned)) = pick_owner(c, rng) else {
+        return Ok(None);
+    };
+    let (Some(&tenant), Some(proc)) = (rng.pick(&owned), c.live(slot)) else {
+        return Ok(None);
+    };
+    let answer = proc.call(Op::Forget { tenant }, LEAVE_TIMEOUT).await;
+    crate::audit::after_forget(c, tenant, slot, &answer).await;
+    c.clear_owner_if(tenant, slot);
+    Ok(Some(format!(
+        "{} forgets t{tenant}: {}",
+        proc.label,
+        answer_text(&answer)
+    )))
+}
+
+async fn abandon(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError> {
+    let Some((slot, owned)) = pick_owner(c, rng) else {
+        return Ok(None);
+    };
+    let (Some(&tenant), Some(proc)) = (rng.pick(&owned), c.live(slot)) else {
+        return Ok(None);
+    };
+    let answer = proc.call(Op::Abandon { tenant }, LEAVE_TIMEOUT).await;
+    c.clear_owner_if(tenant, slot);
+    Ok(Some(format!(
+        "{} abandons t{tenant}: {}",
+        proc.label,
+        answer_text(&answer)
+    )))
 }
 
 async fn kill(c: &Cluster, rng: &mut Rng) -> Result<Option<String>, BoxError> {

@@ -44,6 +44,8 @@ pub struct Final {
     pub storage: HashMap<u32, crate::storage::TenantStore>,
     /// The point-in-time restores of the end (`crate::pitr`).
     pub pitr_runs: Vec<crate::pitr::PitrRun>,
+    /// `--clients addresses`: every note the fresh replica read, per tenant (duplicates kept).
+    pub notes: HashMap<u32, Vec<protocol::NoteRow>>,
 }
 
 /// Stops the faults, closes the replicas, and gathers [`Final`].
@@ -91,6 +93,19 @@ pub async fn collect(c: &Arc<Cluster>, stores: &Stores, plan: &Plan) -> Result<F
         match read_tenant(c, &checker, tenant).await {
             Ok(keys) => {
                 fin.keys.insert(tenant, keys.into_iter().collect());
+                if c.addresses() {
+                    match checker
+                        .call(Op::ReadNotes { tenant }, Duration::from_secs(20))
+                        .await
+                    {
+                        Ok(Answer::Notes { notes, .. }) => {
+                            fin.notes.insert(tenant, notes);
+                        }
+                        other => fin
+                            .problems
+                            .push(format!("t{tenant}: the notes could not be read: {other:?}")),
+                    }
+                }
             }
             Err(e) if checker.is_gone() => fin.problems.push(format!("t{tenant}: {e}")),
             Err(e) => {

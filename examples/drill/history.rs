@@ -20,6 +20,7 @@ use crate::protocol::{Answer, Line, is_definite_refusal, now_ms};
 pub use crate::watcher::{Cover, CoverKind};
 
 pub mod acts;
+pub mod addresses;
 
 /// The impairment key of a fault that may impair every replica (a process stopped while it holds
 /// the shared lease store's lock).
@@ -222,6 +223,8 @@ pub struct Record {
     pub pitr_runs: Vec<crate::pitr::PitrRun>,
     /// Compactions the store watcher found overdue (`crate::compaction`).
     pub overdue: Vec<crate::compaction::Overdue>,
+    /// `--clients addresses`: where commands ran, queries, forgets returned.
+    pub addresses: addresses::AddressRecord,
 }
 
 /// Counters for progress lines.
@@ -465,6 +468,10 @@ impl History {
     pub fn on_line(&self, replica: &str, slot: Option<usize>, line: &Line) {
         let mut r = self.lock();
         let (tenant, text) = match *line {
+            Line::Acquired { tenant, epoch, at } => {
+                addresses::granted(&mut r, replica, slot, tenant, epoch, at);
+                (tenant, format!("{replica}: acquired epoch {epoch}"))
+            }
             Line::Opened { tenant, epoch } => {
                 let tenure = r.tenures.entry((tenant, epoch)).or_default();
                 // Heard after the open: the lease was surely acquired by now.
@@ -557,6 +564,17 @@ fn outcome_of(answer: &Answer, late: bool) -> Outcome {
             epoch,
             run_at,
             ack_at,
+        } => Outcome::Ok {
+            epoch: *epoch,
+            run_at: *run_at,
+            ack_at: *ack_at,
+            late,
+        },
+        Answer::Sent {
+            epoch,
+            run_at,
+            ack_at,
+            ..
         } => Outcome::Ok {
             epoch: *epoch,
             run_at: *run_at,

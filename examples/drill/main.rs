@@ -20,6 +20,7 @@
 //! cargo run --example drill -- --faults drop-segment --seconds 10  # one fault kind only
 //! cargo run --example drill -- --retain-ms 6000 --faults handoff,snapshot-burst --seconds 25
 //! cargo run --example drill -- --large-batch-mib 12 --store-mib-per-sec 10 --faults handoff
+//! cargo run --example drill -- --clients addresses --tenants 20 --faults handoff,kill,forget,abandon
 //! cargo run --example drill -- --seed 7 --break ack-before-tip --faults kill-upload  # must fail
 //! cargo run --example drill -- --seed 7 --break skip-final-image --durability images  # must fail
 //! scripts/with-servers.sh cargo run --example drill --features "testkit postgres s3" -- \
@@ -40,8 +41,10 @@
 //! - `cluster` — the driver's handles to replica processes, the routing table.
 //! - `history` — what happened: writes (invoke, ok/fail/unknown), tenures, the timeline, and
 //!   the driver's own acts (asks, damage, the tips the watcher read).
-//! - `clients` — the load: writes with unique ids through the owner of each tenant, and the
-//!   large-batch client.
+//! - `clients` — the load: writes with unique ids through the owner of each tenant, or
+//!   (`--clients addresses`) typed messages to tenant addresses through random replicas, and
+//!   the large-batch client; `addresses` — the replica's side of addresses: its transport, the
+//!   messages `drill.note` and `drill.seen`; `address_rules` — the checker's rules of them.
 //! - `faults` — the seeded fault schedule; `opt_in` — a crash late in a long drain, a put that
 //!   lands after a forget, an open during close; `damage` — damaged and missing segments;
 //!   `snapshots` — snapshot bursts; `handoff_late` — an image landing after a handoff (opt-in);
@@ -62,6 +65,8 @@
 use std::process::ExitCode;
 
 mod acquire_times;
+mod address_rules;
+mod addresses;
 mod audit;
 mod backend;
 mod checker;
@@ -100,6 +105,9 @@ pub enum BreakSwitch {
     /// With `Shipped`, acknowledge a batch before its segment is shipped and the tip moved
     /// (breaks the RPO 0 of the change log).
     AckBeforeTip,
+    /// Run a command sent with an idempotency key without looking for its stored reply
+    /// (breaks exactly-once delivery, promise 11: `--clients addresses` retries run twice).
+    IgnoreIdempotencyKeys,
 }
 
 impl BreakSwitch {
@@ -109,6 +117,7 @@ impl BreakSwitch {
             BreakSwitch::SkipCommitCheck => "skip-commit-check",
             BreakSwitch::SkipFinalImage => "skip-final-image",
             BreakSwitch::AckBeforeTip => "ack-before-tip",
+            BreakSwitch::IgnoreIdempotencyKeys => "ignore-idempotency-keys",
         }
     }
 }

@@ -193,6 +193,33 @@ pub enum Op {
     },
     /// Close the replica: hand off every open tenant.
     Close,
+    /// Send the command `drill.note` with idempotency key `key` to the tenant's address
+    /// through this replica (`--clients addresses`): it runs wherever the tenant is
+    /// (`crate::addresses`). Answered [`Answer::Sent`].
+    Send {
+        /// The tenant.
+        tenant: u32,
+        /// The note's key, also the command's idempotency key.
+        key: String,
+    },
+    /// Send the query `drill.seen` for `key` to the tenant's address through this replica.
+    /// Answered [`Answer::Seen`].
+    Ask {
+        /// The tenant.
+        tenant: u32,
+        /// The note's key.
+        key: String,
+    },
+    /// Read every note (`drill_notes`) of an open tenant. Answered [`Answer::Notes`].
+    ReadNotes {
+        /// The tenant.
+        tenant: u32,
+    },
+    /// Abandon an open tenant (stops like a crash, hands the lease back).
+    Abandon {
+        /// The tenant.
+        tenant: u32,
+    },
 }
 
 /// A fault of a replica's durable store ([`leasehold::testkit::FaultyStore`]).
@@ -273,6 +300,17 @@ pub enum Line {
         epoch: u64,
         /// True only for a handoff whose final image was published.
         flushed: bool,
+    },
+    /// This replica's lease store answered an acquire of the tenant's lease at `epoch` (the
+    /// store's word, read at the answer: `--transport` only, where the replica's router opens
+    /// tenants the driver did not ask for).
+    Acquired {
+        /// The tenant.
+        tenant: u32,
+        /// The tenure acquired.
+        epoch: u64,
+        /// The replica's time when the answer came back.
+        at: u64,
     },
     /// A tenure found its lease gone.
     Lost {
@@ -359,6 +397,36 @@ pub enum Answer {
         /// The keys.
         keys: Vec<String>,
     },
+    /// A command sent to an address ran and was acknowledged: where and under which tenure it
+    /// ran, as the code that ran it wrote in its note (its replica's name, the epoch of that
+    /// replica's latest acquire of the tenant by the lease store's answer).
+    Sent {
+        /// The tenure it ran under.
+        epoch: u64,
+        /// Time inside the command, before its commit (the running replica's clock: the host's
+        /// `CLOCK_MONOTONIC`, as every drill time).
+        run_at: u64,
+        /// Time the reply reached the sending replica.
+        ack_at: u64,
+        /// The replica that ran it.
+        ran_on: String,
+    },
+    /// What a query sent to an address answered, and when it was sent and answered.
+    Seen {
+        /// The note of the key, if the tenant holds one.
+        note: Option<NoteRow>,
+        /// The sending replica's time before it sent the query.
+        sent_at: u64,
+        /// Its time when the answer came.
+        answered_at: u64,
+    },
+    /// Every note of a tenant's ledger, oldest first.
+    Notes {
+        /// The tenure read.
+        epoch: u64,
+        /// The notes.
+        notes: Vec<NoteRow>,
+    },
     /// A definite refusal or error, with the runtime's stable code.
     Failed {
         /// `LEASEHOLD_FENCED`, `LEASEHOLD_DRAINING`, [`NOT_OPEN`], …
@@ -370,10 +438,31 @@ pub enum Answer {
     },
 }
 
+/// One row of `drill_notes`: a command `drill.note` that ran, as it recorded itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoteRow {
+    /// The note's key (the command's idempotency key).
+    pub key: String,
+    /// The replica that ran it.
+    pub replica: String,
+    /// The epoch of that replica's tenure, as its lease store answered its acquire.
+    pub epoch: u64,
+    /// Time inside the command.
+    pub run_at: u64,
+}
+
 /// Whether a write refused with `code` surely did not commit (and must never be read).
 pub fn is_definite_refusal(code: &str) -> bool {
     matches!(
         code,
-        "LEASEHOLD_FENCED" | "LEASEHOLD_DRAINING" | "LEASEHOLD_INVALID_ID" | NOT_OPEN | BAD_REQUEST
+        "LEASEHOLD_FENCED"
+            | "LEASEHOLD_DRAINING"
+            | "LEASEHOLD_INVALID_ID"
+            | "LEASEHOLD_MOVED"
+            | "LEASEHOLD_UNAVAILABLE"
+            | "LEASEHOLD_UNKNOWN_MESSAGE"
+            | "LEASEHOLD_BAD_MESSAGE"
+            | NOT_OPEN
+            | BAD_REQUEST
     )
 }

@@ -33,7 +33,8 @@ use crate::protocol::{self, Answer, LeaseFault, Line, NOT_OPEN, Op, Request, Sto
 
 mod observe;
 
-use observe::{Forwarder, Output};
+use observe::Forwarder;
+pub use observe::Output;
 
 /// How the driver starts a replica (`drill replica …`).
 #[derive(Debug, Clone, clap::Args)]
@@ -72,6 +73,10 @@ pub struct ReplicaArgs {
     /// Retention, compaction and slow backends, as the driver was given them.
     #[command(flatten)]
     pub tuning: crate::tuning::Tuning,
+    /// Join the run's fleet: a transport on loopback and the typed messages of
+    /// `--clients addresses` (`crate::addresses`); report every acquire (`acquired` lines).
+    #[arg(long)]
+    pub transport: bool,
 }
 
 /// The replica's state, shared by the tasks serving requests.
@@ -122,6 +127,7 @@ fn breakage(switches: &[crate::BreakSwitch]) -> Breakage {
         skip_commit_check: switches.contains(&crate::BreakSwitch::SkipCommitCheck),
         skip_final_image: switches.contains(&crate::BreakSwitch::SkipFinalImage),
         ack_before_tip: switches.contains(&crate::BreakSwitch::AckBeforeTip),
+        ignore_idempotency_keys: switches.contains(&crate::BreakSwitch::IgnoreIdempotencyKeys),
         ..Breakage::default()
     }
 }
@@ -170,6 +176,12 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     config.store_deadline = protocol::STORE_DEADLINE;
     config.arbiters = 2;
     config.breakage = breakage(&args.breakage);
+    if args.transport {
+        config.transport = Some(crate::addresses::transport()?);
+        config.messages = crate::addresses::messages()?;
+        crate::addresses::set_host(&args.name, acquired.clone());
+        acquired.report_to(crate::addresses::reporter(out.clone(), keys.clone()));
+    }
     config.observer = Some(Arc::new(Forwarder {
         out: out.clone(),
         tenants: keys,
@@ -242,7 +254,8 @@ fn blob_bytes(key: &str, mib: u32) -> Vec<u8> {
     bytes
 }
 
-fn failed(e: &Error) -> Answer {
+/// A runtime error as a definite refusal or error answer.
+pub fn failed(e: &Error) -> Answer {
     let owner = match e {
         Error::LeaseHeld { owner, .. } => Some(owner.clone()),
         _ => None,
@@ -285,6 +298,16 @@ impl Replica {
                 Ok(Answer::Done { epoch: None })
             }
             Op::Close => self.close().await,
+            Op::Send { tenant, key } => match self.addr(tenant) {
+                Ok(addr) => Ok(crate::addresses::send(&self.supervisor, addr, tenant, key).await),
+                Err(refused) => Err(refused),
+            },
+            Op::Ask { tenant, key } => match self.addr(tenant) {
+                Ok(addr) => Ok(crate::addresses::ask(&self.supervisor, addr, key).await),
+                Err(refused) => Err(refused),
+            },
+            Op::ReadNotes { tenant } => self.read_notes(tenant).await,
+            Op::Abandon { tenant } => self.abandon(tenant).await,
         };
         outcome.unwrap_or_else(|answer| answer)
     }
@@ -297,6 +320,12 @@ impl Replica {
                 format!("no tenant number {tenant} in this run"),
             )
         })
+    }
+
+    /// The address of tenant number `tenant`.
+    fn addr(&self, tenant: u32) -> Result<leasehold_actors::TenantAddr, Answer> {
+        let id = self.tenant_id(tenant)?.clone();
+        Ok(leasehold_actors::TenantAddr::new(self.org.clone(), id))
     }
 
     /// The tenant's handle if it is open here.
@@ -479,6 +508,23 @@ impl Replica {
             .await
             .map_err(|e| failed(&e))?;
         Ok(Answer::Keys { epoch, keys })
+    }
+
+    async fn read_notes(&self, tenant: u32) -> Result<Answer, Answer> {
+        let handle = self.lookup(tenant).await?;
+        let epoch = handle.epoch();
+        let notes = handle
+            .run(crate::addresses::read_notes)
+            .await
+            .map_err(|e| failed(&e))?;
+        Ok(Answer::Notes { epoch, notes })
+    }
+
+    async fn abandon(&self, tenant: u32) -> Result<Answer, Answer> {
+        let handle = self.lookup(tenant).await?;
+        let epoch = Some(handle.epoch());
+        handle.abandon().await.map_err(|e| failed(&e))?;
+        Ok(Answer::Done { epoch })
     }
 
     fn fault(&self, fault: StoreFault) -> Answer {

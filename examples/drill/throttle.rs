@@ -271,4 +271,38 @@ impl LeaseStore for SlowLeases {
         self.wait().await;
         self.inner.list(from, limit).await
     }
+    async fn advertise(
+        &self,
+        replica: &str,
+        endpoint: &str,
+        incarnation: u64,
+        ttl: Duration,
+    ) -> Result<leasehold::lease::ReplicaRecord, LeaseError> {
+        self.wait().await;
+        self.inner
+            .advertise(replica, endpoint, incarnation, ttl)
+            .await
+    }
+    async fn renew_replica(
+        &self,
+        replica: &str,
+        epoch: u64,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<leasehold::lease::ReplicaRenewal, LeaseError> {
+        self.wait().await;
+        self.inner.renew_replica(replica, epoch, leases, ttl).await
+    }
+    async fn withdraw(&self, replica: &str, epoch: u64) -> Result<(), LeaseError> {
+        self.wait().await;
+        self.inner.withdraw(replica, epoch).await
+    }
+    async fn lookup(&self, key: &LeaseKey) -> Result<leasehold::lease::Lookup, LeaseError> {
+        self.wait().await;
+        self.inner.lookup(key).await
+    }
+    async fn live_replicas(&self) -> Result<Vec<leasehold::lease::ReplicaView>, LeaseError> {
+        self.wait().await;
+        self.inner.live_replicas().await
+    }
 }

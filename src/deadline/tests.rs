@@ -150,6 +150,41 @@ impl LeaseStore for Stalled {
         self.wait().await;
         Ok(crate::lease::LeasePage::default())
     }
+    async fn advertise(
+        &self,
+        _: &str,
+        _: &str,
+        _: u64,
+        _: Duration,
+    ) -> Result<crate::lease::ReplicaRecord, LeaseError> {
+        self.wait().await;
+        Err(LeaseError::Unsupported { op: "advertise" })
+    }
+    async fn renew_replica(
+        &self,
+        _: &str,
+        _: u64,
+        leases: &[(LeaseKey, u64)],
+        _: Duration,
+    ) -> Result<crate::lease::ReplicaRenewal, LeaseError> {
+        self.wait().await;
+        Ok(crate::lease::ReplicaRenewal {
+            record: RenewOutcome::Lost,
+            leases: vec![RenewOutcome::Lost; leases.len()],
+        })
+    }
+    async fn withdraw(&self, _: &str, _: u64) -> Result<(), LeaseError> {
+        self.wait().await;
+        Ok(())
+    }
+    async fn lookup(&self, _: &LeaseKey) -> Result<crate::lease::Lookup, LeaseError> {
+        self.wait().await;
+        Ok(crate::lease::Lookup::vacant())
+    }
+    async fn live_replicas(&self) -> Result<Vec<crate::lease::ReplicaView>, LeaseError> {
+        self.wait().await;
+        Ok(Vec::new())
+    }
 }
 
 const LIMIT: Duration = Duration::from_millis(250);
@@ -234,6 +269,13 @@ async fn every_lease_call_to_a_store_that_never_answers_times_out_at_the_limit()
         Err(expired("erasure_done"))
     );
     assert_eq!(store.list(Some(&k), 10).await, Err(expired("list")));
+    let advertised = store.advertise("r", "http://r", 1, ttl).await;
+    assert_eq!(advertised, Err(expired("advertise")));
+    let renewed = store.renew_replica("r", 1, &[(k.clone(), 1)], ttl).await;
+    assert_eq!(renewed, Err(expired("renew_replica")));
+    assert_eq!(store.withdraw("r", 1).await, Err(expired("withdraw")));
+    assert_eq!(store.lookup(&k).await, Err(expired("lookup")));
+    assert_eq!(store.live_replicas().await, Err(expired("live_replicas")));
 }
 
 #[tokio::test(start_paused = true)]
@@ -247,6 +289,12 @@ async fn answers_within_the_limit_pass_through_unchanged() {
     let k = key();
     assert_eq!(store.read(&k).await, Ok(None));
     assert_eq!(store.acquire(&k, "a", LIMIT).await, Err(held(&k)));
+    assert_eq!(store.lookup(&k).await, Ok(crate::lease::Lookup::vacant()));
+    let unsupported = store.advertise("r", "http://r", 1, LIMIT).await;
+    assert_eq!(
+        unsupported,
+        Err(LeaseError::Unsupported { op: "advertise" })
+    );
     assert_eq!(store.limit(), LIMIT);
 }
 

@@ -48,7 +48,6 @@
 //! and pool errors in `postgres/errors.rs`, the pool, its socket bounds and the discarding of
 //! connections in `postgres/pool.rs`.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
@@ -63,12 +62,16 @@ use crate::durable::StoreError;
 use crate::error::Error;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
-use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, TipMove, TipOutcomes};
+use crate::lease::{
+    LeaseError, LeaseRecord, LeaseStore, Lookup, RenewOutcome, ReplicaRecord, ReplicaRenewal,
+    ReplicaView, TipMove, TipOutcomes,
+};
 
 mod errors;
 mod listing;
 mod migrate;
 mod pool;
+mod replicas;
 mod sql;
 mod tips;
 pub mod tls;
@@ -156,8 +159,8 @@ pub fn create_table_sql(table: &str) -> Result<String, Error> {
 }
 
 /// The statement that brings a lease table made by an older build up to date: it adds the
-/// `attempt` column, the log tip's `tip_epoch` and `tip_seq`, and the pending erasure's
-/// `forgotten_at` and `erasure_floor`
+/// `attempt` column, the log tip's `tip_epoch` and `tip_seq`, the pending erasure's
+/// `forgotten_at` and `erasure_floor`, and the replica records' `endpoint`
 /// (`ALTER TABLE … ADD COLUMN IF NOT EXISTS …`; running it twice is harmless).
 /// [`PostgresLeaseStore::connect`] runs it itself when its role owns the table; a replica role
 /// with only `SELECT, INSERT, UPDATE` needs an operator to run it first.
@@ -182,6 +185,8 @@ pub struct PostgresLeaseStore {
     table: String,
     /// The statements, with the table name filled in.
     sql: Statements,
+    /// The statements of replica records (rows of the same table, `postgres/replicas.rs`).
+    replica_sql: replicas::ReplicaStatements,
     /// Pool size and deadlines.
     opts: PgOptions,
     /// The user and database of the URL, to name them when the server refuses the login.
@@ -238,6 +243,7 @@ impl PostgresLeaseStore {
             pool,
             table: table.to_string(),
             sql: Statements::new(table),
+            replica_sql: replicas::ReplicaStatements::new(table),
             opts,
             login,
         };
@@ -388,38 +394,8 @@ impl LeaseStore for PostgresLeaseStore {
             return Ok(Vec::new());
         }
         let keys: Vec<&str> = leases.iter().map(|(k, _)| k.as_str()).collect();
-        let epochs = leases
-            .iter()
-            .map(|(_, e)| to_i64("renew_many", *e))
-            .collect::<Result<Vec<i64>, _>>()?;
-        let ttl_ms = ttl_param(ttl);
-        let rows = self
-            .rows(
-                "renew_many",
-                &self.sql.renew_many,
-                &[&keys, &epochs, &ttl_ms, &owner],
-            )
-            .await?;
-        let renewed = rows
-            .iter()
-            .map(|row| {
-                Ok((
-                    get::<String>("renew_many", row, 0)?,
-                    get::<i64>("renew_many", row, 1)?,
-                ))
-            })
-            .collect::<Result<HashSet<(String, i64)>, StoreError>>()?;
-        Ok(keys
-            .iter()
-            .zip(&epochs)
-            .map(|(k, e)| {
-                if renewed.contains(&(k.to_string(), *e)) {
-                    RenewOutcome::Renewed
-                } else {
-                    RenewOutcome::Lost
-                }
-            })
-            .collect())
+        let epochs: Vec<u64> = leases.iter().map(|(_, e)| *e).collect();
+        self.renew_keys(owner, &keys, &epochs, ttl).await
     }
 
     async fn release(&self, key: &LeaseKey, owner: &str, epoch: u64) -> Result<(), LeaseError> {
@@ -541,6 +517,39 @@ impl LeaseStore for PostgresLeaseStore {
         limit: usize,
     ) -> Result<crate::lease::LeasePage, LeaseError> {
         listing::list(self, from, limit).await
+    }
+
+    async fn advertise(
+        &self,
+        replica: &str,
+        endpoint: &str,
+        incarnation: u64,
+        ttl: Duration,
+    ) -> Result<ReplicaRecord, LeaseError> {
+        self.advertise_record(replica, endpoint, incarnation, ttl)
+            .await
+    }
+
+    async fn renew_replica(
+        &self,
+        replica: &str,
+        epoch: u64,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<ReplicaRenewal, LeaseError> {
+        self.renew_record(replica, epoch, leases, ttl).await
+    }
+
+    async fn withdraw(&self, replica: &str, epoch: u64) -> Result<(), LeaseError> {
+        self.withdraw_record(replica, epoch).await
+    }
+
+    async fn lookup(&self, key: &LeaseKey) -> Result<Lookup, LeaseError> {
+        self.lookup_key(key).await
+    }
+
+    async fn live_replicas(&self) -> Result<Vec<ReplicaView>, LeaseError> {
+        self.live_records().await
     }
 }
 

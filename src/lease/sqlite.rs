@@ -29,11 +29,14 @@
 //!        head_epoch, head_seq, head_sha256, attempt,
 //!        tip_epoch, tip_seq)                          -- PRAGMA user_version = 4
 //! erasures(key PRIMARY KEY, floor, forgotten_at_ms, boot_id)     -- pending erasures
+//! replicas(id PRIMARY KEY, endpoint, epoch, incarnation, expires_at_ms, boot_id, withdrawn)
+//!                                                      -- replica records, PRAGMA user_version = 5
 //! ```
 //!
 //! Schema 1 lacked `attempt` (the id of the acquire that started the tenure, so that a retry of
 //! that acquire recognises its own success), schema 2 the log tip (`tip_epoch`, `tip_seq`,
-//! docs/guarantees.md, "The log tip"), schema 3 the pending erasures (`sqlite/erasures.rs`);
+//! docs/guarantees.md, "The log tip"), schema 3 the pending erasures (`sqlite/erasures.rs`),
+//! schema 4 the replica records (`sqlite/replicas.rs`);
 //! opening an older file adds what is missing (`ALTER TABLE … ADD COLUMN`, `CREATE TABLE`) and
 //! keeps its rows.
 
@@ -51,14 +54,17 @@ use crate::durable::StoreError;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
 use crate::lease::{
-    LeaseError, LeasePage, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step, page_limit,
+    LeaseError, LeasePage, LeaseRecord, LeaseStore, Lookup, RenewOutcome, ReplicaRecord,
+    ReplicaRenewal, ReplicaView, check_tip_step, page_limit,
 };
 
 mod erasures;
 mod listing;
 mod open;
 mod plumbing;
+mod replicas;
 mod rules;
+mod schema;
 
 pub use open::LeaseFileOptions;
 
@@ -85,32 +91,6 @@ pub const MAX_ATTEMPTS: u32 = 3;
 
 /// The pause before the second attempt; it grows linearly with the attempt number.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
-
-/// The schema version this build writes and reads (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 4;
-
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leases (
-    key           TEXT PRIMARY KEY NOT NULL,
-    owner         TEXT NOT NULL,
-    epoch         INTEGER NOT NULL,
-    expires_at_ms INTEGER NOT NULL,
-    boot_id       TEXT NOT NULL,
-    released      INTEGER NOT NULL,
-    floor         INTEGER NOT NULL,
-    head_epoch    INTEGER,
-    head_seq      INTEGER,
-    head_sha256   TEXT,
-    attempt       INTEGER,
-    tip_epoch     INTEGER,
-    tip_seq       INTEGER
-) STRICT";
-
-/// Brings a schema-1 file to schema 2.
-const MIGRATE_1_TO_2: &str = "ALTER TABLE leases ADD COLUMN attempt INTEGER";
-
-/// Brings a schema-2 file to schema 3: the log tip.
-const MIGRATE_2_TO_3: &str = "ALTER TABLE leases ADD COLUMN tip_epoch INTEGER; \
-    ALTER TABLE leases ADD COLUMN tip_seq INTEGER";
 
 const SELECT_ROW: &str = "SELECT owner, epoch, expires_at_ms, boot_id, released, floor, \
     head_epoch, head_seq, head_sha256, attempt, tip_epoch, tip_seq FROM leases WHERE key = ?1";
@@ -472,6 +452,39 @@ impl LeaseStore for SqliteLeaseStore {
             page.map_err(|e| store_error("list", &e))?
         })
         .await
+    }
+
+    async fn advertise(
+        &self,
+        replica: &str,
+        endpoint: &str,
+        incarnation: u64,
+        ttl: Duration,
+    ) -> Result<ReplicaRecord, LeaseError> {
+        self.advertise_record(replica, endpoint, incarnation, ttl)
+            .await
+    }
+
+    async fn renew_replica(
+        &self,
+        replica: &str,
+        epoch: u64,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<ReplicaRenewal, LeaseError> {
+        self.renew_record(replica, epoch, leases, ttl).await
+    }
+
+    async fn withdraw(&self, replica: &str, epoch: u64) -> Result<(), LeaseError> {
+        self.withdraw_record(replica, epoch).await
+    }
+
+    async fn lookup(&self, key: &LeaseKey) -> Result<Lookup, LeaseError> {
+        self.lookup_key(key).await
+    }
+
+    async fn live_replicas(&self) -> Result<Vec<ReplicaView>, LeaseError> {
+        self.live_records().await
     }
 }
 

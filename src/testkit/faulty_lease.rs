@@ -4,7 +4,8 @@
 //! Every call goes through the same steps, in this order:
 //!
 //! ```text
-//! count (renew, renew_many) -> before-hooks -> wait while renewals are held (renew, renew_many)
+//! count (renewals) -> before-hooks -> wait while renewals are held (renew, renew_many,
+//!   renew_replica)
 //!   -> outage? fail with Unavailable : inner call -> after-hooks -> hand back the inner result
 //! ```
 //!
@@ -32,7 +33,10 @@ use tokio::sync::watch;
 use crate::durable::StoreError;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
-use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, SharedLeaseStore};
+use crate::lease::{
+    LeaseError, LeaseRecord, LeaseStore, Lookup, RenewOutcome, ReplicaRecord, ReplicaRenewal,
+    ReplicaView, SharedLeaseStore,
+};
 
 /// The operations of a [`LeaseStore`], to name where a hook runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -59,11 +63,22 @@ pub enum LeaseOp {
     ErasureDone,
     /// [`LeaseStore::list`].
     List,
+    /// [`LeaseStore::advertise`].
+    Advertise,
+    /// [`LeaseStore::renew_replica`]: a renewal, held by [`FaultyLeaseStore::hold_renewals`]
+    /// like `renew_many`.
+    RenewReplica,
+    /// [`LeaseStore::withdraw`].
+    Withdraw,
+    /// [`LeaseStore::lookup`].
+    Lookup,
+    /// [`LeaseStore::live_replicas`].
+    LiveReplicas,
 }
 
 impl LeaseOp {
     /// Every operation.
-    pub const ALL: [LeaseOp; 11] = [
+    pub const ALL: [LeaseOp; 16] = [
         LeaseOp::Read,
         LeaseOp::Acquire,
         LeaseOp::Renew,
@@ -75,6 +90,11 @@ impl LeaseOp {
         LeaseOp::ErasuresDue,
         LeaseOp::ErasureDone,
         LeaseOp::List,
+        LeaseOp::Advertise,
+        LeaseOp::RenewReplica,
+        LeaseOp::Withdraw,
+        LeaseOp::Lookup,
+        LeaseOp::LiveReplicas,
     ];
 
     /// The method's name, as it appears in [`StoreError`]s (`"publish_head"`, …).
@@ -91,11 +111,19 @@ impl LeaseOp {
             LeaseOp::ErasuresDue => "erasures_due",
             LeaseOp::ErasureDone => "erasure_done",
             LeaseOp::List => "list",
+            LeaseOp::Advertise => "advertise",
+            LeaseOp::RenewReplica => "renew_replica",
+            LeaseOp::Withdraw => "withdraw",
+            LeaseOp::Lookup => "lookup",
+            LeaseOp::LiveReplicas => "live_replicas",
         }
     }
 
     fn is_renewal(self) -> bool {
-        matches!(self, LeaseOp::Renew | LeaseOp::RenewMany)
+        matches!(
+            self,
+            LeaseOp::Renew | LeaseOp::RenewMany | LeaseOp::RenewReplica
+        )
     }
 }
 
@@ -514,5 +542,45 @@ impl LeaseStore for FaultyLeaseStore {
         limit: usize,
     ) -> Result<crate::lease::LeasePage, LeaseError> {
         self.call(LeaseOp::List, self.inner.list(from, limit)).await
+    }
+    async fn advertise(
+        &self,
+        replica: &str,
+        endpoint: &str,
+        incarnation: u64,
+        ttl: Duration,
+    ) -> Result<ReplicaRecord, LeaseError> {
+        let (replica, endpoint) = (replica.to_owned(), endpoint.to_owned());
+        self.call_or_hold(LeaseOp::Advertise, move |s| async move {
+            s.advertise(&replica, &endpoint, incarnation, ttl).await
+        })
+        .await
+    }
+    async fn renew_replica(
+        &self,
+        replica: &str,
+        epoch: u64,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<ReplicaRenewal, LeaseError> {
+        let (replica, leases) = (replica.to_owned(), leases.to_vec());
+        self.call_or_hold(LeaseOp::RenewReplica, move |s| async move {
+            s.renew_replica(&replica, epoch, &leases, ttl).await
+        })
+        .await
+    }
+    async fn withdraw(&self, replica: &str, epoch: u64) -> Result<(), LeaseError> {
+        let replica = replica.to_owned();
+        self.call_or_hold(LeaseOp::Withdraw, move |s| async move {
+            s.withdraw(&replica, epoch).await
+        })
+        .await
+    }
+    async fn lookup(&self, key: &LeaseKey) -> Result<Lookup, LeaseError> {
+        self.call(LeaseOp::Lookup, self.inner.lookup(key)).await
+    }
+    async fn live_replicas(&self) -> Result<Vec<ReplicaView>, LeaseError> {
+        self.call(LeaseOp::LiveReplicas, self.inner.live_replicas())
+            .await
     }
 }

@@ -2,7 +2,8 @@
 //! do (docs/guarantees.md, promises 1, 4 and 5, "Late landings" and "The log tip"), as named
 //! checks. The checks of late landings live in `lease_conformance/late.rs`, those of the log tip
 //! in `lease_conformance/tip.rs`, that of pending erasures in `lease_conformance/erasure.rs`, that
-//! of listings in `lease_conformance/listing.rs`.
+//! of listings in `lease_conformance/listing.rs`, those of replica records in
+//! `lease_conformance/replica.rs`.
 //!
 //! A backend's test builds a [`LeaseHarness`] and calls [`lease_store_conformance`], which runs
 //! every `conformance_*` check in turn and panics on the first violation with a message naming the
@@ -29,11 +30,13 @@ use crate::lease::{LeaseError, LeaseRecord, RenewOutcome, SharedLeaseStore};
 mod erasure;
 mod late;
 mod listing;
+mod replica;
 mod tip;
 
 pub use erasure::*;
 pub use late::*;
 pub use listing::*;
+pub use replica::*;
 pub use tip::*;
 
 /// The first owner the checks use.
@@ -107,6 +110,11 @@ pub async fn lease_store_conformance(h: &LeaseHarness) {
     conformance_many_tip_moves_in_one_call_are_the_moves_one_by_one(h).await;
     conformance_a_forget_leaves_an_erasure_due_after_the_settle_time(h).await;
     conformance_a_listing_pages_every_lease_once_as_the_store_clock_sees_it(h).await;
+    conformance_advertise_takes_and_refreshes_a_record_by_incarnation(h).await;
+    conformance_lookup_names_the_lease_and_its_holders_endpoint(h).await;
+    conformance_a_dead_replicas_endpoint_is_not_trusted(h).await;
+    conformance_renew_replica_renews_the_record_and_the_leases_together(h).await;
+    conformance_a_listing_shows_no_replica_record(h).await;
 }
 
 /// `read` of a key that was never acquired is `None`.

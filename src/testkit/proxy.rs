@@ -271,6 +271,15 @@ impl Flow {
         self.update(|s| s.pass_close = true);
     }
 
+    /// Closes the flow's side towards the server, as a client that went away would: the
+    /// server reads the end of its input (an HTTP server then closes the connection, which
+    /// [`Flow::pass_close_after_dropped_answer`] passes on to the client).
+    pub async fn close_server_side(&self) {
+        if let Some(w) = self.to_server.lock().await.as_mut() {
+            let _ = w.shutdown().await;
+        }
+    }
+
     /// Each later client→server chunk waits `delay` before it is forwarded.
     pub fn set_delay(&self, delay: Duration) {
         self.update(|s| s.delay = delay);

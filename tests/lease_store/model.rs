@@ -12,8 +12,9 @@ use leasehold::ids::LeaseKey;
 use leasehold::layout::{ImageRef, LogPos};
 use leasehold::lease::sqlite::SqliteLeaseStore;
 use leasehold::lease::{
-    ErasureEntry, LeaseEntry, LeaseError, LeasePage, LeaseRecord, LeaseStore, PendingErasure,
-    RenewOutcome, check_tip_step, page_limit,
+    ErasureEntry, LeaseEntry, LeaseError, LeasePage, LeaseRecord, LeaseStore, Lookup,
+    PendingErasure, RenewOutcome, ReplicaRecord, ReplicaRenewal, ReplicaView, check_tip_step,
+    page_limit,
 };
 
 /// A broken store: `renew` renews whatever tenure of `owner` is live, ignoring the epoch asked.
@@ -95,6 +96,33 @@ impl LeaseStore for RenewIgnoresEpoch {
     async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError> {
         self.0.list(from, limit).await
     }
+    async fn advertise(
+        &self,
+        replica: &str,
+        endpoint: &str,
+        incarnation: u64,
+        ttl: Duration,
+    ) -> Result<leasehold::lease::ReplicaRecord, LeaseError> {
+        self.0.advertise(replica, endpoint, incarnation, ttl).await
+    }
+    async fn renew_replica(
+        &self,
+        replica: &str,
+        epoch: u64,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<leasehold::lease::ReplicaRenewal, LeaseError> {
+        self.0.renew_replica(replica, epoch, leases, ttl).await
+    }
+    async fn withdraw(&self, replica: &str, epoch: u64) -> Result<(), LeaseError> {
+        self.0.withdraw(replica, epoch).await
+    }
+    async fn lookup(&self, key: &LeaseKey) -> Result<leasehold::lease::Lookup, LeaseError> {
+        self.0.lookup(key).await
+    }
+    async fn live_replicas(&self) -> Result<Vec<leasehold::lease::ReplicaView>, LeaseError> {
+        self.0.live_replicas().await
+    }
 }
 
 /// What is wrong with a [`ModelStore`].
@@ -116,6 +144,9 @@ pub enum Flaw {
     ErasureDueAtOnce,
     /// `list` starts after `from` instead of at it: a key at a page's edge is never shown.
     ListStartsAfterFrom,
+    /// `lookup` and `live_replicas` judge a replica record live whatever its expiry: a dead
+    /// replica's endpoint is trusted.
+    DeadReplicaLive,
 }
 
 /// A lease store in memory, correct unless given a [`Flaw`]; its clock is a [`ManualClock`].
@@ -127,6 +158,8 @@ pub struct ModelStore {
     attempts: Mutex<HashMap<String, (String, u64)>>,
     /// The pending erasure of each forgotten key: its floor and when it was forgotten.
     erasures: Mutex<HashMap<String, (u64, u64)>>,
+    /// The replica records, with the incarnation that advertised each.
+    replicas: Mutex<HashMap<String, (ReplicaRecord, u64)>>,
     flaw: Flaw,
 }
 
@@ -139,7 +172,22 @@ impl ModelStore {
             rows,
             attempts: Mutex::default(),
             erasures: Mutex::default(),
+            replicas: Mutex::default(),
             flaw,
+        }
+    }
+
+    fn record_live(&self, r: &ReplicaRecord) -> bool {
+        !r.withdrawn
+            && (self.flaw == Flaw::DeadReplicaLive || self.clock.now_ms() < r.expires_at_ms)
+    }
+
+    fn view(&self, r: &ReplicaRecord) -> ReplicaView {
+        ReplicaView {
+            id: r.id.clone(),
+            endpoint: r.endpoint.clone(),
+            epoch: r.epoch,
+            live: self.record_live(r),
         }
     }
 
@@ -418,5 +466,87 @@ impl LeaseStore for ModelStore {
         }
         page.next = chosen.next().map(|k| LeaseKey::parse(k).unwrap());
         Ok(page)
+    }
+    async fn advertise(
+        &self,
+        replica: &str,
+        endpoint: &str,
+        incarnation: u64,
+        ttl: Duration,
+    ) -> Result<ReplicaRecord, LeaseError> {
+        let mut replicas = self.replicas.lock().unwrap();
+        let end = self.clock.now_ms() + ttl.as_millis() as u64;
+        let next = match replicas.get(replica) {
+            Some((r, inc)) if *inc == incarnation && r.withdrawn => r.clone(),
+            Some((r, inc)) if *inc == incarnation => ReplicaRecord {
+                endpoint: endpoint.into(),
+                expires_at_ms: r.expires_at_ms.max(end),
+                ..r.clone()
+            },
+            old => ReplicaRecord {
+                id: replica.into(),
+                endpoint: endpoint.into(),
+                epoch: old.map_or(0, |(r, _)| r.epoch) + 1,
+                expires_at_ms: end,
+                withdrawn: false,
+            },
+        };
+        replicas.insert(replica.into(), (next.clone(), incarnation));
+        Ok(next)
+    }
+    async fn renew_replica(
+        &self,
+        replica: &str,
+        epoch: u64,
+        leases: &[(LeaseKey, u64)],
+        ttl: Duration,
+    ) -> Result<ReplicaRenewal, LeaseError> {
+        let record = {
+            let mut replicas = self.replicas.lock().unwrap();
+            let now = self.clock.now_ms();
+            match replicas.get_mut(replica) {
+                Some((r, _)) if r.epoch == epoch && !r.withdrawn && now < r.expires_at_ms => {
+                    r.expires_at_ms = r.expires_at_ms.max(now + ttl.as_millis() as u64);
+                    RenewOutcome::Renewed
+                }
+                _ => RenewOutcome::Lost,
+            }
+        };
+        let leases = self.renew_many(replica, leases, ttl).await?;
+        Ok(ReplicaRenewal { record, leases })
+    }
+    async fn withdraw(&self, replica: &str, epoch: u64) -> Result<(), LeaseError> {
+        let mut replicas = self.replicas.lock().unwrap();
+        if let Some((r, _)) = replicas.get_mut(replica).filter(|(r, _)| r.epoch == epoch) {
+            r.withdrawn = true;
+        }
+        Ok(())
+    }
+    async fn lookup(&self, key: &LeaseKey) -> Result<Lookup, LeaseError> {
+        let Some(record) = self.rows.lock().unwrap().get(key.as_str()).cloned() else {
+            return Ok(Lookup::vacant());
+        };
+        let now = self.clock.now_ms();
+        let lease_left_ms = match !record.released && now < record.expires_at_ms {
+            true => record.expires_at_ms - now,
+            false => 0,
+        };
+        let replicas = self.replicas.lock().unwrap();
+        let holder = replicas.get(&record.owner).map(|(r, _)| self.view(r));
+        Ok(Lookup {
+            record: Some(record),
+            lease_left_ms,
+            holder,
+        })
+    }
+    async fn live_replicas(&self) -> Result<Vec<ReplicaView>, LeaseError> {
+        let replicas = self.replicas.lock().unwrap();
+        let mut live: Vec<ReplicaView> = replicas
+            .values()
+            .filter(|(r, _)| self.record_live(r))
+            .map(|(r, _)| self.view(r))
+            .collect();
+        live.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(live)
     }
 }

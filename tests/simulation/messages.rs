@@ -18,6 +18,7 @@
 //! The three fault switches that break these promises (`ack_before_tip`, `reply_before_log`,
 //! `ignore_idempotency_keys`) are each caught (`a_build_…_is_caught`).
 
+mod fleet;
 mod world;
 
 use std::time::Instant;

@@ -106,6 +106,11 @@ impl RuntimeConfigBuilder {
         self.edit(move |c| c.observer = Some(observer))
     }
 
+    /// The transport to the fleet's other replicas ([`RuntimeConfig::transport`]).
+    pub fn transport(self, transport: crate::transport::TransportConfig) -> Self {
+        self.edit(move |c| c.transport = Some(transport))
+    }
+
     setters! {
         /// [`RuntimeConfig::clock`].
         clock: SharedClock;

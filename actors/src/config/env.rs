@@ -7,6 +7,8 @@
 //! LEASEHOLD_LEASES=postgres://lh@db/leasehold?table=lh     default: sqlite://leases.db
 //! LEASEHOLD_DURABLE=s3://acme-ledgers/prod                 default: durable
 //! LEASEHOLD_TTL=30s  LEASEHOLD_DRAIN_TIMEOUT=2m  …         durations: 500ms, 30s, 2m, 1h 30m
+//! LEASEHOLD_TRANSPORT_BIND=0.0.0.0:7070                    the fleet (env/transport.rs)
+//! LEASEHOLD_FLEET_KEY_FILE=/etc/leasehold/fleet.key        its key, never logged
 //! ```
 //!
 //! Reading is pure ([`EnvConfig::from_vars`] takes the variables as a list; [`EnvConfig::read`]
@@ -207,7 +209,46 @@ pub const ENV_VARS: &[EnvVar] = &[
         "the number of cores",
         "how many threads tenants live on",
     ),
+    var(
+        "LEASEHOLD_TRANSPORT_BIND",
+        "bind",
+        "(none: no transport)",
+        "IP:PORT where this replica takes messages forwarded by its fleet (port 0: any free one); \
+         set, the replica joins its fleet and needs a fleet key",
+    ),
+    var(
+        "LEASEHOLD_TRANSPORT_ADVERTISE",
+        "advertise",
+        "the bound address",
+        "the endpoint the other replicas reach this one at: http://HOST:PORT (or https://)",
+    ),
+    var(
+        "LEASEHOLD_FLEET_KEY_FILE",
+        "fleet_key",
+        "(none)",
+        "a private file (0600) holding the fleet key in hex, 64 digits or more; never logged",
+    ),
+    var(
+        "LEASEHOLD_FLEET_KEY",
+        "fleet_key",
+        "(none)",
+        "the fleet key in hex, when no file holds it (a file is safer); never logged",
+    ),
+    var(
+        "LEASEHOLD_TRANSPORT_MAX_HOPS",
+        "max_hops",
+        "3",
+        "how many forwards a message takes before it is answered Moved",
+    ),
+    var(
+        "LEASEHOLD_PLACEMENT",
+        "placement",
+        "stay",
+        "who opens a tenant nobody holds: stay (where the message arrived) or rendezvous",
+    ),
 ];
+
+mod transport;
 
 /// One option read from a variable, applied to the builder when the stores are open.
 type Set = Box<dyn FnOnce(RuntimeConfigBuilder) -> RuntimeConfigBuilder + Send>;
@@ -225,6 +266,8 @@ pub struct EnvConfig {
     pub durable: DurableStoreUrl,
     /// The options the variables set, with the variable of each (to name it in a range error).
     options: Vec<(&'static EnvVar, Set)>,
+    /// The transport, when `LEASEHOLD_TRANSPORT_BIND` is set (its key file is read at open).
+    transport: Option<transport::TransportVars>,
 }
 
 impl std::fmt::Debug for EnvConfig {
@@ -236,6 +279,7 @@ impl std::fmt::Debug for EnvConfig {
             .field("leases", &self.leases)
             .field("durable", &self.durable)
             .field("set", &set)
+            .field("transport", &self.transport)
             .finish()
     }
 }
@@ -393,18 +437,22 @@ impl EnvConfig {
         let durable = DurableStoreUrl::parse(text("LEASEHOLD_DURABLE")?)
             .map_err(|e| renamed(e, lookup("LEASEHOLD_DURABLE")))?;
         let options = options(&vars)?;
+        let transport = transport::read(&vars)?;
         Ok(Self {
             replica_id,
             state_root,
             leases,
             durable,
             options,
+            transport,
         })
     }
 
     /// Opens the stores (creating a missing lease file, directory or table, as a replica's
-    /// first start does) and gives the builder with every option the variables set.
+    /// first start does) and gives the builder with every option the variables set. The fleet
+    /// key's file, if one is named, is read first.
     pub async fn open(self) -> Result<RuntimeConfigBuilder, Error> {
+        let transport = self.transport.map(|t| t.config()).transpose()?;
         let leases = self.leases.open(IfMissing::Create).await?;
         let durable = self.durable.open(IfMissing::Create).await?;
         let mut builder = RuntimeConfig::builder(self.replica_id, self.state_root)
@@ -413,13 +461,17 @@ impl EnvConfig {
         for (_, set) in self.options {
             builder = set(builder);
         }
+        if let Some(transport) = transport {
+            builder = builder.transport(transport);
+        }
         Ok(builder)
     }
 
     /// [`EnvConfig::open`], then validates: a value out of range is [`Error::InvalidOption`]
     /// naming the variable that set it.
     pub async fn build(self) -> Result<RuntimeConfig, Error> {
-        let set: Vec<&'static EnvVar> = self.options.iter().map(|(v, _)| *v).collect();
+        let mut set: Vec<&'static EnvVar> = self.options.iter().map(|(v, _)| *v).collect();
+        set.extend(self.transport.as_ref().map_or(Vec::new(), |t| t.set()));
         let built = self.open().await?.build();
         built.map_err(|e| match &e {
             Error::InvalidOption { name, .. } => match set.iter().find(|v| v.option == *name) {
@@ -478,7 +530,8 @@ fn options(vars: &Vars) -> Result<Vec<(&'static EnvVar, Set)>, Error> {
             "LEASEHOLD_ACCEPT_SHARED_PERMISSIONS" => {
                 with(v, parse_flag(text), B::accept_shared_permissions)?
             }
-            // Read above (the stores and the name), or below (compaction's two halves).
+            // Read above (the stores and the name), below (compaction's two halves), or by
+            // `env/transport.rs`.
             _ => continue,
         };
         out.push((v, set));

@@ -136,6 +136,14 @@ impl SupervisorActor {
             }
             .into_actor(act)
             .then(|unflushed, act, _| {
+                // Every tenant is handed off: no replica should forward here any more.
+                let leaving = act.leave_fleet();
+                actix::fut::wrap_future(async move {
+                    leaving.await;
+                    unflushed
+                })
+            })
+            .then(|unflushed, act, _| {
                 // The puts of unknown outcome of the tenures just ended: reconciled now if they
                 // have settled, else while the replica lingers (see `stop_if_done`).
                 let cx = act.rt.reconcile.clone();

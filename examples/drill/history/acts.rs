@@ -18,6 +18,8 @@ pub enum LeaveKind {
     Forget,
     /// Close the replica (every tenant).
     Close,
+    /// Abandon one tenant (it stops like a crash and hands its lease back).
+    Abandon,
 }
 
 /// One handoff, forget or close asked for (recorded before it is sent).

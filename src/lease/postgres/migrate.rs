@@ -57,7 +57,7 @@ impl PostgresLeaseStore {
         create: bool,
     ) -> Result<Shape, StoreError> {
         let shape_check = format!(
-            "SELECT {COLUMNS}, l.attempt, l.forgotten_at, l.erasure_floor FROM \"{}\" AS l LIMIT 0",
+            "SELECT {COLUMNS}, l.attempt, l.forgotten_at, l.erasure_floor, l.endpoint FROM \"{}\" AS l LIMIT 0",
             self.table
         );
         let lock_name = format!("leasehold.migrate.{}", self.table);
@@ -67,9 +67,10 @@ impl PostgresLeaseStore {
         let tx = client.transaction().await.map_err(db)?;
         let lock = "SELECT pg_advisory_xact_lock(hashtext($1))";
         tx.execute(lock, &[&lock_name]).await.map_err(db)?;
-        let shape = "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 5 FROM pg_attribute \
+        let shape = "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 6 FROM pg_attribute \
             WHERE attrelid = to_regclass($1) AND NOT attisdropped \
-              AND attname IN ('attempt', 'tip_epoch', 'tip_seq', 'forgotten_at', 'erasure_floor'))";
+              AND attname IN ('attempt', 'tip_epoch', 'tip_seq', 'forgotten_at', 'erasure_floor', \
+                              'endpoint'))";
         let row = tx.query_one(shape, &[&quoted]).await.map_err(db)?;
         let exists: bool = row.try_get(0).map_err(db)?;
         let up_to_date: bool = row.try_get(1).map_err(db)?;
@@ -81,7 +82,7 @@ impl PostgresLeaseStore {
             return Err(StoreError::Backend {
                 op: "migrate",
                 message: format!(
-                    "it lacks the attempt, log tip or pending-erasure columns and is opened as \
+                    "it lacks the attempt, log tip, pending-erasure or endpoint columns and is opened as \
                      existing only; have its owner run: {}",
                     self.sql.add_columns
                 ),
@@ -92,7 +93,7 @@ impl PostgresLeaseStore {
                 StoreError::Backend { op, message } => StoreError::Backend {
                     op,
                     message: format!(
-                        "it lacks the attempt, log tip or pending-erasure columns and they cannot be added \
+                        "it lacks the attempt, log tip, pending-erasure or endpoint columns and they cannot be added \
                          ({message}); have its owner run: {}",
                         self.sql.add_columns
                     ),

@@ -86,7 +86,8 @@ pub(super) struct Statements {
     pub(super) erasure_done: String,
     /// The rows at or after `$1` (all when NULL: `''` sorts first in every collation) in key
     /// order, `$2` of them (an index range scan), each with the time it still runs and its
-    /// pending erasure's age, by one reading of the server's clock.
+    /// pending erasure's age, by one reading of the server's clock. Replica records (rows keyed
+    /// `replica:<id>`, `postgres/replicas.rs`) are no leases and are left out.
     pub(super) list: String,
 }
 
@@ -115,6 +116,7 @@ impl Statements {
                     tip_seq     int8,
                     forgotten_at  timestamptz,
                     erasure_floor int8,
+                    endpoint    text,
                     CHECK ((head_epoch IS NULL) = (head_seq IS NULL)
                        AND (head_seq IS NULL) = (head_sha256 IS NULL)),
                     CHECK ((tip_epoch IS NULL) = (tip_seq IS NULL))
@@ -124,7 +126,8 @@ impl Statements {
                 "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt int8, \
                  ADD COLUMN IF NOT EXISTS tip_epoch int8, ADD COLUMN IF NOT EXISTS tip_seq int8, \
                  ADD COLUMN IF NOT EXISTS forgotten_at timestamptz, \
-                 ADD COLUMN IF NOT EXISTS erasure_floor int8"
+                 ADD COLUMN IF NOT EXISTS erasure_floor int8, \
+                 ADD COLUMN IF NOT EXISTS endpoint text"
             ),
             read: format!("SELECT {COLUMNS} FROM {t} AS l WHERE l.key = $1"),
             acquire: format!(
@@ -207,7 +210,7 @@ impl Statements {
                          THEN greatest(0, floor(extract(epoch FROM n.t - l.forgotten_at) * 1000))::int8
                     END
                  FROM {t} AS l, (SELECT clock_timestamp() AS t) AS n
-                 WHERE l.key >= coalesce($1::text, '')
+                 WHERE l.key >= coalesce($1::text, '') AND l.key NOT LIKE 'replica:%'
                  ORDER BY l.key LIMIT $2"
             ),
         }
@@ -358,5 +361,9 @@ mod tests {
         assert_eq!(s.list.matches("clock_timestamp()").count(), 1, "{}", s.list);
         assert!(!s.list.contains("now()"));
         assert!(s.list.contains("ORDER BY l.key LIMIT $2"));
+        assert!(
+            s.list.contains("NOT LIKE 'replica:%'"),
+            "replica records are no leases"
+        );
     }
 }

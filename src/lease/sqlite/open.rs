@@ -8,7 +8,8 @@ use std::path::Path;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use super::plumbing::{store_error, with_retries};
-use super::{BUSY_TIMEOUT, MIGRATE_1_TO_2, MIGRATE_2_TO_3, SCHEMA, SCHEMA_VERSION, erasures};
+use super::schema::{MIGRATE_1_TO_2, MIGRATE_2_TO_3, SCHEMA, SCHEMA_VERSION};
+use super::{BUSY_TIMEOUT, erasures, replicas};
 use crate::durable::StoreError;
 use crate::private;
 
@@ -146,6 +147,9 @@ fn create_schema(conn: &mut Connection) -> rusqlite::Result<Result<(), StoreErro
     }
     if version <= 3 {
         tx.execute_batch(erasures::SCHEMA)?;
+    }
+    if version <= 4 {
+        tx.execute_batch(replicas::SCHEMA)?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
