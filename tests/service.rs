@@ -67,15 +67,23 @@ impl Service {
             .arg(dir.join("durable"))
             .args(["--transport-bind", "127.0.0.1:0", "--deadline", "10s"])
             .env("LEASEHOLD_FLEET_KEY", "7e".repeat(32))
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("SERVICE_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("the service starts");
         let stdout = child.stdout.take().expect("its stdout");
+        let name = id.to_string();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            let verbose = std::env::var("SERVICE_TEST_VERBOSE").is_ok();
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if verbose {
+                    eprintln!("[{name}] {line}");
+                }
                 if let Some(url) = line.strip_prefix("listening on ") {
                     let _ = tx.send(url.to_string());
                 }
@@ -124,9 +132,9 @@ fn tenant_url(base: &str, t: usize) -> String {
     format!("{base}/tenants/acme/t{t}/events")
 }
 
-/// Appends `key` to tenant `t`, first through `first`, then (on a refused connection, a 503 or
-/// a 504: the outcome may be unknown, the key makes the retry safe) through `fallback`, until
-/// acknowledged or `limit` passes. `true` when acknowledged.
+/// Appends `key` to tenant `t` through `first`, then (on a refused connection, a 503 or a 504:
+/// the outcome may be unknown, the key makes the retry safe) through the other process and back
+/// in turn, until acknowledged or `limit` passes. `true` when acknowledged.
 async fn append(
     client: &reqwest::Client,
     first: &str,
@@ -136,7 +144,9 @@ async fn append(
     limit: Instant,
 ) -> bool {
     let mut base = first;
+    let began = Instant::now();
     while Instant::now() < limit {
+        let asked = Instant::now();
         let sent = client
             .post(tenant_url(base, t))
             .header("Idempotency-Key", key)
@@ -144,15 +154,33 @@ async fn append(
             .send()
             .await;
         match sent {
-            Ok(reply) if reply.status().is_success() => return true,
+            Ok(reply) if reply.status().is_success() => {
+                if std::env::var("SERVICE_TEST_VERBOSE").is_ok() && base != first {
+                    eprintln!(
+                        "{key} t{t} via {base}: acknowledged after {:?}",
+                        began.elapsed()
+                    );
+                }
+                return true;
+            }
             Ok(reply) if reply.status().is_client_error() => {
                 panic!("append of {key} refused: {:?}", reply.text().await)
             }
-            _ => {
-                base = fallback;
+            other => {
+                if std::env::var("SERVICE_TEST_VERBOSE").is_ok() {
+                    let what = match other {
+                        Ok(reply) => format!("{}: {:?}", reply.status(), reply.text().await),
+                        Err(e) => format!("{e}"),
+                    };
+                    eprintln!("{key} t{t} via {base}: {what} after {:?}", asked.elapsed());
+                }
+                base = if base == first { fallback } else { first };
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
+    }
+    if std::env::var("SERVICE_TEST_VERBOSE").is_ok() {
+        eprintln!("{key} t{t}: never acknowledged in {:?}", began.elapsed());
     }
     false
 }
@@ -255,6 +283,49 @@ async fn two_processes_any_one_answers_and_a_sigterm_mid_load_loses_no_acknowled
         TENANTS,
         "b holds every tenant once a is gone: {open:?}"
     );
+    // The admin verbs, the health and metrics routes, and refusals of bad input.
+    let post = |path: String| client.post(format!("{b_base}{path}")).send();
+    let status = |path: &'static str| client.get(format!("{b_base}{path}")).send();
+    assert_eq!(status("/healthz").await.unwrap().status(), 200);
+    let metrics = status("/metrics").await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("leasehold_open_tenants"), "{metrics}");
+    for (verb, t) in [("handoff", 1), ("abandon", 2), ("forget", 3)] {
+        let reply = post(format!("/admin/tenants/acme/t{t}/{verb}"))
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 200, "{verb}: {:?}", reply.text().await);
+    }
+    let after_forget: Vec<serde_json::Value> = client
+        .get(tenant_url(&b_base, 3))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        after_forget.is_empty(),
+        "a forgotten tenant keeps nothing: {after_forget:?}"
+    );
+    let unknown = post("/admin/tenants/acme/t0/explode".into()).await.unwrap();
+    assert_eq!(unknown.status(), 400);
+    let not_open = post("/admin/tenants/acme/t9999/handoff".into())
+        .await
+        .unwrap();
+    assert_eq!(not_open.status(), 404);
+    let bad_id = client
+        .get(format!("{b_base}/tenants/ac..me/t0/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_id.status(), 400);
+    let no_key = client
+        .post(tenant_url(&b_base, 0))
+        .json(&serde_json::json!({ "kind": "x" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_key.status(), 400);
     b.terminate();
     let code = tokio::task::spawn_blocking(move || b.wait(Duration::from_secs(30)))
         .await
