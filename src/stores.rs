@@ -45,6 +45,25 @@ pub enum IfMissing {
     Refuse,
 }
 
+/// How [`LeaseStoreUrl::open_with`] and [`DurableStoreUrl::open_with`] open a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// What to do with a store that is not there.
+    pub if_missing: IfMissing,
+    /// Open a lease file or durable directory that lets the group or others in, instead of
+    /// refusing it with [`Error::NotPrivate`] (docs/operations.md, "File permissions").
+    pub accept_shared_permissions: bool,
+}
+
+impl From<IfMissing> for OpenOptions {
+    fn from(if_missing: IfMissing) -> Self {
+        Self {
+            if_missing,
+            accept_shared_permissions: false,
+        }
+    }
+}
+
 /// Where a replica's leases live: a SQLite file on one host, or a PostgreSQL table for a fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseStoreUrl {
@@ -144,21 +163,32 @@ impl LeaseStoreUrl {
     /// [`Error::StoreMissing`] and nothing is created (a SQLite file is looked for first, so a
     /// file made in the instant between the look and the open is opened).
     pub async fn open(&self, if_missing: IfMissing) -> Result<SharedLeaseStore, Error> {
+        self.open_with(if_missing.into()).await
+    }
+
+    /// [`LeaseStoreUrl::open`] with every option.
+    pub async fn open_with(&self, options: OpenOptions) -> Result<SharedLeaseStore, Error> {
         match self {
             Self::Sqlite(path) => {
-                if if_missing == IfMissing::Refuse && !path.is_file() {
+                if options.if_missing == IfMissing::Refuse && !path.is_file() {
                     return Err(Error::StoreMissing {
                         store: "lease file",
                         location: path.display().to_string(),
                     });
                 }
                 let path = path.clone();
-                let opened = tokio::task::spawn_blocking(move || SqliteLeaseStore::open(&path))
-                    .await
-                    .map_err(|e| Error::Closed(format!("opening the lease file failed: {e}")))?;
+                let file = crate::lease::sqlite::LeaseFileOptions {
+                    create: options.if_missing == IfMissing::Create,
+                    accept_shared_permissions: options.accept_shared_permissions,
+                };
+                let opened = tokio::task::spawn_blocking(move || {
+                    SqliteLeaseStore::open_existing(&path, file)
+                })
+                .await
+                .map_err(|e| Error::Closed(format!("opening the lease file failed: {e}")))?;
                 Ok(Arc::new(opened.map_err(Error::from)?))
             }
-            Self::Postgres(url) => url.open(if_missing).await,
+            Self::Postgres(url) => url.open(options.if_missing).await,
         }
     }
 }
@@ -217,6 +247,19 @@ impl PgUrl {
             format!("{base}?{}", kept.join("&"))
         };
         Ok(Self { connection, table })
+    }
+
+    /// The same connection with the lease table `table` (checked as in [`PgUrl::parse`]).
+    pub fn with_table(&self, table: &str) -> Result<Self, Error> {
+        #[cfg(feature = "postgres")]
+        crate::lease::postgres::check_table_name(table).map_err(|e| match e {
+            Error::InvalidOption { reason, .. } => refused("leases", reason),
+            other => other,
+        })?;
+        Ok(Self {
+            connection: self.connection.clone(),
+            table: table.to_string(),
+        })
     }
 
     /// The lease table.
@@ -358,22 +401,31 @@ impl DurableStoreUrl {
     /// An S3 bucket must exist either way (it is never created); with `Refuse` one listing
     /// request checks that it answers.
     pub async fn open(&self, if_missing: IfMissing) -> Result<SharedDurableStore, Error> {
+        self.open_with(if_missing.into()).await
+    }
+
+    /// [`DurableStoreUrl::open`] with every option.
+    pub async fn open_with(&self, options: OpenOptions) -> Result<SharedDurableStore, Error> {
         match self {
-            Self::Dir(path) => open_dir(path, if_missing).await,
-            Self::S3 { bucket, prefix } => open_s3(bucket, prefix, if_missing).await,
+            Self::Dir(path) => open_dir(path, options).await,
+            Self::S3 { bucket, prefix } => open_s3(bucket, prefix, options.if_missing).await,
         }
     }
 }
 
-async fn open_dir(path: &Path, if_missing: IfMissing) -> Result<SharedDurableStore, Error> {
-    if if_missing == IfMissing::Refuse && !path.is_dir() {
+async fn open_dir(path: &Path, options: OpenOptions) -> Result<SharedDurableStore, Error> {
+    if options.if_missing == IfMissing::Refuse && !path.is_dir() {
         return Err(Error::StoreMissing {
             store: "durable directory",
             location: path.display().to_string(),
         });
     }
     let path = path.to_path_buf();
-    let opened = tokio::task::spawn_blocking(move || DirStore::open(&path))
+    let dir = crate::durable::dir::DirOptions {
+        create: options.if_missing == IfMissing::Create,
+        accept_shared_permissions: options.accept_shared_permissions,
+    };
+    let opened = tokio::task::spawn_blocking(move || DirStore::open_with(&path, dir))
         .await
         .map_err(|e| Error::Closed(format!("opening the durable directory failed: {e}")))?;
     Ok(Arc::new(opened?))
@@ -388,8 +440,16 @@ async fn open_s3(
     {
         use crate::durable::DurableStore;
         let store = crate::durable::s3::S3Store::from_env(bucket, prefix)?;
-        if if_missing == IfMissing::Refuse {
-            store.list_page("", None, 1).await?;
+        if if_missing == IfMissing::Refuse
+            && let Err(e) = store.list_page("", None, 1).await
+        {
+            if e.to_string().contains("NoSuchBucket") {
+                return Err(Error::StoreMissing {
+                    store: "bucket",
+                    location: bucket.to_string(),
+                });
+            }
+            return Err(e.into());
         }
         Ok(Arc::new(store))
     }

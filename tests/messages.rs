@@ -361,3 +361,16 @@ async fn promise11_a_message_for_a_tenant_draining_here_waits_for_it_to_leave_th
         "the wait is told"
     );
 }
+
+/// A tenant the first message opened (no host ever held a handle of it) is handed off by
+/// `close()` like any other: flushed, its lease released, nothing reported unflushed.
+#[actix_rt::test]
+async fn promise6_close_hands_off_a_tenant_a_message_opened() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", bank);
+    assert_eq!(a.sup.send(&addr(), deposit("alice", 500)).await, Ok(500));
+    let unflushed = a.sup.close().await.unwrap();
+    assert!(unflushed.is_empty(), "unflushed at close: {unflushed:?}");
+    let b = fleet.replica_with("b", "b", bank);
+    assert_eq!(b.sup.send(&addr(), balance_of("alice")).await, Ok(500));
+}

@@ -190,6 +190,13 @@ impl Supervisor {
         found.map(|tenant| self._owner.hand_out(tenant))
     }
 
+    /// Every tenant open on this replica now, with its epoch, sorted by key: what an operator
+    /// lists (the reference service's `GET /admin/tenants`). A tenant leaving (handing off,
+    /// forgetting) stays listed until its tenure has ended.
+    pub async fn open_tenants(&self) -> Result<Vec<(LeaseKey, u64)>, Error> {
+        self.addr.send(ListOpen).await.map_err(|_| stopped())
+    }
+
     /// Hands off every open tenant, `close_concurrency` at a time, and waits for forgets under
     /// way. Returns the tenants it could not flush, in the order they were opened; those stay
     /// open until the last handle is dropped. Opens are refused from now on; an open already
@@ -415,6 +422,11 @@ struct Lookup {
     key: LeaseKey,
 }
 
+/// Lists the table: every open tenant and its epoch.
+#[derive(Message)]
+#[rtype(result = "Vec<(LeaseKey, u64)>")]
+struct ListOpen;
+
 /// Closes the replica.
 #[derive(Message)]
 #[rtype(result = "Result<Vec<LeaseKey>, Error>")]
@@ -544,6 +556,20 @@ impl Handler<Lookup> for SupervisorActor {
 
     fn handle(&mut self, msg: Lookup, _ctx: &mut Context<Self>) -> Self::Result {
         self.table.get(&msg.key).map(|e| e.tenant.clone())
+    }
+}
+
+impl Handler<ListOpen> for SupervisorActor {
+    type Result = Vec<(LeaseKey, u64)>;
+
+    fn handle(&mut self, _msg: ListOpen, _ctx: &mut Context<Self>) -> Self::Result {
+        let mut open: Vec<_> = self
+            .table
+            .iter()
+            .map(|(key, e)| (key.clone(), e.tenant.epoch()))
+            .collect();
+        open.sort();
+        open
     }
 }
 

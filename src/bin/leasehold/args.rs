@@ -8,10 +8,9 @@ use clap::{Parser, Subcommand};
 use leasehold::LeaseKey;
 use leasehold::log::Target;
 
-use crate::parse::{self, DurableUrl, LeaseUrl};
+use leasehold::stores::{DurableStoreUrl, LeaseStoreUrl};
 
-/// The table a PostgreSQL lease store uses when `--pg-table` names none.
-const DEFAULT_TABLE: &str = "leasehold_leases";
+use crate::parse;
 
 /// Operator commands for leasehold's stores: list and inspect leases and tenants, verify what
 /// the durable store holds, sweep dead epochs, forget a tenant no replica holds, restore a
@@ -22,14 +21,14 @@ pub struct Cli {
     /// The lease store: `sqlite://PATH` (a lease file) or `postgres://USER@HOST:PORT/DB` (TLS
     /// with `?sslmode=verify-full&sslrootcert=PATH`, docs/operations.md).
     #[arg(long, global = true, env = "LEASEHOLD_LEASES", hide_env_values = true, value_parser = parse::lease_url)]
-    pub leases: Option<LeaseUrl>,
+    pub leases: Option<LeaseStoreUrl>,
     /// The durable store: a directory (`PATH` or `file://PATH`) or `s3://BUCKET/PREFIX`
     /// (endpoint, region and credentials from the usual AWS variables: AWS_ENDPOINT_URL, …).
     #[arg(long, global = true, env = "LEASEHOLD_DURABLE", value_parser = parse::durable_url)]
-    pub durable: Option<DurableUrl>,
-    /// The PostgreSQL lease table.
-    #[arg(long, global = true, env = "LEASEHOLD_PG_TABLE", default_value = DEFAULT_TABLE)]
-    pub pg_table: String,
+    pub durable: Option<DurableStoreUrl>,
+    /// The PostgreSQL lease table (over the URL's `?table=`; default `leasehold_leases`).
+    #[arg(long, global = true, env = "LEASEHOLD_PG_TABLE")]
+    pub pg_table: Option<String>,
     /// How long one store call may take (a listing page, a read, a delete): `500ms`, `30s`, `2m`.
     #[arg(long, global = true, default_value = "30s", value_parser = parse::duration)]
     pub store_deadline: Duration,

@@ -2,93 +2,42 @@
 //! keys, restore targets and durations. Pure: every function here is a function of its text, so
 //! a bad argument is refused with a clear message and nothing is touched.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold::LeaseKey;
 use leasehold::layout::LogPos;
 use leasehold::log::Target;
+use leasehold::stores::{DurableStoreUrl, LeaseStoreUrl};
 
 use crate::time::parse_rfc3339;
 
-/// Where the leases are (`--leases`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaseUrl {
-    /// `sqlite://PATH`: a SQLite lease file (`sqlite:///abs/path`, `sqlite://relative/path`).
-    Sqlite(PathBuf),
-    /// `postgres://…` or `postgresql://…`: the URL as the store takes it (TLS options included).
-    Postgres(String),
-}
-
-/// Where the images and segments are (`--durable`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DurableUrl {
-    /// A path or `file://PATH`: a durable directory.
-    Dir(PathBuf),
-    /// `s3://BUCKET[/PREFIX]`: a bucket, and the fleet's prefix in it (`""` or ending with `/`).
-    S3 {
-        /// The bucket.
-        bucket: String,
-        /// The prefix, `""` or whole segments ending with `/`.
-        prefix: String,
-    },
-}
-
-/// `--leases`: a URL with its scheme; a bare path is refused (say `sqlite://` to mean a file).
-pub fn lease_url(text: &str) -> Result<LeaseUrl, String> {
-    if let Some(path) = text.strip_prefix("sqlite://") {
-        if path.is_empty() {
-            return Err("sqlite:// names no file: write sqlite://PATH".into());
-        }
-        return Ok(LeaseUrl::Sqlite(PathBuf::from(path)));
+/// `--leases`: a URL with its scheme (a bare path is refused: say `sqlite://` to mean a file),
+/// read by the library's one parser of store URLs ([`LeaseStoreUrl`]).
+pub fn lease_url(text: &str) -> Result<LeaseStoreUrl, String> {
+    if let Some(path) = text.strip_prefix("sqlite://")
+        && path.is_empty()
+    {
+        return Err("sqlite:// names no file: write sqlite://PATH".into());
     }
-    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-        return Ok(LeaseUrl::Postgres(text.to_owned()));
-    }
-    match text.split_once("://") {
-        Some((scheme, _)) => Err(format!(
-            "unknown scheme {scheme:?}: the lease store is sqlite://PATH or postgres://…"
-        )),
-        None => Err(format!(
+    if !text.contains("://") {
+        return Err(format!(
             "{text:?} has no scheme: write sqlite://{text} for a lease file, or postgres://… for a table"
-        )),
+        ));
     }
+    LeaseStoreUrl::parse(text).map_err(|e| match e {
+        leasehold::Error::InvalidOption { reason, .. } => reason,
+        other => other.to_string(),
+    })
 }
 
-/// `--durable`: a directory (`PATH` or `file://PATH`) or `s3://BUCKET[/PREFIX]`. A prefix that
-/// does not end with `/` gets one (`s3://b/prod` is the prefix `prod/`).
-pub fn durable_url(text: &str) -> Result<DurableUrl, String> {
-    if let Some(rest) = text.strip_prefix("s3://") {
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() {
-            return Err("s3:// names no bucket: write s3://BUCKET[/PREFIX]".into());
-        }
-        let prefix = match prefix {
-            "" => String::new(),
-            p if p.ends_with('/') => p.to_owned(),
-            p => format!("{p}/"),
-        };
-        if prefix.starts_with('/') || prefix.contains("//") {
-            return Err(format!("the prefix {prefix:?} has an empty segment"));
-        }
-        return Ok(DurableUrl::S3 {
-            bucket: bucket.to_owned(),
-            prefix,
-        });
-    }
-    let path = match text.strip_prefix("file://") {
-        Some(path) => path,
-        None if text.contains("://") => {
-            return Err(format!(
-                "unknown scheme in {text:?}: the durable store is a PATH, file://PATH or s3://BUCKET/PREFIX"
-            ));
-        }
-        None => text,
-    };
-    if path.is_empty() {
-        return Err("the durable directory's path is empty".into());
-    }
-    Ok(DurableUrl::Dir(PathBuf::from(path)))
+/// `--durable`: a directory (`PATH` or `file://PATH`) or `s3://BUCKET[/PREFIX]`, read by the
+/// library's one parser of store URLs ([`DurableStoreUrl`]). A prefix that does not end with
+/// `/` gets one (`s3://b/prod` is the prefix `prod/`).
+pub fn durable_url(text: &str) -> Result<DurableStoreUrl, String> {
+    DurableStoreUrl::parse(text).map_err(|e| match e {
+        leasehold::Error::InvalidOption { reason, .. } => reason,
+        other => other.to_string(),
+    })
 }
 
 /// A tenant, `ORG/TENANT`.
@@ -168,14 +117,20 @@ mod tests {
     fn lease_urls_need_their_scheme() {
         assert_eq!(
             lease_url("sqlite:///var/lib/l.db"),
-            Ok(LeaseUrl::Sqlite("/var/lib/l.db".into()))
+            Ok(LeaseStoreUrl::Sqlite("/var/lib/l.db".into()))
         );
         assert_eq!(
             lease_url("sqlite://l.db"),
-            Ok(LeaseUrl::Sqlite("l.db".into()))
+            Ok(LeaseStoreUrl::Sqlite("l.db".into()))
         );
-        let pg = "postgresql://u@h/db?sslmode=verify-full";
-        assert_eq!(lease_url(pg), Ok(LeaseUrl::Postgres(pg.into())));
+        if cfg!(feature = "postgres") {
+            let pg = "postgresql://u@h/db?sslmode=verify-full";
+            let parsed = lease_url(pg).unwrap();
+            assert!(
+                matches!(&parsed, LeaseStoreUrl::Postgres(url) if url.connection() == pg),
+                "{parsed:?}"
+            );
+        }
         assert!(
             lease_url("leases.db")
                 .unwrap_err()
@@ -187,21 +142,23 @@ mod tests {
 
     #[test]
     fn durable_urls_are_paths_files_or_buckets() {
-        assert_eq!(durable_url("d"), Ok(DurableUrl::Dir("d".into())));
+        assert_eq!(durable_url("d"), Ok(DurableStoreUrl::Dir("d".into())));
         assert_eq!(
             durable_url("file:///srv/d"),
-            Ok(DurableUrl::Dir("/srv/d".into()))
+            Ok(DurableStoreUrl::Dir("/srv/d".into()))
         );
-        let s3 = |bucket: &str, prefix: &str| DurableUrl::S3 {
+        let s3 = |bucket: &str, prefix: &str| DurableStoreUrl::S3 {
             bucket: bucket.into(),
             prefix: prefix.into(),
         };
-        assert_eq!(durable_url("s3://b"), Ok(s3("b", "")));
-        assert_eq!(durable_url("s3://b/"), Ok(s3("b", "")));
-        assert_eq!(durable_url("s3://b/prod"), Ok(s3("b", "prod/")));
-        assert_eq!(durable_url("s3://b/a/b/"), Ok(s3("b", "a/b/")));
+        assert_eq!(durable_url("s3://bkt"), Ok(s3("bkt", "")));
+        assert_eq!(durable_url("s3://bkt/"), Ok(s3("bkt", "")));
+        assert_eq!(durable_url("s3://bkt/prod"), Ok(s3("bkt", "prod/")));
+        assert_eq!(durable_url("s3://bkt/a/b/"), Ok(s3("bkt", "a/b/")));
+        // The library checks the bucket's name (S3's rules: 3 to 63 characters, …).
+        assert!(durable_url("s3://b").is_err());
         assert!(durable_url("s3:///p").is_err());
-        assert!(durable_url("s3://b//p").is_err());
+        assert!(durable_url("s3://bkt//p").is_err());
         assert!(durable_url("gs://b").is_err());
         assert!(durable_url("").is_err());
     }
