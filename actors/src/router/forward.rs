@@ -329,7 +329,10 @@ impl FleetRouter {
                     version: envelope_version,
                 };
                 let e = from_wire(sent, w);
-                if routes_again(&e) {
+                // A replica that is closing opens nothing more and ran nothing: for the sender
+                // it is one more replica that does not hold the tenant (its own `Closed` is
+                // the caller's answer only on the replica that is closing).
+                if routes_again(&e) || matches!(e, Error::Closed(_)) {
                     return self.pause(trip, deadline).await;
                 }
                 Some(Err(e))

@@ -125,6 +125,41 @@ async fn a_forward_to_a_replica_that_lost_the_tenant_is_routed_again_or_moved() 
     }
 }
 
+/// The holder the sender looked up hands the tenant back and begins to close before the
+/// forward arrives: it opens nothing more and answers `Closed` — nothing ran there, so the
+/// sender routes the message again (here: nobody holds it, it opens where it arrived) instead of
+/// failing the caller. Seen failing (the caller heard `Closed`) before `Closed` from a forward
+/// was routed again; the reference service's two-process test met it at every SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_refused_by_a_closing_replica_is_routed_again() {
+    let (leases, _dir) = store();
+    let faulty = FaultyLeaseStore::new(leases.clone());
+    let world = Arc::new(World::default());
+    let a = Replica::start(
+        "ra",
+        Arc::new(faulty.clone()),
+        world.clone(),
+        Options::default(),
+    )
+    .await;
+    let b = Replica::start("rb", leases.clone(), world.clone(), Options::default()).await;
+    b.send("t7", "open", D).await.unwrap();
+    let b_host = b.host.clone();
+    faulty.after_next(LeaseOp::Lookup, move || async move {
+        b_host
+            .closing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        b_host.release(&key("t7")).await;
+    });
+    let got = a.send("t7", "k7", D).await;
+    assert_eq!(
+        got.as_deref(),
+        Ok(&b"k7@ra"[..]),
+        "routed again, opened at ra"
+    );
+    assert_eq!(ran_at(&world, "k7"), vec!["ra"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_for_a_tenant_leaving_its_holder_waits_for_the_successor() {
     let (leases, _dir) = store();

@@ -163,7 +163,7 @@ async fn the_tenant_of_a_killed_replica_is_taken_over_after_about_ttl() {
     child.kill().unwrap();
     let killed = Instant::now();
     child.wait().unwrap();
-    let early = a.send("tk", "k-early", Duration::from_millis(300)).await;
+    let early = a.send("tk", "k-early", Duration::from_millis(800)).await;
     assert!(
         matches!(&early, Err(Error::Unavailable { holder, .. }) if holder == "child"),
         "{early:?}"

@@ -47,6 +47,8 @@ pub(crate) struct Host {
     world: Arc<World>,
     /// Tenants open here: their epoch and state.
     pub(crate) open: Mutex<HashMap<LeaseKey, (u64, LocalState)>>,
+    /// The replica is closing: it opens nothing more (`Closed`, as the supervisor refuses).
+    pub(crate) closing: std::sync::atomic::AtomicBool,
 }
 
 impl Host {
@@ -74,6 +76,9 @@ impl Host {
                     key: key.to_string(),
                     state: "draining".into(),
                 });
+            }
+            None if self.closing.load(std::sync::atomic::Ordering::SeqCst) => {
+                return Err(Error::Closed("the replica is closing".into()));
             }
             None => match self.leases.acquire(&key, &self.me, TTL).await {
                 Ok(record) => {
@@ -200,6 +205,7 @@ impl Replica {
             leases: leases.clone(),
             world,
             open: Mutex::default(),
+            closing: Default::default(),
         });
         let events = EventLog::new();
         let sink = EventSink::new(Some(Arc::new(events.clone())));
