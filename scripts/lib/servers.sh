@@ -100,8 +100,9 @@ lh_pg_cert() {
     fi
 }
 
-# Starts a throwaway cluster: trust auth on loopback, no fsync, TLS on (a server
-# certificate signed by a throwaway CA; plain connections are still accepted). Exports
+# Starts a throwaway cluster: trust auth on loopback, no fsync (LEASEHOLD_TEST_PG_FSYNC=on keeps
+# PostgreSQL's default, for benchmarks whose figures must include the commit's fsync), TLS on (a
+# server certificate signed by a throwaway CA; plain connections are still accepted). Exports
 # LEASEHOLD_TEST_PG_URL and LEASEHOLD_TEST_PG_CA (the root a client trusts for verify-full).
 lh_pg_start() {
     lh_tmp_init
@@ -115,11 +116,12 @@ lh_pg_start() {
         >"$LH_TMP/initdb.log" 2>&1 || { cat "$LH_TMP/initdb.log" >&2; return 1; }
     lh_pg_cert "$dir"
     local tls="-c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key"
-    local attempt port
+    local attempt port fsync="-c fsync=off"
+    [[ "${LEASEHOLD_TEST_PG_FSYNC:-off}" == on ]] && fsync=""
     for attempt in 1 2 3; do
         port="$(lh_free_port)"
         if lh_as_pg "$LH_PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 \
-            -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/sock -c fsync=off -c max_connections=200 $tls" \
+            -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/sock $fsync -c max_connections=200 $tls" \
             start >/dev/null; then
             LH_PG_DIR="$dir"
             LH_PG_PORT="$port"
