@@ -7,6 +7,8 @@
 //!  tenure (tenant, epoch), granted to replica R at `start`, ended by `end`
 //!    explained  ⇐  the driver asked R for a handoff or forget of that tenant in [start, end],
 //!                  or a close of R before `end`
+//!               ⇐  R never opened it and was granted a later epoch (an open's acquire that
+//!                  landed too late, retried: `Tenure::never_began`)
 //!               ⇐  a fault impaired R (or every replica: a SIGSTOP may hold the lease store's
 //!                  lock) at some time in [start, end]
 //!    otherwise  ─> unexplained-tenure-end: the runtime ended a tenure nobody asked it to end
@@ -20,7 +22,7 @@
 use crate::checker::{Report, Successors, Violation};
 use crate::history::Record;
 use crate::history::acts::LeaveKind;
-use crate::store_rules::{impaired_between, tenure_end};
+use crate::store_rules::{impaired_between, later_tenures, tenure_end};
 
 /// What the rule found besides its violations.
 #[derive(Debug, Default, Clone, Copy)]
@@ -95,6 +97,10 @@ pub fn check_tenure_ends(rec: &Record, report: &mut Report) -> Ends {
                 }
         });
         if asked {
+            ends.asked += 1;
+            continue;
+        }
+        if tenure.never_began(&later_tenures(rec, tenant, epoch)) {
             ends.asked += 1;
             continue;
         }

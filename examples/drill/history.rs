@@ -117,9 +117,26 @@ pub struct Tenure {
     pub forgotten: Option<u64>,
     /// Driver time of the first line saying it ended (lost, released, forgotten).
     pub ended_at: Option<u64>,
+    /// Its replica said it opened (the acquire's answer reached the runtime and the tenant
+    /// served).
+    pub opened: bool,
 }
 
 impl Tenure {
+    /// A grant its replica never served under: never opened, and the same replica was granted a
+    /// later epoch of the tenant — an open whose acquire landed but whose answer came too late
+    /// (or whose restore outlived the lease), retried under a new epoch. Nothing can have been
+    /// acknowledged in it (every acknowledged write is checked on its own), and no close or
+    /// handoff had it to flush.
+    pub fn never_began(&self, later: &[&Tenure]) -> bool {
+        !self.opened
+            && self.grants.iter().any(|g| {
+                later
+                    .iter()
+                    .any(|t| t.grants.iter().any(|h| h.replica == g.replica))
+            })
+    }
+
     /// Whether it ended in a graceful handoff (final image published, lease handed back).
     pub fn graceful(&self) -> bool {
         self.released == Some(true) || self.handoff_ok
@@ -474,6 +491,7 @@ impl History {
             }
             Line::Opened { tenant, epoch } => {
                 let tenure = r.tenures.entry((tenant, epoch)).or_default();
+                tenure.opened = true;
                 // Heard after the open: the lease was surely acquired by now.
                 if !tenure.grants.iter().any(|g| g.replica == replica) {
                     tenure.grants.push(Grant {

@@ -155,6 +155,10 @@ pub fn check_closed_tenures(rec: &Record, report: &mut Report) {
             if tenure.ended_at.is_some() || unflushed.contains(&tenant) {
                 continue;
             }
+            if tenure.never_began(&later_tenures(rec, tenant, epoch)) {
+                report.graceful_explained += 1;
+                continue;
+            }
             if impaired_between(rec, replica, grant.acquired_hi, *at) {
                 report.graceful_explained += 1;
                 continue;
@@ -170,6 +174,14 @@ pub fn check_closed_tenures(rec: &Record, report: &mut Report) {
             });
         }
     }
+}
+
+/// The tenures of `tenant` after `epoch`.
+pub fn later_tenures(rec: &Record, tenant: u32, epoch: u64) -> Vec<&crate::history::Tenure> {
+    rec.tenures
+        .range((tenant, epoch + 1)..=(tenant, u64::MAX))
+        .map(|(_, t)| t)
+        .collect()
 }
 
 /// The driver's flags, each a violation.
