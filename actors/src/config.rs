@@ -201,6 +201,14 @@ pub struct RuntimeConfig {
     /// The deadline of `Supervisor::send` (and of a request given none): the longest a caller
     /// waits for a reply, an open, a handoff under way and the output gate included. Default 30 s.
     pub ask_timeout: Duration,
+    /// How long a tenant stays open with nothing to do before it is passivated: its log settled
+    /// (or, with `Images`, its final image published), its lease released, its connection,
+    /// actor and local copy freed. The next message to its address, or call on a handle the
+    /// host kept, reopens it (docs/guarantees.md, promise 12). With passivation on, an open
+    /// that meets `max_open` passivates the least recently used idle tenant instead of being
+    /// refused (refused with `Error::OpenLimit` only when none is idle). `None`: tenants stay
+    /// open until handed off, and `max_open` refuses. Default 60 s.
+    pub passivate_after: Option<Duration>,
     /// Deliberate bugs, to prove that the test harnesses catch a broken promise.
     #[cfg(feature = "fault-switches")]
     pub breakage: Breakage,
@@ -225,6 +233,10 @@ pub struct Breakage {
     /// Run a command sent with an idempotency key without looking for its stored reply
     /// (breaks exactly-once delivery, promise 11).
     pub ignore_idempotency_keys: bool,
+    /// Passivate without settling the change log or publishing the final image: what was
+    /// acknowledged and not yet shipped (`Async`) or imaged (`Images`) is let go with the local
+    /// copy (breaks promise 12).
+    pub passivate_unsettled: bool,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -253,6 +265,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("messages", &self.messages)
             .field("idempotency_window", &self.idempotency_window)
             .field("ask_timeout", &self.ask_timeout)
+            .field("passivate_after", &self.passivate_after)
             .finish_non_exhaustive()
     }
 }
@@ -295,6 +308,7 @@ impl RuntimeConfig {
             messages: crate::message::Messages::new(),
             idempotency_window: Duration::from_secs(24 * 60 * 60),
             ask_timeout: Duration::from_secs(30),
+            passivate_after: Some(Duration::from_secs(60)),
             #[cfg(feature = "fault-switches")]
             breakage: Breakage::default(),
         }
@@ -359,6 +373,9 @@ impl RuntimeConfig {
         }
         positive("idempotency_window", self.idempotency_window)?;
         positive("ask_timeout", self.ask_timeout)?;
+        if let Some(after) = self.passivate_after {
+            positive("passivate_after", after)?;
+        }
         if !(1..=10_000).contains(&self.close_concurrency) {
             return invalid("close_concurrency", "must be between 1 and 10000");
         }
@@ -539,6 +556,14 @@ mod tests {
                 Box::new(move |c| c.idempotency_window = day),
             ),
             ("ask_timeout", Box::new(|c| c.ask_timeout = Duration::ZERO)),
+            (
+                "passivate_after",
+                Box::new(|c| c.passivate_after = Some(Duration::ZERO)),
+            ),
+            (
+                "passivate_after",
+                Box::new(move |c| c.passivate_after = Some(day)),
+            ),
         ];
         for (name, break_it) in cases {
             let mut c = config(dir.path());
@@ -591,6 +616,7 @@ mod tests {
         let mut c = config(dir.path());
         c.renew_every = None;
         c.snapshot_every = None;
+        c.passivate_after = None;
         assert_eq!(c.validate(), Ok(()));
     }
 }

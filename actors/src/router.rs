@@ -99,8 +99,8 @@ enum Here {
     Serving(TenantRef),
     /// Open and leaving (draining, flushing, abandoning, forgetting): wait until it has left.
     Leaving(TenantRef),
-    /// Not open here.
-    Absent,
+    /// Not open here (with the epoch of its tenure passivated here, if the router knew one).
+    Absent(Option<u64>),
 }
 
 /// A replica's router: one per [`Supervisor`], shared by its clones.
@@ -308,7 +308,7 @@ impl Supervisor {
                     }
                 }
                 Here::Leaving(tenant) => self.wait_until_gone(&tenant, deadline).await,
-                Here::Absent => match self.open_here(&key).await {
+                Here::Absent(passivated) => match self.open_here(&key, passivated).await {
                     Ok(tenant) => {
                         tracing::debug!(%key, epoch = tenant.epoch(), message = %req.name,
                             "nobody held the tenant: opened here for a message");
@@ -335,18 +335,21 @@ impl Supervisor {
     /// supervisor's table.
     async fn here(&self, key: &LeaseKey) -> Result<Here, Error> {
         let known = self.known_handle(key);
+        let passivated = known
+            .as_ref()
+            .and_then(|t| (t.status_now() == TenantStatus::Passivated).then(|| t.epoch()));
         let tenant = match known {
             Some(tenant) if !tenant.status_now().is_final() => Some(tenant),
             _ => self.lookup(key).await?,
         };
         Ok(match tenant {
-            None => Here::Absent,
+            None => Here::Absent(passivated),
             Some(t) if t.status_now() == TenantStatus::Serving => {
                 self.remember(t.clone());
                 Here::Serving(t)
             }
             // Over, and about to leave the table: an open waits for that (`Draining`).
-            Some(t) if t.status_now().is_final() => Here::Absent,
+            Some(t) if t.status_now().is_final() => Here::Absent(passivated),
             Some(t) => Here::Leaving(t),
         })
     }

@@ -24,6 +24,9 @@ mod addressing;
 mod close;
 mod local_sweep;
 mod open;
+mod passivate;
+
+pub(crate) use passivate::reopen;
 
 use crate::config::RuntimeConfig;
 use crate::events::EventSink;
@@ -91,6 +94,11 @@ impl HostHold {
         count.fetch_add(1, Ordering::SeqCst);
         Self { count, addr }
     }
+
+    /// The supervisor that handed the handle out: where it reopens a passivated tenant.
+    pub(crate) fn supervisor(&self) -> &Addr<SupervisorActor> {
+        &self.addr
+    }
 }
 
 impl Clone for HostHold {
@@ -140,6 +148,8 @@ impl Supervisor {
             close_waiters: Vec::new(),
             handle_dropped: false,
             host_handles: host_handles.clone(),
+            recency: crate::passivation::Recency::default(),
+            idle_timer: None,
         }
         .start();
         // Copies a crash left behind of tenants forgotten meanwhile go first.
@@ -163,9 +173,7 @@ impl Supervisor {
         org: &OrgId,
         tenant: &TenantId,
     ) -> impl Future<Output = Result<TenantRef, Error>> + use<> {
-        let request = self.addr.send(Open {
-            key: LeaseKey::new(org, tenant),
-        });
+        let request = self.addr.send(Open::new(LeaseKey::new(org, tenant)));
         let owner = self._owner.clone();
         async move {
             let tenant = request.await.map_err(|_| stopped())??;
@@ -280,6 +288,11 @@ pub struct SupervisorActor {
     /// How many tenant handles hosts hold ([`HostHold`]): with no `Supervisor` handle and none
     /// of these, nothing can reach the replica.
     host_handles: Arc<AtomicUsize>,
+    /// The tenants of the table in the order of their last noted activity: who is idle, who is
+    /// the least recently used (docs/architecture.md, "Passivation").
+    recency: crate::passivation::Recency<LeaseKey>,
+    /// The next idle check, when armed.
+    idle_timer: Option<SpawnHandle>,
 }
 
 /// A forget under way: its tenure, the signal that it is over, and the tenant's handle.
@@ -391,7 +404,29 @@ impl Handler<HandleDropped> for SupervisorActor {
 #[derive(Message)]
 #[rtype(result = "Result<TenantRef, Error>")]
 struct Open {
+    /// The tenant.
     key: LeaseKey,
+    /// The epoch of a tenure of it passivated here, when the open reactivates it (a handle's
+    /// call, a message to its address): said by a `reactivated` event.
+    reactivates: Option<u64>,
+    /// Tenants this open has passivated already to make room at `max_open`.
+    evictions: u32,
+}
+
+impl Open {
+    /// An open of `key`.
+    fn new(key: LeaseKey) -> Self {
+        Self::reactivating(key, None)
+    }
+
+    /// An open of `key` that reactivates the tenure `reactivates` passivated here.
+    fn reactivating(key: LeaseKey, reactivates: Option<u64>) -> Self {
+        Self {
+            key,
+            reactivates,
+            evictions: 0,
+        }
+    }
 }
 
 /// Looks a tenant up in the table.
@@ -429,7 +464,7 @@ impl Handler<Open> for SupervisorActor {
     type Result = ResponseActFuture<Self, Result<TenantRef, Error>>;
 
     fn handle(&mut self, msg: Open, ctx: &mut Context<Self>) -> Self::Result {
-        let key = msg.key;
+        let key = msg.key.clone();
         if self.closing {
             return Box::pin(actix::fut::ready(Err(Error::Closed(
                 "the replica is closing".into(),
@@ -437,6 +472,10 @@ impl Handler<Open> for SupervisorActor {
         }
         if let Some(entry) = self.table.get(&key) {
             let now = entry.tenant.status_now();
+            if now == TenantStatus::Passivating {
+                let tenant = entry.tenant.clone();
+                return self.open_after_passivation(tenant, msg, ctx);
+            }
             if now.is_leaving() || now.is_final() {
                 // Its handle is about to stop serving: open again once it has left (or, after a
                 // drain that timed out, once it serves again).
@@ -466,10 +505,9 @@ impl Handler<Open> for SupervisorActor {
         }
         let open_now = self.table.len() + self.opening.len() + self.forgets.len();
         if open_now >= self.rt.max_open {
-            return Box::pin(actix::fut::ready(Err(Error::OpenLimit {
-                limit: self.rt.max_open,
-            })));
+            return self.evict_for(msg, ctx);
         }
+        let reactivates = msg.reactivates;
         let arbiter = self.arbiters[self.next_arbiter % self.arbiters.len()].handle();
         self.next_arbiter += 1;
         let attempt = *self
@@ -486,7 +524,7 @@ impl Handler<Open> for SupervisorActor {
         };
         let shared = open::open_tenant(plan).boxed().shared();
         self.opening.insert(key.clone(), shared.clone());
-        Box::pin(shared.into_actor(self).map(move |opened, act, _| {
+        Box::pin(shared.into_actor(self).map(move |opened, act, ctx| {
             act.opening.remove(&key);
             // An acquire that timed out may land later: the next open of this key asks again
             // under the same attempt, which the store recognises. Any other end spends it.
@@ -513,12 +551,20 @@ impl Handler<Open> for SupervisorActor {
                 let order = act.next_order;
                 act.next_order += 1;
                 act.table.insert(
-                    key,
+                    key.clone(),
                     Entry {
                         tenant: tenant.clone(),
                         order,
                     },
                 );
+                act.note_activity(&key, None, ctx);
+                if let Some(passivated_epoch) = reactivates {
+                    act.rt.events.emit(crate::events::Event::Reactivated {
+                        key: key.to_string(),
+                        epoch: tenant.epoch(),
+                        passivated_epoch,
+                    });
+                }
             }
             opened
         }))
@@ -552,11 +598,15 @@ impl Handler<TenantGone> for SupervisorActor {
             .is_some_and(|e| e.tenant.epoch() == msg.epoch)
         {
             self.table.remove(&msg.key);
+            self.recency.remove(&msg.key);
         }
         // A forget of this tenure, if any, is over (the tenant actor has stopped by itself).
         self.forgets.retain(|(t, _, _)| *t != tenure);
         self.stop_if_done(ctx);
-        if msg.status != TenantStatus::Released {
+        if !matches!(
+            msg.status,
+            TenantStatus::Released | TenantStatus::Passivated
+        ) {
             // An abandoned copy stays for the next open, unless a successor forgets the tenant;
             // one a failed forget could not delete is dead already.
             let check = self.sweep_local(vec![msg.key]).map(|outcome, _, _| {
@@ -582,6 +632,7 @@ impl Handler<ForgetBegun> for SupervisorActor {
             .is_some_and(|e| e.tenant.epoch() == msg.epoch)
         {
             tenant = self.table.remove(&msg.key).map(|e| e.tenant);
+            self.recency.remove(&msg.key);
         }
         let tenure = (msg.key, msg.epoch);
         if let Some(i) = self.forgets.iter().position(|(t, _, _)| t == &tenure) {

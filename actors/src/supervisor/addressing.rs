@@ -12,11 +12,13 @@ use crate::tenant::TenantRef;
 impl Supervisor {
     /// Opens a tenant for the router: [`Supervisor::open`] without counting the handle as one
     /// a host holds.
+    /// `reactivates`: the epoch of a tenure of it passivated here, whose handle the router held.
     pub(crate) fn open_here(
         &self,
         key: &LeaseKey,
+        reactivates: Option<u64>,
     ) -> impl Future<Output = Result<TenantRef, Error>> + use<> {
-        let request = self.addr.send(Open { key: key.clone() });
+        let request = self.addr.send(Open::reactivating(key.clone(), reactivates));
         async move { request.await.map_err(|_| stopped())? }
     }
 
