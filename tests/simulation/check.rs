@@ -5,7 +5,7 @@
 //! cleared, every lease left to expire, and each tenant opened on a replica that never served
 //! it: its ledger must be exactly the model's, and nothing at or below its floor may be left.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -251,7 +251,20 @@ fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
         (seq > tip && (e < holder || ts.seg_unconfirmed.contains(&(e, seq))))
             || (seq <= tip && ts.segments.keys().any(|&(e2, s2)| s2 == seq && e2 > e))
     };
-    let mut required: Vec<String> = ts.objects.keys().flat_map(|&o| object_keys(t, o)).collect();
+    // An image whose head move's answer was lost stays only while the head's chain of bases
+    // reaches it; off the chain its replica's reconciliation may take it back at any time.
+    let mut on_chain = BTreeSet::new();
+    let mut at = ts.head;
+    while let Some(o) = at.filter(|o| on_chain.insert(*o)) {
+        at = ts.objects.get(&o).and_then(|image| image.base);
+    }
+    let unnamed = |o: &(u64, u64)| ts.img_unconfirmed.contains(o) && !on_chain.contains(o);
+    let mut required: Vec<String> = ts
+        .objects
+        .keys()
+        .filter(|o| !unnamed(o))
+        .flat_map(|&o| object_keys(t, o))
+        .collect();
     required.extend(ts.lone.iter().map(|&o| object_keys(t, o)[0].clone()));
     required.extend(
         ts.segments
@@ -266,6 +279,12 @@ fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
         .flat_map(|&o| object_keys(t, o))
         .collect();
     maybe.extend(ts.stray.iter().map(|&o| object_keys(t, o)[0].clone()));
+    maybe.extend(
+        ts.objects
+            .keys()
+            .filter(|o| unnamed(o))
+            .flat_map(|&o| object_keys(t, o)),
+    );
     maybe.extend(ts.seg_leftovers.iter().map(|&p| segment_key(t, p)));
     maybe.extend(ts.seg_maybe.iter().map(|&p| segment_key(t, p)));
     maybe.extend(

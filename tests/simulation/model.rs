@@ -189,6 +189,10 @@ pub struct TenantState {
     /// Images (each with its manifest) above the floor, by `(epoch, seq)`: exactly these are
     /// in the store.
     pub objects: BTreeMap<(u64, u64), Image>,
+    /// Images whose head move timed out (its answer lost): the replica's reconciliation deletes
+    /// each once nothing names it and nothing can any more (docs/guarantees.md, "Reconciling
+    /// puts of unknown outcome"); one that the head's chain of bases reaches stays.
+    pub img_unconfirmed: BTreeSet<(u64, u64)>,
     /// Images at or below the floor that a failed forget left: each may still be there until a
     /// sweep (which runs beside an open, in the background) takes it.
     pub leftovers: BTreeSet<(u64, u64)>,

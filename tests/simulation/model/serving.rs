@@ -206,6 +206,7 @@ impl State {
         let replica = self.tenures[&k].replica;
         if self.take_late(Late::PublishHead) {
             let image = (epoch, seq);
+            self.tenants[t].img_unconfirmed.insert(image);
             return Err(self.hold(Held::PublishHead {
                 t,
                 r: replica,
