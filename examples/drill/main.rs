@@ -22,6 +22,7 @@
 //! cargo run --example drill -- --large-batch-mib 12 --store-mib-per-sec 10 --faults handoff
 //! cargo run --example drill -- --seed 7 --break ack-before-tip --faults kill-upload  # must fail
 //! cargo run --example drill -- --seed 7 --break skip-final-image --durability images  # must fail
+//! cargo run --example drill -- --seed 7 --break passivate-unsettled --durability images --faults passivate  # must fail
 //! scripts/with-servers.sh cargo run --example drill --features "testkit postgres s3" -- \
 //!     --backend postgres-s3 --replicas 2 --faults handoff --seconds 10
 //! ```
@@ -79,6 +80,7 @@ mod history;
 mod late_puts;
 mod leaks;
 mod opt_in;
+mod passivate;
 mod pitr;
 mod protocol;
 mod replica;
@@ -100,6 +102,8 @@ pub enum BreakSwitch {
     /// With `Shipped`, acknowledge a batch before its segment is shipped and the tip moved
     /// (breaks the RPO 0 of the change log).
     AckBeforeTip,
+    /// Passivate without settling the log or publishing the final image (breaks promise 12).
+    PassivateUnsettled,
 }
 
 impl BreakSwitch {
@@ -109,6 +113,7 @@ impl BreakSwitch {
             BreakSwitch::SkipCommitCheck => "skip-commit-check",
             BreakSwitch::SkipFinalImage => "skip-final-image",
             BreakSwitch::AckBeforeTip => "ack-before-tip",
+            BreakSwitch::PassivateUnsettled => "passivate-unsettled",
         }
     }
 }
