@@ -251,9 +251,9 @@ async fn close(backend: Backend, dir: &Path, s: &Sizes) {
     );
     for tenants in s.closes {
         let (took, unflushed) = lifecycle::close_many(backend, dir, tenants, s.close_events).await;
-        let floor = lifecycle::close_floor(dir, tenants, s.close_events).await;
+        let floor = lifecycle::close_floor(dir, tenants, s.close_events, 8).await;
         println!(
-            "RESULT close: {tenants} tenants: close() {:.2} s ({unflushed} unflushed); floor {:.2} s ({:.1}x)",
+            "RESULT close: {tenants} tenants: close() {:.2} s ({unflushed} unflushed); floor, 8 at a time like close_concurrency, {:.2} s ({:.1}x)",
             took.as_secs_f64(),
             floor.as_secs_f64(),
             took.as_secs_f64() / floor.as_secs_f64().max(1e-9)

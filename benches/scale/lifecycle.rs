@@ -1,6 +1,6 @@
 //! Reopen of a passivated tenant (its image and segments fetched back) and `close()` of many
 //! tenants beside its floor: the same work done directly on the files (each ledger's last
-//! connection closed, its directory removed, its lease released), one tenant after another.
+//! connection closed, its directory removed, its lease released), as many at a time as `close`.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -137,11 +137,13 @@ pub async fn close_many(
     (started.elapsed(), unflushed.len())
 }
 
-/// The floor of closing `tenants` tenants of `events` events each: for each, one after another,
-/// its ledger's last connection closed (SQLite checkpoints the WAL into the file and removes
-/// it), its directory removed and its lease released with one lease-store call — set up first
-/// (leases acquired, ledgers of the same schema filled in WAL + `NORMAL`), not timed.
-pub async fn close_floor(dir: &Path, tenants: usize, events: usize) -> Duration {
+/// The floor of closing `tenants` tenants of `events` events each, `at_once` at a time (as
+/// `close` runs `close_concurrency` handoffs at a time): for each, its ledger's last
+/// connection closed (SQLite checkpoints the WAL into the file and removes it) and its
+/// directory removed on a blocking thread, then its lease released with one lease-store call —
+/// set up first (leases acquired, ledgers of the same schema filled in WAL + `NORMAL`), not
+/// timed.
+pub async fn close_floor(dir: &Path, tenants: usize, events: usize, at_once: usize) -> Duration {
     let root = dir.join(format!("floor-{tenants}"));
     std::fs::create_dir_all(&root).expect("floor dir");
     let leases = SqliteLeaseStore::open(&root.join("leases.db")).expect("lease file");
@@ -173,10 +175,17 @@ pub async fn close_floor(dir: &Path, tenants: usize, events: usize) -> Duration 
         held.push((key, record.epoch, conn, tenant_dir));
     }
     let started = Instant::now();
-    for (key, epoch, conn, tenant_dir) in held {
-        conn.close().map_err(|(_, e)| e).expect("close");
-        std::fs::remove_dir_all(&tenant_dir).expect("remove");
-        leases.release(&key, "floor", epoch).await.expect("release");
-    }
+    let leases = &leases;
+    futures::stream::iter(held)
+        .for_each_concurrent(at_once, |(key, epoch, conn, tenant_dir)| async move {
+            tokio::task::spawn_blocking(move || {
+                conn.close().map_err(|(_, e)| e).expect("close");
+                std::fs::remove_dir_all(&tenant_dir).expect("remove");
+            })
+            .await
+            .expect("file work");
+            leases.release(&key, "floor", epoch).await.expect("release");
+        })
+        .await;
     started.elapsed()
 }
