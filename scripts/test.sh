@@ -39,7 +39,8 @@ status=$step
 step=0
 matrix=(--test handoff --test forget --test drain --test sweep --test local_files
     --test fencing --test guarded_ledger --test observers --test close --test hardening
-    --test change_log --test change_log_pitr --test tip_burst --test reconcile --test messages)
+    --test change_log --test change_log_pitr --test tip_burst --test reconcile --test messages
+    --test passivation)
 lh_log "runtime tests with LEASEHOLD_TEST_BACKEND=postgres-s3"
 lh_run env LEASEHOLD_TEST_BACKEND=postgres-s3 "$cargo" test --features "testkit postgres s3 cli" \
     "${matrix[@]}" "$@" || step=$?

@@ -129,6 +129,15 @@ async fn every_metric_of_the_catalog_moves_under_a_workload() {
     t.handoff().await.unwrap();
     look("handoffs");
 
+    // A tenant idle for `passivate_after` (its default, 60 s: renewed on the way) is passivated.
+    let idle = a.open().await;
+    for _ in 0..16 {
+        fleet.advance(Duration::from_secs(4));
+        a.sup.renew_now().await.unwrap();
+    }
+    assert_eq!(a.sup.passivate_idle_now().await.unwrap(), 1);
+    until_status(&idle, leasehold_actors::TenantStatus::Passivated).await;
+
     // An image whose put timed out and landed later: the image fails, the reconciliation takes
     // it back. Then the lease has lapsed: a run is fenced, the renewal finds the lease lost.
     let t = a.open().await;

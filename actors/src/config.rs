@@ -206,6 +206,14 @@ pub struct RuntimeConfig {
     /// transport, the replica reaches no other and advertises nothing. The lease store must
     /// keep replica records (SQLite, PostgreSQL).
     pub transport: Option<crate::transport::TransportConfig>,
+    /// How long a tenant stays open with nothing to do before it is passivated: its log settled
+    /// (or, with `Images`, its final image published), its lease released, its connection,
+    /// actor and local copy freed. The next message to its address, or call on a handle the
+    /// host kept, reopens it (docs/guarantees.md, promise 12). With passivation on, an open
+    /// that meets `max_open` passivates the least recently used idle tenant instead of being
+    /// refused (refused with `Error::OpenLimit` only when none is idle). `None`: tenants stay
+    /// open until handed off, and `max_open` refuses. Default 60 s.
+    pub passivate_after: Option<Duration>,
     /// Deliberate bugs, to prove that the test harnesses catch a broken promise.
     #[cfg(feature = "fault-switches")]
     pub breakage: Breakage,
@@ -230,6 +238,10 @@ pub struct Breakage {
     /// Run a command sent with an idempotency key without looking for its stored reply
     /// (breaks exactly-once delivery, promise 11).
     pub ignore_idempotency_keys: bool,
+    /// Passivate without settling the change log or publishing the final image: what was
+    /// acknowledged and not yet shipped (`Async`) or imaged (`Images`) is let go with the local
+    /// copy (breaks promise 12).
+    pub passivate_unsettled: bool,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -259,6 +271,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("idempotency_window", &self.idempotency_window)
             .field("ask_timeout", &self.ask_timeout)
             .field("transport", &self.transport)
+            .field("passivate_after", &self.passivate_after)
             .finish_non_exhaustive()
     }
 }
@@ -302,6 +315,7 @@ impl RuntimeConfig {
             idempotency_window: Duration::from_secs(24 * 60 * 60),
             ask_timeout: Duration::from_secs(30),
             transport: None,
+            passivate_after: Some(Duration::from_secs(60)),
             #[cfg(feature = "fault-switches")]
             breakage: Breakage::default(),
         }
@@ -366,6 +380,9 @@ impl RuntimeConfig {
         }
         positive("idempotency_window", self.idempotency_window)?;
         positive("ask_timeout", self.ask_timeout)?;
+        if let Some(after) = self.passivate_after {
+            positive("passivate_after", after)?;
+        }
         if !(1..=10_000).contains(&self.close_concurrency) {
             return invalid("close_concurrency", "must be between 1 and 10000");
         }
@@ -549,6 +566,14 @@ mod tests {
                 Box::new(move |c| c.idempotency_window = day),
             ),
             ("ask_timeout", Box::new(|c| c.ask_timeout = Duration::ZERO)),
+            (
+                "passivate_after",
+                Box::new(|c| c.passivate_after = Some(Duration::ZERO)),
+            ),
+            (
+                "passivate_after",
+                Box::new(move |c| c.passivate_after = Some(day)),
+            ),
         ];
         for (name, break_it) in cases {
             let mut c = config(dir.path());
@@ -601,6 +626,7 @@ mod tests {
         let mut c = config(dir.path());
         c.renew_every = None;
         c.snapshot_every = None;
+        c.passivate_after = None;
         assert_eq!(c.validate(), Ok(()));
     }
 }

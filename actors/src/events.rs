@@ -235,6 +235,30 @@ pub enum Event {
         /// How long it waited.
         waited_ms: u64,
     },
+    /// A tenant was let go for being idle, or as the least recently used when an open met
+    /// `max_open` (docs/architecture.md, "Passivation"): its log settled (or its final image
+    /// published), its lease released, its local copy, connection and actor gone. The next
+    /// message to its address, or call on a handle the host kept, reopens it.
+    Passivated {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The epoch that ended.
+        epoch: u64,
+        /// Why.
+        reason: crate::passivation::PassivationReason,
+        /// How long it had been idle when it was chosen.
+        idle_ms: u64,
+    },
+    /// A tenant passivated here was opened again by a message to its address or a call on a
+    /// handle the host kept.
+    Reactivated {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The new tenure's epoch.
+        epoch: u64,
+        /// The passivated tenure's.
+        passivated_epoch: u64,
+    },
     /// `close` handed off another tenant.
     CloseProgress {
         /// Tenants done (flushed or not).
@@ -278,6 +302,8 @@ impl Event {
             Event::CloseProgress { .. } => "close_progress",
             Event::ReplyReplayed { .. } => "reply_replayed",
             Event::MessageWaited { .. } => "message_waited",
+            Event::Passivated { .. } => "passivated",
+            Event::Reactivated { .. } => "reactivated",
         }
     }
 }
@@ -418,6 +444,17 @@ fn trace(event: &Event) {
             unflushed,
         } => tracing::info!(done, total, unflushed, "close progress"),
         Event::Renewed { leases } => tracing::debug!(leases, "renewed"),
+        Event::Passivated {
+            key,
+            epoch,
+            reason,
+            idle_ms,
+        } => tracing::info!(%key, epoch, reason = reason.as_str(), idle_ms, "passivated"),
+        Event::Reactivated {
+            key,
+            epoch,
+            passivated_epoch,
+        } => tracing::info!(%key, epoch, passivated_epoch, "reactivated"),
         Event::ReplicaDropped { tenants } => tracing::warn!(
             tenants,
             "the replica was dropped without close() and no handle is left: it stops like a crash"

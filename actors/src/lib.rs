@@ -46,6 +46,8 @@
 //!   and its image publisher.
 //! - `lease_actor` — the renewal chain and each tenure's `LeaseCell`.
 //! - `reconcile` — the replica's ledger of puts of unknown outcome and its passes.
+//! - `passivation` — passivation's pure decisions: the order of last activity (an LRU list
+//!   runs never touch), who is idle, who is evicted at `max_open`; [`PassivationReason`].
 //! - [`message`] — typed messages: [`TenantMessage`], [`TenantQuery`], the registry
 //!   [`Messages`], the erased form a replica hands another ([`ErasedRequest`]).
 //! - `router` — [`TenantAddr`] and where a message runs: the local path (run here, open here
@@ -59,6 +61,7 @@ pub mod events;
 mod lease_actor;
 pub mod message;
 pub mod metrics;
+mod passivation;
 mod reconcile;
 mod router;
 mod runtime;
@@ -77,6 +80,7 @@ pub use config::{
 pub use events::{Event, EventLog, Observer};
 pub use lease_actor::live_tenants;
 pub use message::{ErasedRequest, MessageKind, Messages, Sendable, TenantMessage, TenantQuery};
+pub use passivation::PassivationReason;
 pub use reconcile::ReconcileReport;
 pub use router::TenantAddr;
 pub use status::TenantStatus;

@@ -95,6 +95,8 @@ pub const SWEPT_OBJECTS: &str = "leasehold_swept_objects_total";
 pub const SWEEP_FAILURES: &str = "leasehold_sweep_failures_total";
 /// Objects the reconciliation took back: puts of unknown outcome nothing names, orphans.
 pub const TAKEN_BACK_OBJECTS: &str = "leasehold_taken_back_objects_total";
+/// Tenants passivated, by reason (`reason` = `idle` or `evicted`).
+pub const PASSIVATIONS: &str = "leasehold_passivations_total";
 
 const fn metric(
     name: &'static str,
@@ -226,6 +228,12 @@ pub const CATALOG: &[MetricInfo] = &[
         Unit::Count,
         "objects the reconciliation took back",
     ),
+    metric(
+        PASSIVATIONS,
+        Counter,
+        Unit::Count,
+        "tenants passivated, by reason (idle, evicted)",
+    ),
 ];
 
 /// Gives the installed recorder every metric's unit and meaning (a recorder installed later
@@ -256,6 +264,9 @@ pub(crate) fn on_event(event: &Event) {
         }
         Event::SweepFailed { .. } => counter!(SWEEP_FAILURES).increment(1),
         Event::TakenBack { objects, .. } => counter!(TAKEN_BACK_OBJECTS).increment(*objects as u64),
+        Event::Passivated { reason, .. } => {
+            counter!(PASSIVATIONS, "reason" => reason.as_str()).increment(1)
+        }
         _ => {}
     }
 }

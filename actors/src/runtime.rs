@@ -80,6 +80,9 @@ pub(crate) struct Runtime {
     pub(crate) idempotency_window: Duration,
     /// The deadline of a message sent without one.
     pub(crate) ask_timeout: Duration,
+    /// How long a tenant stays open idle before it is passivated; `None`: never, and
+    /// `max_open` refuses.
+    pub(crate) passivate_after: Option<Duration>,
     /// Read connections of queries open at once, replica-wide (each holds three descriptors:
     /// docs/guarantees.md, the descriptor ceiling).
     pub(crate) queries: Arc<tokio::sync::Semaphore>,
@@ -148,6 +151,7 @@ impl Runtime {
             messages: config.messages,
             idempotency_window: config.idempotency_window,
             ask_timeout: config.ask_timeout,
+            passivate_after: config.passivate_after,
             queries: Arc::new(tokio::sync::Semaphore::new(crate::config::QUERIES_AT_ONCE)),
             reconcile,
             #[cfg(feature = "fault-switches")]
@@ -193,6 +197,20 @@ impl Runtime {
         return self.breakage.ignore_idempotency_keys;
         #[cfg(not(feature = "fault-switches"))]
         false
+    }
+
+    /// Whether a passivation lets go without settling (a deliberate bug).
+    pub(crate) fn skips_passivation_flush(&self) -> bool {
+        #[cfg(feature = "fault-switches")]
+        return self.breakage.passivate_unsettled;
+        #[cfg(not(feature = "fault-switches"))]
+        false
+    }
+
+    /// How long a caller waits for a tenant to leave (a handoff's or a passivation's flush that
+    /// is under way): the drain and a few store calls.
+    pub(crate) fn leave_limit(&self) -> Duration {
+        self.drain_timeout + 4 * self.store_deadline
     }
 
     /// Lets go of the state root: a close that left nothing open and nothing erasing calls it,

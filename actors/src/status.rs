@@ -6,12 +6,16 @@
 //!  opening ──> serving ──> draining ──> flushing ──> released            │
 //!                 │  ^          │  ^_______│_________________________________┘
 //!                 │  └──────────┘          │
-//!                 ├──> abandoning ──> abandoned  (also from draining, flushing; a lost lease)
-//!                 └──> forgetting ──> forgotten  (also from draining, flushing)
-//!                           └──────> abandoned  (a forget that could not raise the floor)
+//!                 ├──> abandoning ──> abandoned  (also from draining, flushing, passivating;
+//!                 │                               a lost lease)
+//!                 ├──> forgetting ──> forgotten  (also from draining, flushing, passivating)
+//!                 │         └──────> abandoned  (a forget that could not raise the floor)
+//!                 └──> passivating ──> passivated (idle, or least recently used at max_open)
+//!                           └──> serving (its flush failed)
 //! ```
-//! Everything moves forward except `serving <- draining | flushing`, when a handoff fails.
-//! `released`, `abandoned` and `forgotten` are final.
+//! Everything moves forward except `serving <- draining | flushing | passivating`, when a
+//! handoff or a passivation fails. `released`, `abandoned`, `forgotten` and `passivated` are
+//! final; a handle the host keeps of a passivated tenure reopens the tenant at its next call.
 
 use std::fmt;
 
@@ -36,6 +40,13 @@ pub enum TenantStatus {
     Forgetting,
     /// Erased.
     Forgotten,
+    /// Let go for being idle (or least recently used at `max_open`): its log settled (or its
+    /// final image published), its lease released, its local copy dropped, like a handoff
+    /// without a successor. Nothing changes for the host: the next message to its address, or
+    /// the next call on a handle the host kept, reopens it.
+    Passivating,
+    /// Passivated: over on this replica until something reopens it.
+    Passivated,
 }
 
 impl TenantStatus {
@@ -45,7 +56,10 @@ impl TenantStatus {
         matches!(
             (self, to),
             (Opening, Serving | Abandoning | Abandoned)
-                | (Serving, Draining | Abandoning | Abandoned | Forgetting)
+                | (
+                    Serving,
+                    Draining | Abandoning | Abandoned | Forgetting | Passivating
+                )
                 | (
                     Draining,
                     Flushing | Serving | Abandoning | Abandoned | Forgetting
@@ -53,6 +67,10 @@ impl TenantStatus {
                 | (
                     Flushing,
                     Released | Serving | Abandoning | Abandoned | Forgetting
+                )
+                | (
+                    Passivating,
+                    Passivated | Serving | Abandoning | Abandoned | Forgetting
                 )
                 | (Abandoning, Abandoned)
                 | (Forgetting, Forgotten | Abandoned)
@@ -63,7 +81,10 @@ impl TenantStatus {
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            TenantStatus::Released | TenantStatus::Abandoned | TenantStatus::Forgotten
+            TenantStatus::Released
+                | TenantStatus::Abandoned
+                | TenantStatus::Forgotten
+                | TenantStatus::Passivated
         )
     }
 
@@ -75,6 +96,7 @@ impl TenantStatus {
                 | TenantStatus::Flushing
                 | TenantStatus::Abandoning
                 | TenantStatus::Forgetting
+                | TenantStatus::Passivating
         )
     }
 
@@ -90,6 +112,8 @@ impl TenantStatus {
             TenantStatus::Abandoned => "abandoned",
             TenantStatus::Forgetting => "forgetting",
             TenantStatus::Forgotten => "forgotten",
+            TenantStatus::Passivating => "passivating",
+            TenantStatus::Passivated => "passivated",
         }
     }
 }
@@ -106,7 +130,7 @@ pub(crate) struct StatusCell {
 }
 
 impl StatusCell {
-    const ALL: [TenantStatus; 9] = [
+    const ALL: [TenantStatus; 11] = [
         TenantStatus::Opening,
         TenantStatus::Serving,
         TenantStatus::Draining,
@@ -116,6 +140,8 @@ impl StatusCell {
         TenantStatus::Abandoned,
         TenantStatus::Forgetting,
         TenantStatus::Forgotten,
+        TenantStatus::Passivating,
+        TenantStatus::Passivated,
     ];
 
     /// A cell reading `status`.
@@ -172,9 +198,18 @@ impl fmt::Display for TenantStatus {
 mod tests {
     use super::TenantStatus::{self, *};
 
-    const ALL: [TenantStatus; 9] = [
-        Opening, Serving, Draining, Flushing, Released, Abandoning, Abandoned, Forgetting,
+    const ALL: [TenantStatus; 11] = [
+        Opening,
+        Serving,
+        Draining,
+        Flushing,
+        Released,
+        Abandoning,
+        Abandoned,
+        Forgetting,
         Forgotten,
+        Passivating,
+        Passivated,
     ];
 
     /// The order of the main line; side states rank after the state they leave from.
@@ -183,9 +218,9 @@ mod tests {
             Opening => 0,
             Serving => 1,
             Draining => 2,
-            Flushing => 3,
+            Flushing | Passivating => 3,
             Abandoning | Forgetting => 4,
-            Released | Abandoned | Forgotten => 5,
+            Released | Abandoned | Forgotten | Passivated => 5,
         }
     }
 
@@ -195,7 +230,7 @@ mod tests {
             for to in ALL {
                 if from.can_move_to(to) && rank(to) <= rank(from) {
                     assert!(
-                        matches!((from, to), (Draining | Flushing, Serving)),
+                        matches!((from, to), (Draining | Flushing | Passivating, Serving)),
                         "{from} -> {to} moves backwards"
                     );
                 }
@@ -203,6 +238,28 @@ mod tests {
         }
         assert!(Draining.can_move_to(Serving));
         assert!(Flushing.can_move_to(Serving));
+        assert!(
+            Passivating.can_move_to(Serving),
+            "a failed passivation serves on"
+        );
+    }
+
+    #[test]
+    fn passivation_starts_only_from_serving_and_ends_passivated_or_overtaken() {
+        let into: Vec<_> = ALL.iter().filter(|s| s.can_move_to(Passivating)).collect();
+        assert_eq!(
+            into,
+            [&Serving],
+            "no passivation of a tenant already leaving"
+        );
+        assert!(Passivating.is_leaving() && Passivated.is_final());
+        for overtaken in [Abandoning, Abandoned, Forgetting] {
+            assert!(
+                Passivating.can_move_to(overtaken),
+                "{overtaken} overtakes it"
+            );
+        }
+        assert!(!Passivating.can_move_to(Draining) && !Passivating.can_move_to(Released));
     }
 
     #[test]

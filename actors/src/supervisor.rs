@@ -28,6 +28,9 @@ mod open;
 mod where_is;
 
 pub use addressing::MessageRequest;
+mod passivate;
+
+pub(crate) use passivate::reopen;
 
 use crate::config::RuntimeConfig;
 use crate::events::EventSink;
@@ -71,8 +74,7 @@ struct Owner {
 impl Owner {
     /// `tenant`, counted as a handle the host holds.
     fn hand_out(&self, tenant: TenantRef) -> TenantRef {
-        let hold = HostHold::new(self.host_handles.clone(), self.addr.clone());
-        tenant.held_by(Arc::new(hold))
+        tenant.held_by(HostHold::new(self.host_handles.clone(), self.addr.clone()))
     }
 }
 
@@ -82,10 +84,10 @@ impl Drop for Owner {
     }
 }
 
-/// One tenant handle a host holds (a `TenantRef` that `open` or `tenant` handed out, shared by
-/// its clones and its `Ticket`s): while any lives, a replica whose `Supervisor` handles are gone
-/// keeps serving; when the last goes, the replica hears it.
-struct HostHold {
+/// One tenant handle a host holds (a `TenantRef` that `open` or `tenant` handed out, a clone
+/// of it, a `Ticket`): while any lives, a replica whose `Supervisor` handles are gone keeps
+/// serving; when the last goes, the replica hears it.
+pub(crate) struct HostHold {
     /// How many live, shared with the supervisor actor.
     count: Arc<AtomicUsize>,
     /// Told when the count falls to zero.
@@ -96,6 +98,17 @@ impl HostHold {
     fn new(count: Arc<AtomicUsize>, addr: Addr<SupervisorActor>) -> Self {
         count.fetch_add(1, Ordering::SeqCst);
         Self { count, addr }
+    }
+
+    /// The supervisor that handed the handle out: where it reopens a passivated tenant.
+    pub(crate) fn supervisor(&self) -> &Addr<SupervisorActor> {
+        &self.addr
+    }
+}
+
+impl Clone for HostHold {
+    fn clone(&self) -> Self {
+        Self::new(self.count.clone(), self.addr.clone())
     }
 }
 
@@ -142,6 +155,8 @@ impl Supervisor {
             handle_dropped: false,
             host_handles: host_handles.clone(),
             fleet: None,
+            recency: crate::passivation::Recency::default(),
+            idle_timer: None,
         }
         .start();
         // The router holds the actor's address, not a handle: it must not keep the replica up.
@@ -173,9 +188,7 @@ impl Supervisor {
         org: &OrgId,
         tenant: &TenantId,
     ) -> impl Future<Output = Result<TenantRef, Error>> + use<> {
-        let request = self.addr.send(Open {
-            key: LeaseKey::new(org, tenant),
-        });
+        let request = self.addr.send(Open::new(LeaseKey::new(org, tenant)));
         let owner = self._owner.clone();
         async move {
             let tenant = request.await.map_err(|_| stopped())??;
@@ -299,6 +312,11 @@ pub struct SupervisorActor {
     host_handles: Arc<AtomicUsize>,
     /// The transport to the fleet's other replicas, if configured (`supervisor/fleet.rs`).
     fleet: Option<fleet::Fleet>,
+    /// The tenants of the table in the order of their last noted activity: who is idle, who is
+    /// the least recently used (docs/architecture.md, "Passivation").
+    recency: crate::passivation::Recency<LeaseKey>,
+    /// The next idle check, when armed.
+    idle_timer: Option<SpawnHandle>,
 }
 
 /// A forget under way: its tenure, the signal that it is over, and the tenant's handle.
@@ -412,7 +430,29 @@ impl Handler<HandleDropped> for SupervisorActor {
 #[derive(Message)]
 #[rtype(result = "Result<TenantRef, Error>")]
 struct Open {
+    /// The tenant.
     key: LeaseKey,
+    /// The epoch of a tenure of it passivated here, when the open reactivates it (a handle's
+    /// call, a message to its address): said by a `reactivated` event.
+    reactivates: Option<u64>,
+    /// Tenants this open has passivated already to make room at `max_open`.
+    evictions: u32,
+}
+
+impl Open {
+    /// An open of `key`.
+    fn new(key: LeaseKey) -> Self {
+        Self::reactivating(key, None)
+    }
+
+    /// An open of `key` that reactivates the tenure `reactivates` passivated here.
+    fn reactivating(key: LeaseKey, reactivates: Option<u64>) -> Self {
+        Self {
+            key,
+            reactivates,
+            evictions: 0,
+        }
+    }
 }
 
 /// Looks a tenant up in the table.
@@ -455,7 +495,7 @@ impl Handler<Open> for SupervisorActor {
     type Result = ResponseActFuture<Self, Result<TenantRef, Error>>;
 
     fn handle(&mut self, msg: Open, ctx: &mut Context<Self>) -> Self::Result {
-        let key = msg.key;
+        let key = msg.key.clone();
         if self.closing {
             return Box::pin(actix::fut::ready(Err(Error::Closed(
                 "the replica is closing".into(),
@@ -463,6 +503,10 @@ impl Handler<Open> for SupervisorActor {
         }
         if let Some(entry) = self.table.get(&key) {
             let now = entry.tenant.status_now();
+            if now == TenantStatus::Passivating {
+                let tenant = entry.tenant.clone();
+                return self.open_after_passivation(tenant, msg, ctx);
+            }
             if now.is_leaving() || now.is_final() {
                 // Its handle is about to stop serving: open again once it has left (or, after a
                 // drain that timed out, once it serves again).
@@ -492,10 +536,9 @@ impl Handler<Open> for SupervisorActor {
         }
         let open_now = self.table.len() + self.opening.len() + self.forgets.len();
         if open_now >= self.rt.max_open {
-            return Box::pin(actix::fut::ready(Err(Error::OpenLimit {
-                limit: self.rt.max_open,
-            })));
+            return self.evict_for(msg, ctx);
         }
+        let reactivates = msg.reactivates;
         let arbiter = self.arbiters[self.next_arbiter % self.arbiters.len()].handle();
         self.next_arbiter += 1;
         let attempt = *self
@@ -512,7 +555,7 @@ impl Handler<Open> for SupervisorActor {
         };
         let shared = open::open_tenant(plan).boxed().shared();
         self.opening.insert(key.clone(), shared.clone());
-        Box::pin(shared.into_actor(self).map(move |opened, act, _| {
+        Box::pin(shared.into_actor(self).map(move |opened, act, ctx| {
             act.opening.remove(&key);
             // An acquire that timed out may land later: the next open of this key asks again
             // under the same attempt, which the store recognises. Any other end spends it.
@@ -539,12 +582,20 @@ impl Handler<Open> for SupervisorActor {
                 let order = act.next_order;
                 act.next_order += 1;
                 act.table.insert(
-                    key,
+                    key.clone(),
                     Entry {
                         tenant: tenant.clone(),
                         order,
                     },
                 );
+                act.note_activity(&key, None, ctx);
+                if let Some(passivated_epoch) = reactivates {
+                    act.rt.events.emit(crate::events::Event::Reactivated {
+                        key: key.to_string(),
+                        epoch: tenant.epoch(),
+                        passivated_epoch,
+                    });
+                }
             }
             opened
         }))
@@ -592,11 +643,15 @@ impl Handler<TenantGone> for SupervisorActor {
             .is_some_and(|e| e.tenant.epoch() == msg.epoch)
         {
             self.table.remove(&msg.key);
+            self.recency.remove(&msg.key);
         }
         // A forget of this tenure, if any, is over (the tenant actor has stopped by itself).
         self.forgets.retain(|(t, _, _)| *t != tenure);
         self.stop_if_done(ctx);
-        if msg.status != TenantStatus::Released {
+        if !matches!(
+            msg.status,
+            TenantStatus::Released | TenantStatus::Passivated
+        ) {
             // An abandoned copy stays for the next open, unless a successor forgets the tenant;
             // one a failed forget could not delete is dead already.
             let check = self.sweep_local(vec![msg.key]).map(|outcome, _, _| {
@@ -622,6 +677,7 @@ impl Handler<ForgetBegun> for SupervisorActor {
             .is_some_and(|e| e.tenant.epoch() == msg.epoch)
         {
             tenant = self.table.remove(&msg.key).map(|e| e.tenant);
+            self.recency.remove(&msg.key);
         }
         let tenure = (msg.key, msg.epoch);
         if let Some(i) = self.forgets.iter().position(|(t, _, _)| t == &tenure) {

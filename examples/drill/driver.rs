@@ -461,7 +461,7 @@ fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, 
         "drill summary: seed={seed} durability={} seconds={} faults[{}] acked={} refused={} \
          unknown={} forgotten={} lost_within_tail={} lost_otherwise={} tail_max_ms={} \
          tail_bound_ms={} images_read={} tips_read={} graceful={} closed={} leaks={} \
-         ended={} ended_asked={} ended_by_fault={} pitr_checked={} pitr_outside={} \
+         ended={} ended_asked={} ended_by_fault={} ended_passivated={} pitr_checked={} pitr_outside={} \
          damage_caught={} durable_objects={} image_bytes={} violations={}{} tolerated={} \
          elapsed={:.1}s",
         durability_text(args),
@@ -483,6 +483,7 @@ fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, 
         report.ends.ended,
         report.ends.asked,
         report.ends.faulted,
+        report.ends.passivated,
         report.pitr.checked,
         report.pitr.outside,
         record.audit.damage_caught,

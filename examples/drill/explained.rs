@@ -11,6 +11,9 @@
 //!                  landed too late, retried: `Tenure::never_began`)
 //!               ⇐  a fault impaired R (or every replica: a SIGSTOP may hold the lease store's
 //!                  lock) at some time in [start, end]
+//!               ⇐  a passivation: R released it flushed, and the driver's own record shows
+//!                  nothing sent to the tenant on R for `PASSIVATE_AFTER` at some time in
+//!                  [start, end] (docs/guarantees.md, promise 12)
 //!    otherwise  ─> unexplained-tenure-end: the runtime ended a tenure nobody asked it to end
 //!                  and no fault forced (a ship that timed out on a healthy store, a sweep that
 //!                  failed, a lease lost with no fault)
@@ -33,6 +36,36 @@ pub struct Ends {
     pub asked: u64,
     /// Of those, explained by a fault.
     pub faulted: u64,
+    /// Of those, explained by a passivation after an idle spell the driver saw.
+    pub passivated: u64,
+}
+
+/// How much shorter than `PASSIVATE_AFTER` an idle spell seen by the driver may be: its times
+/// are taken around each call, the replica's inside it, on the same clock.
+const IDLE_SLACK_MS: u64 = 50;
+
+/// Whether the driver's record shows `tenant` sent nothing on `replicas` for `PASSIVATE_AFTER`
+/// at some time in `[start, end]`. The runtime counts a tenant idle from the last request it
+/// received (a write still shipping does not keep it open; its log settles before the lease
+/// goes), so the driver's invoke times bound the runtime's idle spell from outside.
+fn idle_spell(rec: &Record, tenant: u32, replicas: &[&str], start: u64, end: u64) -> bool {
+    let mut sent: Vec<u64> = rec
+        .writes
+        .iter()
+        .filter(|w| w.tenant == tenant && replicas.contains(&w.replica.as_str()))
+        .map(|w| w.invoke_ms)
+        .filter(|at| (start..=end).contains(at))
+        .collect();
+    sent.sort_unstable();
+    let need = (crate::protocol::PASSIVATE_AFTER.as_millis() as u64).saturating_sub(IDLE_SLACK_MS);
+    let mut last = start;
+    for at in sent.into_iter().chain(std::iter::once(end)) {
+        if at.saturating_sub(last) >= need {
+            return true;
+        }
+        last = at;
+    }
+    false
 }
 
 /// `image-overdue` (`crate::compaction`): a compaction the watcher found overdue is a
@@ -109,6 +142,10 @@ pub fn check_tenure_ends(rec: &Record, report: &mut Report) -> Ends {
             .any(|r| impaired_between(rec, r, start, end))
         {
             ends.faulted += 1;
+            continue;
+        }
+        if tenure.released == Some(true) && idle_spell(rec, tenant, &replicas, start, end) {
+            ends.passivated += 1;
             continue;
         }
         let why = rec

@@ -19,6 +19,7 @@
 //! | `handoff-late-put` | image puts land late; snapshot; handoff; the successor forgets or keeps it (`crate::handoff_late`, opt-in) |
 //! | `snapshot-burst` | two or three explicit snapshots of a tenant in a row: retention runs close together (`crate::snapshots`) |
 //! | `drop-segment`  | a segment the restore needs deleted (a gap), the tip's among them; the same (`crate::damage`) |
+//! | `passivate`     | a tenant's clients fall silent past `passivate_after`; its owner passivates it; the clients reopen it (`crate::passivate`) |
 //!
 //! A paused replica's renewals are held across the pause (the store deadline ends each one), so
 //! when it resumes nothing has told it of its loss yet: the zombie's writes must be fenced by the
@@ -74,11 +75,13 @@ pub enum FaultKind {
     /// Abandon a tenant on its owner: it stops like a crash and hands the lease back
     /// (opt-in).
     Abandon,
+    /// A tenant idle past `passivate_after` is passivated, then reopened (`crate::passivate`).
+    Passivate,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::Handoff,
         FaultKind::Kill,
         FaultKind::Pause,
@@ -93,6 +96,7 @@ impl FaultKind {
         FaultKind::DamageSegment,
         FaultKind::DropSegment,
         FaultKind::SnapshotBurst,
+        FaultKind::Passivate,
     ];
 
     /// Kinds injected only when named: `handoff-late-put`, until the runtime reconciles a put
@@ -127,6 +131,7 @@ impl FaultKind {
             FaultKind::SnapshotBurst => "snapshot-burst",
             FaultKind::Forget => "forget",
             FaultKind::Abandon => "abandon",
+            FaultKind::Passivate => "passivate",
         }
     }
 }
@@ -200,6 +205,7 @@ async fn inject(
         FaultKind::SnapshotBurst => crate::snapshots::snapshot_burst(c, rng).await,
         FaultKind::Forget => forget(c, rng).await,
         FaultKind::Abandon => abandon(c, rng).await,
+        FaultKind::Passivate => crate::passivate::passivate(c, rng).await,
     }
 }
 

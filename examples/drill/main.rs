@@ -23,6 +23,7 @@
 //! cargo run --example drill -- --clients addresses --tenants 20 --faults handoff,kill,forget,abandon
 //! cargo run --example drill -- --seed 7 --break ack-before-tip --faults kill-upload  # must fail
 //! cargo run --example drill -- --seed 7 --break skip-final-image --durability images  # must fail
+//! cargo run --example drill -- --seed 7 --break passivate-unsettled --durability images --faults passivate  # must fail
 //! scripts/with-servers.sh cargo run --example drill --features "testkit postgres s3" -- \
 //!     --backend postgres-s3 --replicas 2 --faults handoff --seconds 10
 //! ```
@@ -84,6 +85,7 @@ mod history;
 mod late_puts;
 mod leaks;
 mod opt_in;
+mod passivate;
 mod pitr;
 mod protocol;
 mod replica;
@@ -108,6 +110,8 @@ pub enum BreakSwitch {
     /// Run a command sent with an idempotency key without looking for its stored reply
     /// (breaks exactly-once delivery, promise 11: `--clients addresses` retries run twice).
     IgnoreIdempotencyKeys,
+    /// Passivate without settling the log or publishing the final image (breaks promise 12).
+    PassivateUnsettled,
 }
 
 impl BreakSwitch {
@@ -118,6 +122,7 @@ impl BreakSwitch {
             BreakSwitch::SkipFinalImage => "skip-final-image",
             BreakSwitch::AckBeforeTip => "ack-before-tip",
             BreakSwitch::IgnoreIdempotencyKeys => "ignore-idempotency-keys",
+            BreakSwitch::PassivateUnsettled => "passivate-unsettled",
         }
     }
 }

@@ -35,6 +35,9 @@ pub const SNAPSHOT_EVERY: Duration = Duration::from_millis(500);
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
 /// The deadline of every store call.
 pub const STORE_DEADLINE: Duration = Duration::from_secs(1);
+/// How long a tenant stays open with nothing to do before its replica passivates it: short, so
+/// that the `passivate` fault (a tenant's clients fall silent) plays out in a second.
+pub const PASSIVATE_AFTER: Duration = Duration::from_millis(800);
 
 /// With a change log: how many segments since the newest image call for a new one (compaction,
 /// checked every [`SNAPSHOT_EVERY`]); small, so that a short run takes images the store watcher
@@ -191,6 +194,9 @@ pub enum Op {
         /// The session.
         session: u64,
     },
+    /// Run the idle check now (`Supervisor::passivate_idle_now`): every tenant idle for
+    /// [`PASSIVATE_AFTER`] is passivated.
+    Passivate,
     /// Close the replica: hand off every open tenant.
     Close,
     /// Send the command `drill.note` with idempotency key `key` to the tenant's address

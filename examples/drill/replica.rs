@@ -58,7 +58,8 @@ pub struct ReplicaArgs {
     /// How many tenants the run has (numbered from 0).
     #[arg(long)]
     pub tenants: u32,
-    /// Deliberate bugs to switch on (`skip-commit-check`, `skip-final-image`, `ack-before-tip`).
+    /// Deliberate bugs to switch on (`skip-commit-check`, `skip-final-image`, `ack-before-tip`,
+    /// `passivate-unsettled`).
     #[arg(long = "break", value_enum)]
     pub breakage: Vec<crate::BreakSwitch>,
     /// How acknowledged writes are kept beyond this replica.
@@ -128,6 +129,7 @@ fn breakage(switches: &[crate::BreakSwitch]) -> Breakage {
         skip_final_image: switches.contains(&crate::BreakSwitch::SkipFinalImage),
         ack_before_tip: switches.contains(&crate::BreakSwitch::AckBeforeTip),
         ignore_idempotency_keys: switches.contains(&crate::BreakSwitch::IgnoreIdempotencyKeys),
+        passivate_unsettled: switches.contains(&crate::BreakSwitch::PassivateUnsettled),
         ..Breakage::default()
     }
 }
@@ -174,6 +176,7 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     }
     config.drain_timeout = protocol::DRAIN_TIMEOUT;
     config.store_deadline = protocol::STORE_DEADLINE;
+    config.passivate_after = Some(protocol::PASSIVATE_AFTER);
     config.arbiters = 2;
     config.breakage = breakage(&args.breakage);
     if args.transport {
@@ -297,6 +300,10 @@ impl Replica {
                 self.sessions.borrow_mut().remove(&session);
                 Ok(Answer::Done { epoch: None })
             }
+            Op::Passivate => match self.supervisor.passivate_idle_now().await {
+                Ok(_) => Ok(Answer::Done { epoch: None }),
+                Err(e) => Err(failed(&e)),
+            },
             Op::Close => self.close().await,
             Op::Send { tenant, key } => match self.addr(tenant) {
                 Ok(addr) => Ok(crate::addresses::send(&self.supervisor, addr, tenant, key).await),
@@ -339,7 +346,6 @@ impl Replica {
 
     async fn write(&self, tenant: u32, key: String) -> Result<Answer, Answer> {
         let handle = self.lookup(tenant).await?;
-        let epoch = handle.epoch();
         let ran = handle
             .run(move |ledger| {
                 let run_at = now_ms();
@@ -348,6 +354,9 @@ impl Replica {
             })
             .await;
         let ack_at = now_ms();
+        // Read after the run: a handle whose tenure was passivated meanwhile reopened the
+        // tenant and ran there (docs/architecture.md, "Passivation").
+        let epoch = handle.epoch();
         let run_at = ran.map_err(|e| failed(&e))?;
         Ok(Answer::Written {
             epoch,
@@ -360,7 +369,6 @@ impl Replica {
     /// the ledger holds at most three blobs) and the event `key`.
     async fn write_blob(&self, tenant: u32, key: String, mib: u32) -> Result<Answer, Answer> {
         let handle = self.lookup(tenant).await?;
-        let epoch = handle.epoch();
         let blob = blob_bytes(&key, mib);
         let row = key
             .bytes()
@@ -382,6 +390,7 @@ impl Replica {
             })
             .await;
         let ack_at = now_ms();
+        let epoch = handle.epoch(); // after the run, as in `write`
         let run_at = ran.map_err(|e| failed(&e))?;
         Ok(Answer::Written {
             epoch,

@@ -160,6 +160,8 @@ impl RuntimeConfigBuilder {
         idempotency_window: Duration;
         /// [`RuntimeConfig::ask_timeout`].
         ask_timeout: Duration;
+        /// [`RuntimeConfig::passivate_after`] (`None`: no passivation; `max_open` refuses).
+        passivate_after: Option<Duration>;
     }
 
     /// Deliberate bugs for harness tests ([`RuntimeConfig::breakage`]). Never in production.

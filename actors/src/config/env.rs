@@ -198,6 +198,12 @@ pub const ENV_VARS: &[EnvVar] = &[
         "the deadline of a message sent without one",
     ),
     var(
+        "LEASEHOLD_PASSIVATE_AFTER",
+        "passivate_after",
+        "60s",
+        "how long an idle tenant stays open before it is passivated; off",
+    ),
+    var(
         "LEASEHOLD_ACCEPT_SHARED_PERMISSIONS",
         "accept_shared_permissions",
         "false",
@@ -527,6 +533,7 @@ fn options(vars: &Vars) -> Result<Vec<(&'static EnvVar, Set)>, Error> {
             "LEASEHOLD_ARBITERS" => with(v, parse_count(text), B::arbiters)?,
             "LEASEHOLD_IDEMPOTENCY_WINDOW" => with(v, parse_duration(text), B::idempotency_window)?,
             "LEASEHOLD_ASK_TIMEOUT" => with(v, parse_duration(text), B::ask_timeout)?,
+            "LEASEHOLD_PASSIVATE_AFTER" => with(v, parse_period(text), B::passivate_after)?,
             "LEASEHOLD_ACCEPT_SHARED_PERMISSIONS" => {
                 with(v, parse_flag(text), B::accept_shared_permissions)?
             }

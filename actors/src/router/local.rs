@@ -53,8 +53,13 @@ pub(crate) trait LocalDelivery: Send + Sync + 'static {
 /// own server must not keep the replica up.
 pub(crate) trait Tenants: Send + Sync + 'static {
     /// Opens the tenant of `key` here (or joins its open under way); its handle is not counted
-    /// as one a host holds.
-    fn open(&self, key: &LeaseKey) -> BoxFuture<'static, Result<TenantRef, Error>>;
+    /// as one a host holds. `reactivates`: the epoch of a tenure of it passivated here, whose
+    /// handle the router held (the open says `reactivated`).
+    fn open(
+        &self,
+        key: &LeaseKey,
+        reactivates: Option<u64>,
+    ) -> BoxFuture<'static, Result<TenantRef, Error>>;
 
     /// The supervisor's own handle of the tenant of `key` in its table (serving, leaving, or
     /// just ended), if any.
@@ -70,8 +75,8 @@ enum Here {
     Serving(TenantRef),
     /// Open and leaving (draining, flushing, abandoning, forgetting): wait until it has left.
     Leaving(TenantRef),
-    /// Not open here.
-    Absent,
+    /// Not open here (with the epoch of its tenure passivated here, if the router knew one).
+    Absent(Option<u64>),
 }
 
 /// The local path of one replica. Cheap to clone.
@@ -149,7 +154,7 @@ impl LocalPath {
                     }
                 }
                 Here::Leaving(tenant) => self.wait_until_gone(&tenant, deadline).await,
-                Here::Absent => match self.tenants.open(key).await {
+                Here::Absent(passivated) => match self.tenants.open(key, passivated).await {
                     Ok(tenant) => {
                         tracing::debug!(%key, epoch = tenant.epoch(), message = %req.name,
                             "nobody held the tenant: opened here for a message");
@@ -171,18 +176,22 @@ impl LocalPath {
     /// Where the tenant of `key` stands here: the known handle while it serves, else the
     /// supervisor's table.
     async fn here(&self, key: &LeaseKey) -> Result<Here, Error> {
-        let tenant = match self.known_handle(key) {
+        let known = self.known_handle(key);
+        let passivated = known
+            .as_ref()
+            .and_then(|t| (t.status_now() == TenantStatus::Passivated).then(|| t.epoch()));
+        let tenant = match known {
             Some(tenant) if !tenant.status_now().is_final() => Some(tenant),
             _ => self.tenants.find(key).await?,
         };
         Ok(match tenant {
-            None => Here::Absent,
+            None => Here::Absent(passivated),
             Some(t) if t.status_now() == TenantStatus::Serving => {
                 self.remember(t.clone());
                 Here::Serving(t)
             }
             // Over, and about to leave the table: an open waits for that (`Draining`).
-            Some(t) if t.status_now().is_final() => Here::Absent,
+            Some(t) if t.status_now().is_final() => Here::Absent(passivated),
             Some(t) => Here::Leaving(t),
         })
     }

@@ -95,7 +95,8 @@ impl SupervisorActor {
                     // handoff asks: a busy tenant's status could hold close up.
                     Err(e) if e.is_draining() => match left(&entry.tenant, leave_limit).await {
                         TenantStatus::Forgetting | TenantStatus::Forgotten => (true, Err(e)),
-                        TenantStatus::Released => (false, Ok(())),
+                        // Passivated meanwhile: flushed and released, as a handoff leaves it.
+                        TenantStatus::Released | TenantStatus::Passivated => (false, Ok(())),
                         _ => (false, Err(e)),
                     },
                     other => (false, other),

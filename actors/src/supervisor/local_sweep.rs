@@ -77,10 +77,16 @@ impl SupervisorActor {
 }
 
 impl SupervisorActor {
-    /// Checks every tenant directory of this replica.
+    /// Checks every tenant directory of this replica but those of tenants open or opening here
+    /// (their copies are live: reading their floors would cost one lease-store call per open
+    /// tenant at every sweep).
     pub(super) fn sweep_all_local(&mut self) -> ResponseActFuture<Self, Result<usize, Error>> {
         let keys = match paths::tenant_dirs(&self.rt.state_root) {
-            Ok(dirs) => dirs.iter().map(|(o, t)| LeaseKey::new(o, t)).collect(),
+            Ok(dirs) => dirs
+                .iter()
+                .map(|(o, t)| LeaseKey::new(o, t))
+                .filter(|k| !self.table.contains_key(k) && !self.opening.contains_key(k))
+                .collect(),
             Err(e) => return Box::pin(actix::fut::ready(Err(Error::from(e)))),
         };
         self.sweep_local(keys)

@@ -18,7 +18,7 @@ use crate::lease_actor::{LeaseActor, LeaseCell, Register};
 use crate::runtime::Runtime;
 use crate::tenant::log::{LogShip, LogStart};
 use crate::tenant::publish::{Inherited, Publisher};
-use crate::tenant::{TenantActor, TenantParts, TenantRef};
+use crate::tenant::{Bound, TenantActor, TenantParts, TenantRef};
 
 /// What an open needs from the supervisor.
 pub(super) struct OpenPlan {
@@ -219,6 +219,7 @@ async fn start(
         )
     });
     let ended = Arc::new(crate::status::StatusCell::new(crate::TenantStatus::Serving));
+    let activity = Arc::new(crate::passivation::Activity::new(rt.now_ms()));
     let parts = TenantParts {
         rt: rt.clone(),
         cell: cell.clone(),
@@ -230,6 +231,7 @@ async fn start(
         ended: ended.clone(),
         log,
         counted: crate::metrics::OpenTenant::new(),
+        activity: activity.clone(),
     };
     let addr = TenantActor::start_in_arbiter(&plan.arbiter, move |_| TenantActor::new(parts));
     plan.lease_actor
@@ -244,13 +246,13 @@ async fn start(
         epoch: record.epoch,
         restored: head,
     });
-    Ok(TenantRef::new(
-        plan.key.clone(),
-        record.epoch,
+    let bound = Bound {
+        epoch: record.epoch,
         addr,
-        rt,
         ended,
-    ))
+        activity,
+    };
+    Ok(TenantRef::new(plan.key.clone(), bound, rt))
 }
 
 /// What a restore says about the images and segments the new tenure stamps and marks: the

@@ -51,8 +51,12 @@ pub(crate) struct SupervisorTenants {
 }
 
 impl Tenants for SupervisorTenants {
-    fn open(&self, key: &LeaseKey) -> BoxFuture<'static, Result<TenantRef, Error>> {
-        let request = self.addr.send(Open { key: key.clone() });
+    fn open(
+        &self,
+        key: &LeaseKey,
+        reactivates: Option<u64>,
+    ) -> BoxFuture<'static, Result<TenantRef, Error>> {
+        let request = self.addr.send(Open::reactivating(key.clone(), reactivates));
         Box::pin(async move { request.await.map_err(|_| stopped())? })
     }
 

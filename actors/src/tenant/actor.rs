@@ -56,6 +56,8 @@ pub(crate) struct TenantParts {
     pub(crate) log: Option<LogShip>,
     /// Counts the tenant in `leasehold_open_tenants` from the open on, while its actor lives.
     pub(crate) counted: crate::metrics::OpenTenant,
+    /// Its activity, which the supervisor reads to find idle tenants.
+    pub(crate) activity: Arc<crate::passivation::Activity>,
 }
 
 /// A new image a logged tenure waits to take (at the next cut of its log).
@@ -128,6 +130,9 @@ pub(crate) struct TenantActor {
     _counted: crate::metrics::OpenTenant,
     /// When (wall clock) the next batch prunes stored replies older than the idempotency window.
     pub(super) next_prune_ms: u64,
+    /// Touched at every run, admission, snapshot and query: the supervisor judges idleness by
+    /// it (docs/architecture.md, "Passivation").
+    pub(super) activity: Arc<crate::passivation::Activity>,
 }
 
 impl TenantActor {
@@ -135,7 +140,8 @@ impl TenantActor {
     pub(crate) fn new(parts: TenantParts) -> Self {
         let drain_ms = u64::try_from(parts.rt.drain_timeout.as_millis()).unwrap_or(u64::MAX);
         let tenure = Tenure::new(parts.cell.key.to_string(), parts.cell.epoch, drain_ms)
-            .skipping_final_image(parts.rt.skips_final_image());
+            .skipping_final_image(parts.rt.skips_final_image())
+            .skipping_passivation_flush(parts.rt.skips_passivation_flush());
         Self {
             rt: parts.rt,
             tenure,
@@ -159,7 +165,13 @@ impl TenantActor {
             image_too_large: None,
             _counted: parts.counted,
             next_prune_ms: 0,
+            activity: parts.activity,
         }
+    }
+
+    /// The tenant was used now: it is not idle.
+    pub(super) fn touch(&self) {
+        self.activity.touch(self.rt.now_ms());
     }
 
     pub(super) fn key(&self) -> &LeaseKey {
@@ -389,6 +401,7 @@ impl Handler<Run> for TenantActor {
     type Result = ();
 
     fn handle(&mut self, msg: Run, ctx: &mut Context<Self>) {
+        self.touch();
         if let Err(e) = self.tenure.admits(msg.ticket, self.held()) {
             if e.is_fenced() {
                 crate::metrics::fenced(1);
@@ -451,6 +464,7 @@ impl Handler<Admit> for TenantActor {
     type Result = Result<u64, Error>;
 
     fn handle(&mut self, _msg: Admit, ctx: &mut Context<Self>) -> Self::Result {
+        self.touch();
         self.commit_batch(ctx);
         let held = self.held();
         self.tenure.admit(held)
@@ -461,6 +475,7 @@ impl Handler<Retire> for TenantActor {
     type Result = ();
 
     fn handle(&mut self, msg: Retire, ctx: &mut Context<Self>) {
+        self.touch();
         self.commit_batch(ctx);
         self.feed(Input::Retire { ticket: msg.ticket }, ctx);
     }
@@ -470,6 +485,7 @@ impl Handler<Snapshot> for TenantActor {
     type Result = ResponseActFuture<Self, Result<Option<leasehold::layout::ImageRef>, Error>>;
 
     fn handle(&mut self, _msg: Snapshot, ctx: &mut Context<Self>) -> Self::Result {
+        self.touch();
         self.commit_batch(ctx);
         let held = self.held();
         match self.tenure.snapshot(held, true) {

@@ -151,6 +151,7 @@ impl Handler<QueryAdmit> for TenantActor {
     type Result = Result<QueryPass, Error>;
 
     fn handle(&mut self, _msg: QueryAdmit, _ctx: &mut Context<Self>) -> Self::Result {
+        self.touch();
         self.tenure.admits(None, self.held())?;
         let Some(ledger) = self.ledger.as_ref() else {
             return Err(Error::Closed("the ledger was closed".into()));
@@ -221,8 +222,8 @@ impl TenantRef {
             call,
             reply,
         });
-        let request = self.addr.send(Run { ticket: None, job });
-        let tenant = self.key.clone();
+        let request = self.bound().addr.send(Run { ticket: None, job });
+        let tenant = self.key().clone();
         async move {
             request.await.map_err(|_| super::closed(&tenant))?;
             answer.await.map_err(|_| super::closed(&tenant))?
@@ -235,8 +236,9 @@ impl TenantRef {
         &self,
         call: QueryCall,
     ) -> impl std::future::Future<Output = Result<Vec<u8>, Error>> + use<> {
-        let admit = self.addr.send(QueryAdmit);
-        let (addr, key) = (self.addr.clone(), self.key.clone());
+        let addr = self.bound().addr;
+        let admit = addr.send(QueryAdmit);
+        let key = self.key().clone();
         async move {
             let pass = admit.await.map_err(|_| super::closed(&key))??;
             let _slot = pass

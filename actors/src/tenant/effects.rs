@@ -23,6 +23,8 @@ enum Caller {
     Abandon(oneshot::Sender<Result<(), Error>>),
     /// A forget's reply.
     Forget(oneshot::Sender<Result<(), Error>>),
+    /// A passivation's ask: always answered at once (begun, or refused).
+    Passivate(oneshot::Sender<Result<(), Error>>),
 }
 
 impl TenantActor {
@@ -44,9 +46,10 @@ impl TenantActor {
                     let _ = tx.send(answer.map(|()| std::time::Duration::ZERO));
                 }
             }
-            (Caller::Abandon(tx) | Caller::Forget(tx), Some(answer)) => {
+            (Caller::Abandon(tx) | Caller::Forget(tx) | Caller::Passivate(tx), Some(answer)) => {
                 let _ = tx.send(answer);
             }
+            (Caller::Passivate(_), None) => {}
             (Caller::Handoff(replies), None) => self.handoff = replies,
             (Caller::Abandon(tx), None) => self.abandons.push(tx),
             (Caller::Forget(tx), None) => self.forget = Some(tx),
@@ -99,18 +102,23 @@ impl TenantActor {
             Effect::Reply(waiter, answer) => self.reply(waiter, answer),
             Effect::Answer(_) => {} // answered by `feed_from`
             Effect::Emit(event) => {
-                if let crate::events::Event::StateChanged { to, .. } = &event {
+                if let crate::events::Event::StateChanged { to, .. } = &event
+                    && !to.is_final()
+                {
+                    // A final status is recorded by `Finish`, once the supervisor was told.
                     self.ended.set(*to);
                 }
                 self.rt.events.emit(event)
             }
             Effect::Finish(status) => {
-                self.ended.set(status);
+                // The supervisor hears first: whoever sees the final status and then asks the
+                // supervisor (an open waiting for a passivation to end) finds it gone.
                 self.gone.do_send(TenantGone {
                     key: self.key().clone(),
                     epoch: self.cell.epoch,
                     status,
                 });
+                self.ended.set(status);
                 if let Some(done) = self.forget_done.take() {
                     let _ = done.send(());
                 }
@@ -355,6 +363,28 @@ impl Handler<Forget> for TenantActor {
     fn handle(&mut self, msg: Forget, ctx: &mut Context<Self>) {
         self.commit_batch(ctx);
         self.feed_from(Input::Forget, Caller::Forget(msg.reply), ctx);
+    }
+}
+
+impl Handler<Passivate> for TenantActor {
+    type Result = Result<(), Error>;
+
+    fn handle(&mut self, msg: Passivate, ctx: &mut Context<Self>) -> Self::Result {
+        self.commit_batch(ctx);
+        let (tx, mut answer) = oneshot::channel();
+        let input = Input::Passivate {
+            reason: msg.reason,
+            judged: msg.judged,
+            touches: self.activity.touches(),
+            idle_ms: msg.idle_ms,
+        };
+        self.feed_from(input, Caller::Passivate(tx), ctx);
+        answer.try_recv().unwrap_or_else(|_| {
+            Err(Error::Closed(format!(
+                "{}: the passivation went unanswered",
+                self.key()
+            )))
+        })
     }
 }
 

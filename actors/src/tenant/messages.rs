@@ -32,12 +32,56 @@ pub(crate) trait RunJob: Send {
     fn refuse(self: Box<Self>, error: Error);
 }
 
-/// A typed [`RunJob`].
+/// What came of a closure sent to a tenant.
+pub(crate) enum RunOutcome<R, F> {
+    /// It ran: its answer (or the commit's refusal).
+    Ran(Result<R, Error>),
+    /// It was refused before it ran, and comes back with the refusal (a handle may send it to
+    /// a reopened tenure: docs/architecture.md, "Passivation").
+    Refused(Error, F),
+    /// It never reached the tenant (its actor had stopped), and comes back.
+    Undelivered(F),
+}
+
+impl<R, F> RunOutcome<R, F> {
+    /// The caller's answer: a closure that did not run is `Fenced` when it never reached its
+    /// tenant (the tenure is over), else the refusal.
+    pub(crate) fn into_answer(self, key: &LeaseKey) -> Result<R, Error> {
+        match self {
+            RunOutcome::Ran(answer) => answer,
+            RunOutcome::Refused(error, _) => Err(error),
+            RunOutcome::Undelivered(_) => Err(Error::Fenced {
+                key: key.to_string(),
+            }),
+        }
+    }
+}
+
+/// A typed [`RunJob`]. Dropped without running (a stopped actor's mailbox), it hands its
+/// closure back ([`RunOutcome::Undelivered`]): undelivered messages come back to the sender.
 pub(crate) struct TypedJob<F, R> {
-    /// The host's closure.
-    pub(crate) f: F,
-    /// Where its result goes.
-    pub(crate) reply: oneshot::Sender<Result<R, Error>>,
+    /// The host's closure; taken when it runs or is refused.
+    f: Option<F>,
+    /// Where its result goes; taken when answered.
+    reply: Option<oneshot::Sender<RunOutcome<R, F>>>,
+}
+
+impl<F, R> TypedJob<F, R> {
+    /// `f`, answering on `reply`.
+    pub(crate) fn new(f: F, reply: oneshot::Sender<RunOutcome<R, F>>) -> Self {
+        Self {
+            f: Some(f),
+            reply: Some(reply),
+        }
+    }
+}
+
+impl<F, R> Drop for TypedJob<F, R> {
+    fn drop(&mut self) {
+        if let (Some(f), Some(reply)) = (self.f.take(), self.reply.take()) {
+            let _ = reply.send(RunOutcome::Undelivered(f));
+        }
+    }
 }
 
 impl<F, R> RunJob for TypedJob<F, R>
@@ -45,8 +89,10 @@ where
     F: FnOnce(&mut LedgerTx<'_>) -> Result<R, LedgerError> + Send + 'static,
     R: Send + 'static,
 {
-    fn execute(self: Box<Self>, ledger: &mut Ledger, _cx: &RunCx<'_>) -> Finisher {
-        let TypedJob { f, reply } = *self;
+    fn execute(mut self: Box<Self>, ledger: &mut Ledger, _cx: &RunCx<'_>) -> Finisher {
+        let (Some(f), Some(reply)) = (self.f.take(), self.reply.take()) else {
+            return Box::new(|_| {});
+        };
         let outcome = ledger.run_savepoint(f);
         Box::new(move |commit| {
             let answer = match (outcome, commit) {
@@ -54,12 +100,14 @@ where
                 (Ok(_), Err(e)) => Err(e),
                 (Ok(value), Ok(())) => Ok(value),
             };
-            let _ = reply.send(answer);
+            let _ = reply.send(RunOutcome::Ran(answer));
         })
     }
 
-    fn refuse(self: Box<Self>, error: Error) {
-        let _ = self.reply.send(Err(error));
+    fn refuse(mut self: Box<Self>, error: Error) {
+        if let (Some(f), Some(reply)) = (self.f.take(), self.reply.take()) {
+            let _ = reply.send(RunOutcome::Refused(error, f));
+        }
     }
 }
 
@@ -133,6 +181,20 @@ pub(crate) struct Abandon {
 pub(crate) struct Forget {
     /// Answered once the forget is over.
     pub(crate) reply: oneshot::Sender<Result<(), Error>>,
+}
+
+/// Asks the tenant to let go (passivation, docs/architecture.md): answered at once, `Ok` when
+/// the passivation has begun, refused when the tenure may not begin one now (a live ticket,
+/// touched since it was judged idle, leaving already).
+#[derive(Message)]
+#[rtype(result = "Result<(), Error>")]
+pub(crate) struct Passivate {
+    /// Idle, or evicted at `max_open`.
+    pub(crate) reason: crate::passivation::PassivationReason,
+    /// The activity count the supervisor judged it idle at.
+    pub(crate) judged: u64,
+    /// How long it had been idle then (ms).
+    pub(crate) idle_ms: u64,
 }
 
 /// Sent to the supervisor when a tenant reached a final state.

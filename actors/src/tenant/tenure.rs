@@ -13,6 +13,9 @@
 //!                                        └ floor not raised ─> Releasing ──> Ended(Abandoned)
 //!    lease lost, lapse after COMMIT, fenced publish ──> Ended(Abandoned)
 //!    a segment of the change log not shipped ──> Ended(Abandoned)
+//!  Serving, no ticket, untouched since judged idle ──passivate──> Passivating(Publishing)
+//!    ──log settled / image published──> Passivating(Releasing) ──> Ended(Passivated)
+//!    (a failed flush serves on; abandon, forget and a lost lease overtake it while publishing)
 //! ```
 //!
 //! The rows of the state table in `docs/architecture.md` are the unit tests at the bottom.
@@ -25,7 +28,13 @@ use tokio::time::Instant;
 
 use super::publish::Published;
 use crate::events::Event;
+use crate::passivation::PassivationReason;
 use crate::status::TenantStatus;
+
+mod passivation;
+mod signals;
+
+pub(crate) use signals::{Effect, Input, SnapshotPlan, Waiter};
 
 /// How many times a forget asks the lease store again after an answer of unknown outcome (a
 /// timeout): raising the floor is idempotent for the same tenure, so a retry is safe.
@@ -47,7 +56,17 @@ pub(crate) enum Phase {
     Abandoning,
     /// Being erased.
     Forgetting(Forgetting),
-    /// Over: `Released`, `Abandoned` or `Forgotten`.
+    /// Let go for being idle (or least recently used at `max_open`): a handoff's flush with no
+    /// caller waiting and no successor (`tenure/passivation.rs`).
+    Passivating {
+        /// Publishing (settling the log, or the final image), then releasing.
+        step: Flushing,
+        /// Why it was chosen.
+        reason: PassivationReason,
+        /// How long it had been idle when chosen (ms).
+        idle_ms: u64,
+    },
+    /// Over: `Released`, `Abandoned`, `Forgotten` or `Passivated`.
     Ended(TenantStatus),
 }
 
@@ -85,146 +104,6 @@ pub(crate) enum Forgetting {
     },
 }
 
-/// Who waits for an answer the actor holds the channel of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Waiter {
-    /// The handoff's caller (its drain half or, once drained, its flush half).
-    Handoff,
-    /// The abandon's callers.
-    Abandon,
-    /// The forget's caller.
-    Forget,
-}
-
-/// What the actor must do. Effects are carried out in order.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Effect {
-    /// Take and publish an image of `commits` committed batches — or, with `image == false`
-    /// (nothing new since the head), only confirm that the lease holds; feed back
-    /// [`Input::Published`].
-    Publish {
-        /// Batches committed when the image is taken.
-        commits: u64,
-        /// True for a handoff's final image.
-        final_image: bool,
-        /// False when the head already holds every commit.
-        image: bool,
-    },
-    /// Wake the handoff's caller at `deadline` ([`Input::DrainDeadline`]).
-    ArmDrainTimer {
-        /// The handoff's deadline.
-        deadline: Instant,
-    },
-    /// Tell the handoff's caller that the drain is over and the flush begins.
-    Drained,
-    /// Commit any open batch and close the ledger connection (the file stays).
-    CloseLedger,
-    /// The lease cell never holds again, and the renewal chain lets go of it.
-    EndTenure,
-    /// Delete the local directory; feed back [`Input::DirRemoved`].
-    RemoveDir,
-    /// Hand the lease back; feed back [`Input::LeaseReleased`].
-    ReleaseLease,
-    /// Tell the supervisor a forget began (`close` waits for it).
-    ForgetBegun,
-    /// Raise the floor to this epoch; feed back [`Input::FloorRaised`].
-    MarkForgotten,
-    /// Wait for late puts, delete every durable copy at or below `floor` and the local
-    /// directory; feed back [`Input::Erased`].
-    Erase {
-        /// The raised floor.
-        floor: u64,
-    },
-    /// Answer a waiter the actor keeps (a handoff, abandon or forget under way).
-    Reply(Waiter, Result<(), Error>),
-    /// Answer the caller of the input just fed (a handoff, abandon or forget refused or done
-    /// at once); it is not kept as a waiter.
-    Answer(Result<(), Error>),
-    /// Emit an event (also to `tracing`).
-    Emit(Event),
-    /// The tenure is over: tell the supervisor and stop the actor.
-    Finish(TenantStatus),
-}
-
-/// What happened, as the actor saw it.
-#[derive(Debug, Clone)]
-pub(crate) enum Input {
-    /// A handoff was called; the caller stops waiting for the drain at `deadline`.
-    Handoff {
-        /// Counted from the call, on the caller's side (promise 6).
-        deadline: Instant,
-        /// Whether the lease holds now.
-        held: bool,
-    },
-    /// A ticket was dropped.
-    Retire {
-        /// Its id.
-        ticket: u64,
-    },
-    /// The drain timer fired.
-    DrainDeadline {
-        /// The deadline it was armed for.
-        deadline: Instant,
-    },
-    /// The snapshot interval fired.
-    Tick {
-        /// Whether the lease holds now.
-        held: bool,
-    },
-    /// A batch committed locally. `lapsed`: the lease ran out during the commit.
-    Committed {
-        /// The lease ran out during the commit: the tenure ends.
-        lapsed: bool,
-    },
-    /// A publish came back.
-    Published {
-        /// Batches it covers.
-        commits: u64,
-        /// Whether it was the final image of a handoff.
-        final_image: bool,
-        /// The image published (`None`: nothing was uploaded), or why not (`Err(Fenced)`: the
-        /// lease did not hold).
-        outcome: Result<Option<Published>, Error>,
-        /// The lease store refused the head's move: the lease is gone for good (not only
-        /// lapsed on the holder's clock, which a renewal may still revive).
-        lease_gone: bool,
-    },
-    /// A segment of the change log went out (it counts as an upload under way: a forget
-    /// raises the floor only once it is back).
-    Shipping,
-    /// A segment came back: `Ok` once its tip moved; an error stops the log and ends the tenure
-    /// (docs/guarantees.md, the change log).
-    Shipped(Result<(), Error>),
-    /// An abandon was called.
-    Abandon,
-    /// A forget was called.
-    Forget,
-    /// The renewal chain found the lease lost.
-    LeaseLost,
-    /// `mark_forgotten` came back with the raised floor.
-    FloorRaised(Result<u64, Error>),
-    /// The erase came back.
-    Erased(Result<(), Error>),
-    /// The local directory was removed (or failed to be: the error is only logged).
-    DirRemoved,
-    /// The release came back (a failure is only logged: the lease then expires).
-    LeaseReleased,
-}
-
-/// What a snapshot request comes to.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum SnapshotPlan {
-    /// Refused with this error.
-    Refuse(Error),
-    /// Nothing changed since the last image: answer the current head.
-    Unchanged,
-    /// Publish an image covering `commits` batches (an upload is counted as under way).
-    Publish {
-        /// Batches committed when the image is taken.
-        commits: u64,
-    },
-}
-
 /// One tenure of one tenant on this replica.
 #[derive(Debug)]
 pub(crate) struct Tenure {
@@ -250,6 +129,9 @@ pub(crate) struct Tenure {
     published: u64,
     /// A flush without its final image (a deliberate bug, `fault-switches`).
     skip_final_image: bool,
+    /// A passivation that releases without settling its log or publishing its final image (a
+    /// deliberate bug, `fault-switches`).
+    skip_passivation_flush: bool,
     /// `drain_timeout`, for the `DrainTimeout` error.
     drain_timeout_ms: u64,
 }
@@ -268,6 +150,7 @@ impl Tenure {
             commits: 0,
             published: 0,
             skip_final_image: false,
+            skip_passivation_flush: false,
             drain_timeout_ms,
         }
     }
@@ -275,6 +158,13 @@ impl Tenure {
     /// Breaks promise 2 on purpose: a flush publishes no final image (harness tests only).
     pub(crate) fn skipping_final_image(mut self, skip: bool) -> Self {
         self.skip_final_image = skip;
+        self
+    }
+
+    /// Breaks promise 12 on purpose: a passivation releases without settling (harness tests
+    /// only).
+    pub(crate) fn skipping_passivation_flush(mut self, skip: bool) -> Self {
+        self.skip_passivation_flush = skip;
         self
     }
 
@@ -326,7 +216,13 @@ impl Tenure {
     fn overtakable(&self) -> bool {
         matches!(
             self.phase,
-            Phase::Serving | Phase::Draining { .. } | Phase::Flushing(Flushing::Publishing)
+            Phase::Serving
+                | Phase::Draining { .. }
+                | Phase::Flushing(Flushing::Publishing)
+                | Phase::Passivating {
+                    step: Flushing::Publishing,
+                    ..
+                }
         )
     }
 
@@ -430,11 +326,19 @@ impl Tenure {
                 }
             }
             Input::DirRemoved => {
-                if self.phase == Phase::Flushing(Flushing::Releasing) {
+                if self.phase == Phase::Flushing(Flushing::Releasing)
+                    || self.passivating(Flushing::Releasing)
+                {
                     fx.push(Effect::ReleaseLease);
                 }
             }
             Input::LeaseReleased => self.lease_released(&mut fx),
+            Input::Passivate {
+                reason,
+                judged,
+                touches,
+                idle_ms,
+            } => self.passivate(reason, judged == touches, idle_ms, &mut fx),
         }
         fx
     }
@@ -527,7 +431,9 @@ impl Tenure {
             })),
         }
         let fenced = matches!(&outcome, Err(e) if e.is_fenced());
-        if final_image && self.phase == Phase::Flushing(Flushing::Publishing) {
+        if final_image && self.passivating(Flushing::Publishing) {
+            self.passivation_published(outcome, fenced, fx);
+        } else if final_image && self.phase == Phase::Flushing(Flushing::Publishing) {
             match outcome {
                 Ok(_) => {
                     self.enter(Phase::Flushing(Flushing::Releasing), fx);
@@ -677,6 +583,14 @@ impl Tenure {
                 self.end(status, fx);
                 fx.push(Effect::Reply(Waiter::Forget, error.map_or(Ok(()), Err)));
             }
+            Phase::Passivating {
+                step: Flushing::Releasing,
+                reason,
+                idle_ms,
+            } => {
+                fx.push(released(true));
+                self.passivated(reason, idle_ms, fx);
+            }
             _ => {}
         }
     }
@@ -733,6 +647,7 @@ fn phase_status(phase: &Phase) -> TenantStatus {
         Phase::Flushing(_) => TenantStatus::Flushing,
         Phase::Abandoning => TenantStatus::Abandoning,
         Phase::Forgetting(_) => TenantStatus::Forgetting,
+        Phase::Passivating { .. } => TenantStatus::Passivating,
         Phase::Ended(status) => *status,
     }
 }

@@ -67,6 +67,7 @@ async fn every_variable_sets_its_option() {
         ("LEASEHOLD_PUT_LIFETIME", "90s"),
         ("LEASEHOLD_RECONCILE_EVERY", "off"),
         ("LEASEHOLD_ARBITERS", "2"),
+        ("LEASEHOLD_PASSIVATE_AFTER", "5m"),
     ]))
     .unwrap()
     .build()
@@ -112,6 +113,28 @@ async fn every_variable_sets_its_option() {
     assert_eq!(config.store_deadline, Duration::from_millis(500));
     assert_eq!(config.put_lifetime, s(90));
     assert_eq!(config.reconcile_every, None);
+    assert_eq!(config.passivate_after, Some(s(300)));
+}
+
+#[tokio::test]
+async fn passivation_is_on_by_default_and_off_turns_it_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    let mut given = vec![
+        ("LEASEHOLD_REPLICA_ID", "r1".to_string()),
+        ("LEASEHOLD_STATE_ROOT", format!("{root}/state")),
+        ("LEASEHOLD_LEASES", format!("{root}/leases.db")),
+        ("LEASEHOLD_DURABLE", format!("{root}/durable")),
+    ];
+    let read = |given: &[(&str, String)]| {
+        let pairs: Vec<(&str, &str)> = given.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        EnvConfig::from_vars(vars(&pairs)).unwrap()
+    };
+    let config = read(&given).build().await.unwrap();
+    assert_eq!(config.passivate_after, Some(Duration::from_secs(60)));
+    given.push(("LEASEHOLD_PASSIVATE_AFTER", "off".into()));
+    let config = read(&given).build().await.unwrap();
+    assert_eq!(config.passivate_after, None);
 }
 
 #[test]
@@ -134,6 +157,7 @@ fn each_bad_value_is_refused_by_the_name_of_its_variable() {
         ("LEASEHOLD_MAX_OPEN", "1.5"),
         ("LEASEHOLD_ARBITERS", "two"),
         ("LEASEHOLD_PUT_LIFETIME", "2 fortnights"),
+        ("LEASEHOLD_PASSIVATE_AFTER", "60"),
     ];
     for (variable, value) in cases {
         let mut given = vec![("LEASEHOLD_REPLICA_ID", "r1")];
@@ -176,6 +200,7 @@ async fn a_value_out_of_range_is_refused_by_its_variable_once_validated() {
         ("LEASEHOLD_DRAIN_TIMEOUT", "2days"),
         ("LEASEHOLD_ARBITERS", "0"),
         ("LEASEHOLD_COMPACTION_BYTES", "0"),
+        ("LEASEHOLD_PASSIVATE_AFTER", "0s"),
     ] {
         let mut given: Vec<(&str, &str)> = base.iter().map(|(k, v)| (*k, v.as_str())).collect();
         given.push((variable, value));

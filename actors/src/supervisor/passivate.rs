@@ -1,0 +1,228 @@
+//! The supervisor's side of passivation (docs/architecture.md, "Passivation"): the order of last
+//! activity of its open tenants ([`Recency`], pure), the idle check that lets go of tenants idle
+//! for `passivate_after`, the eviction of the least recently used idle tenant when an open meets
+//! `max_open`, an open that waits for a passivation of its tenant under way, and the reopen a
+//! handle asks for.
+//!
+//! ```text
+//!   a tenant opens ──> noted (its activity cell) ──> idle check armed at oldest + passivate_after
+//!   idle check: Recency::pick(before = now − passivate_after) ──> Passivate{judged} to each
+//!                 refused (a ticket, used since) ──> noted again at now
+//!   open at max_open: Recency::pick(any age, one) ──> Passivate ──> wait until it has left
+//!                 ──> the open goes again (at most EVICTION_TRIES victims, then OpenLimit)
+//! ```
+
+use std::future::Future;
+use std::time::Duration;
+
+use actix::prelude::*;
+use leasehold::clock::duration_ms;
+use leasehold::{Error, LeaseKey};
+
+use super::{Open, Supervisor, SupervisorActor, stopped};
+use crate::passivation::{Chosen, PassivationReason, Standing, idle_before, next_check_ms};
+use crate::status::TenantStatus;
+use crate::tenant::TenantRef;
+
+/// How many victims one open at `max_open` asks before it is refused with `OpenLimit`.
+pub(super) const EVICTION_TRIES: u32 = 8;
+
+/// Runs the idle check now; answers how many tenants began to passivate.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub(super) struct PassivateIdle;
+
+impl Supervisor {
+    /// Runs the idle check now, on the replica's clock: every tenant idle for
+    /// `passivate_after` is asked to let go; answers how many began to (each then settles its
+    /// log, releases its lease and stops; watch its status or the `passivated` event). It runs
+    /// by itself when the least recently used tenant falls due; this is for tests with a manual
+    /// clock and for operators. Nothing when passivation is off or the replica closes.
+    pub async fn passivate_idle_now(&self) -> Result<usize, Error> {
+        self.addr.send(PassivateIdle).await.map_err(|_| stopped())
+    }
+}
+
+/// Opens the tenant of `key` again for a handle whose tenure `passivated_epoch` was passivated
+/// (through `supervisor`, the one that handed the handle out).
+pub(crate) fn reopen(
+    supervisor: &Addr<SupervisorActor>,
+    key: &LeaseKey,
+    passivated_epoch: u64,
+) -> impl Future<Output = Result<TenantRef, Error>> + use<> {
+    let request = supervisor.send(Open::reactivating(key.clone(), Some(passivated_epoch)));
+    async move { request.await.map_err(|_| stopped())? }
+}
+
+impl Handler<PassivateIdle> for SupervisorActor {
+    type Result = ResponseActFuture<Self, usize>;
+
+    fn handle(&mut self, _msg: PassivateIdle, ctx: &mut Context<Self>) -> Self::Result {
+        self.check_idle(ctx)
+    }
+}
+
+impl SupervisorActor {
+    /// How `tenant` stands now, for [`Recency::pick`].
+    fn standing(tenant: &TenantRef) -> Standing {
+        let bound = tenant.bound();
+        bound
+            .activity
+            .standing(bound.ended.get() == TenantStatus::Serving)
+    }
+
+    /// Notes a tenant of the table in the order of last activity (after its open, or after it
+    /// refused a passivation: then as active `now`, so it is not asked again at once); arms the
+    /// idle check if none is armed.
+    pub(super) fn note_activity(
+        &mut self,
+        key: &LeaseKey,
+        now_ms: Option<u64>,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(entry) = self.table.get(key) else {
+            return;
+        };
+        let mut standing = Self::standing(&entry.tenant);
+        if let Some(now) = now_ms {
+            standing.last_ms = standing.last_ms.max(now);
+        }
+        self.recency.note(key.clone(), standing);
+        if self.idle_timer.is_none() {
+            self.arm_idle_check(ctx);
+        }
+    }
+
+    /// The least recently used tenants that may be passivated, last active before `before`
+    /// (any when `None`), at most `limit`.
+    fn choose(&mut self, before: Option<u64>, limit: usize) -> Vec<(TenantRef, Chosen<LeaseKey>)> {
+        let (recency, table) = (&mut self.recency, &self.table);
+        let chosen = recency.pick(before, limit, |key| {
+            table.get(key).map(|e| Self::standing(&e.tenant))
+        });
+        chosen
+            .into_iter()
+            .filter_map(|c| Some((table.get(&c.key)?.tenant.clone(), c)))
+            .collect()
+    }
+
+    /// Arms the next idle check for when the least recently used tenant could be idle long
+    /// enough (real time; the judgment itself is on the replica's clock).
+    pub(super) fn arm_idle_check(&mut self, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.idle_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        let Some(after) = self.rt.passivate_after else {
+            return;
+        };
+        if self.closing {
+            return;
+        }
+        let now = self.rt.now_ms();
+        let Some(due) = next_check_ms(self.recency.oldest_ms(), duration_ms(after)) else {
+            return;
+        };
+        let wait = Duration::from_millis(due.saturating_sub(now).max(1));
+        self.idle_timer = Some(ctx.run_later(wait, |act, ctx| {
+            act.idle_timer = None;
+            let check = act.check_idle(ctx);
+            ctx.spawn(check.map(|_, _, _| ()));
+        }));
+    }
+
+    /// The idle check: asks every tenant idle for `passivate_after` to let go; those that
+    /// refuse are noted again. Resolves with how many began; arms the next check.
+    fn check_idle(&mut self, ctx: &mut Context<Self>) -> ResponseActFuture<Self, usize> {
+        let Some(after) = self.rt.passivate_after.filter(|_| !self.closing) else {
+            return Box::pin(actix::fut::ready(0));
+        };
+        let now = self.rt.now_ms();
+        let chosen = self.choose(Some(idle_before(now, duration_ms(after))), usize::MAX);
+        self.arm_idle_check(ctx);
+        let asks = chosen.into_iter().map(|(tenant, c)| {
+            let idle_ms = now.saturating_sub(c.last_ms);
+            let ask = tenant.passivate(PassivationReason::Idle, c.touches, idle_ms);
+            async move { (c.key, ask.await.is_ok()) }
+        });
+        let all = futures::future::join_all(asks);
+        Box::pin(all.into_actor(self).map(move |answers, act, ctx| {
+            let mut begun = 0;
+            for (key, accepted) in answers {
+                if accepted {
+                    begun += 1;
+                } else {
+                    act.note_activity(&key, Some(act.rt.now_ms()), ctx);
+                }
+            }
+            begun
+        }))
+    }
+
+    /// An open met `max_open`: with passivation on, the least recently used idle tenant is
+    /// passivated and the open goes again once it has left; refused with `OpenLimit` when none
+    /// is idle (or after [`EVICTION_TRIES`] victims).
+    pub(super) fn evict_for(
+        &mut self,
+        open: Open,
+        ctx: &mut Context<Self>,
+    ) -> ResponseActFuture<Self, Result<TenantRef, Error>> {
+        let refused = Error::OpenLimit {
+            limit: self.rt.max_open,
+        };
+        if self.rt.passivate_after.is_none() || open.evictions >= EVICTION_TRIES {
+            return Box::pin(actix::fut::ready(Err(refused)));
+        }
+        let Some((victim, chosen)) = self.choose(None, 1).pop() else {
+            return Box::pin(actix::fut::ready(Err(refused)));
+        };
+        let now = self.rt.now_ms();
+        let idle_ms = now.saturating_sub(chosen.last_ms);
+        let ask = victim.passivate(PassivationReason::Evicted, chosen.touches, idle_ms);
+        let until = tokio::time::Instant::now() + self.rt.leave_limit();
+        let left = async move {
+            let accepted = ask.await.is_ok();
+            if accepted {
+                victim.wait_while_status(|s| !s.is_final(), until).await;
+            }
+            accepted
+        };
+        let again = Open {
+            evictions: open.evictions + 1,
+            ..open
+        };
+        let addr = ctx.address();
+        Box::pin(left.into_actor(self).then(move |accepted, act, ctx| {
+            if !accepted {
+                act.note_activity(&chosen.key, Some(act.rt.now_ms()), ctx);
+            }
+            actix::fut::wrap_future(async move { addr.send(again).await.map_err(|_| stopped())? })
+        }))
+    }
+
+    /// An open of a tenant whose passivation is under way here: waits for it to end, then
+    /// opens again (the caller does not notice; a passivation that failed serves on).
+    pub(super) fn open_after_passivation(
+        &mut self,
+        tenant: TenantRef,
+        open: Open,
+        ctx: &mut Context<Self>,
+    ) -> ResponseActFuture<Self, Result<TenantRef, Error>> {
+        let until = tokio::time::Instant::now() + self.rt.leave_limit();
+        let addr = ctx.address();
+        let reactivates = open.reactivates.or(Some(tenant.epoch()));
+        let again = Open {
+            reactivates,
+            ..open
+        };
+        Box::pin(actix::fut::wrap_future(async move {
+            let passivating = TenantStatus::Passivating;
+            if tenant.wait_while_status(|s| s == passivating, until).await == passivating {
+                return Err(Error::Draining {
+                    key: tenant.key().to_string(),
+                    state: passivating.as_str().into(),
+                });
+            }
+            addr.send(again).await.map_err(|_| stopped())?
+        }))
+    }
+}

@@ -1,0 +1,145 @@
+//! `Shipped` with 1 and 32 callers on one tenant beside raw rusqlite WAL + `NORMAL` and WAL +
+//! `FULL` on the same disk; from the same runs, through the counted stores, durable bytes and
+//! store requests per 1,000 writes and the per-stage breakdown of a batch: the local commit (the
+//! raw ledger's `Ledger::run`, measured alone), the segment's put and the tip's move (timed in
+//! the store wrappers), and the rest (capture, encode, the actor's hops, the reply), which is
+//! what remains of a write's time.
+
+use std::path::Path;
+use std::time::Duration;
+
+use leasehold::OrgId;
+use leasehold_actors::Durability;
+
+use crate::backend::{Backend, replica};
+use crate::many::{counted, open_and_write};
+use crate::measure::{Figure, sequential_async};
+use crate::raw::{self, RAW_KINDS};
+use crate::writes::{in_flight, insert};
+
+/// Bytes and requests of a run of writes.
+pub struct Cost {
+    /// Writes acknowledged.
+    pub writes: usize,
+    /// Segments (durable puts).
+    pub puts: u64,
+    /// Bytes put.
+    pub bytes: u64,
+    /// Durable-store requests of every kind.
+    pub durable_requests: u64,
+    /// Lease-store calls of every kind.
+    pub lease_calls: u64,
+    /// Tip-moving calls.
+    pub tip_calls: u64,
+    /// Mean put time.
+    pub put_mean: Duration,
+    /// Mean tip-move time.
+    pub tip_mean: Duration,
+}
+
+impl Cost {
+    /// `n` per 1,000 writes.
+    pub fn per_1000(&self, n: u64) -> f64 {
+        n as f64 * 1000.0 / self.writes.max(1) as f64
+    }
+}
+
+fn mean(d: &[Duration]) -> Duration {
+    if d.is_empty() {
+        return Duration::ZERO;
+    }
+    d.iter().sum::<Duration>() / d.len() as u32
+}
+
+/// One stage of a batch and its time.
+pub type Stage = (&'static str, Duration);
+
+/// What the part saw.
+pub struct Shipped {
+    /// Raw rusqlite: (name, 1 caller, `callers` callers).
+    pub raw: Vec<(&'static str, Figure, Figure)>,
+    /// The raw ledger, 1 caller (the commit stage).
+    pub ledger: Figure,
+    /// `Shipped`, 1 caller, and its cost.
+    pub one: (Figure, Cost),
+    /// `Shipped`, `callers` callers, and its cost.
+    pub many: (Figure, Cost),
+    /// Callers of the second figure.
+    pub callers: usize,
+}
+
+impl Shipped {
+    /// The stages of one batch with 1 caller and with many: commit, put, tip move, rest.
+    pub fn stages(&self) -> [(String, Vec<Stage>); 2] {
+        let commit = self.ledger.quantile(0.5).unwrap_or_default();
+        let one_total = mean(&self.one.0.latencies);
+        let batch_many = self.many.0.took / (self.many.1.puts.max(1) as u32);
+        let split = |total: Duration, c: &Cost| {
+            let known = commit + c.put_mean + c.tip_mean;
+            vec![
+                ("commit", commit),
+                ("put", c.put_mean),
+                ("tip move", c.tip_mean),
+                ("capture, encode, hops, reply", total.saturating_sub(known)),
+            ]
+        };
+        [
+            ("1 caller".to_string(), split(one_total, &self.one.1)),
+            (
+                format!("{} callers", self.callers),
+                split(batch_many, &self.many.1),
+            ),
+        ]
+    }
+}
+
+async fn costed<F: std::future::Future<Output = Figure>>(
+    c: &crate::many::Counted,
+    run: F,
+) -> (Figure, Cost) {
+    c.leases.take();
+    c.durable.take();
+    let figure = run.await;
+    let (l, d) = (c.leases.take(), c.durable.take());
+    let cost = Cost {
+        writes: figure.ops,
+        puts: d.of("put"),
+        bytes: d.put_bytes,
+        durable_requests: d.total(),
+        lease_calls: l.total(),
+        tip_calls: l.of("move_tip") + l.of("move_tips"),
+        put_mean: mean(&d.puts),
+        tip_mean: mean(&l.tip_moves),
+    };
+    (figure, cost)
+}
+
+/// Measures the baselines and `Shipped`, `span` each.
+pub async fn measure(backend: Backend, dir: &Path, callers: usize, span: Duration) -> Shipped {
+    let mut raws = Vec::new();
+    for (n, kind) in RAW_KINDS.iter().enumerate().skip(1) {
+        println!("    {}: 1 and {callers} callers ...", kind.name);
+        let one = raw::one_caller(dir, *kind, &format!("s{n}"), span);
+        let many = raw::many_callers(dir, *kind, &format!("s{n}"), callers, span);
+        raws.push((kind.name, one, many));
+    }
+    println!("    raw ledger (the commit stage) ...");
+    let ledger = raw::ledger(dir, span);
+    let c = counted(backend, dir, "shipped").await;
+    let a = replica(&c.stores, "shipping", Durability::Shipped, |_| {});
+    let org = OrgId::new("shipped").expect("org");
+    let t = open_and_write(&a, &org, "hot").await.expect("open");
+    println!("    Shipped: 1 caller ...");
+    let one = costed(&c, sequential_async(span, |i| insert(&t, format!("s-{i}")))).await;
+    println!("    Shipped: {callers} callers ...");
+    let many = costed(&c, in_flight(std::slice::from_ref(&t), callers, "c", span)).await;
+    let unflushed = a.close().await.expect("close");
+    assert!(unflushed.is_empty(), "unflushed {unflushed:?}");
+    Shipped {
+        raw: raws,
+        ledger,
+        one,
+        many,
+        callers,
+    }
+}
