@@ -30,8 +30,6 @@ mod where_is;
 pub use addressing::MessageRequest;
 mod passivate;
 
-pub(crate) use passivate::reopen;
-
 use crate::config::RuntimeConfig;
 use crate::events::EventSink;
 use crate::lease_actor::{LeaseActor, RenewNow, StopRenewals};
@@ -74,7 +72,10 @@ struct Owner {
 impl Owner {
     /// `tenant`, counted as a handle the host holds.
     fn hand_out(&self, tenant: TenantRef) -> TenantRef {
-        tenant.held_by(HostHold::new(self.host_handles.clone(), self.addr.clone()))
+        tenant.held_by(Arc::new(HostHold::new(
+            self.host_handles.clone(),
+            self.addr.clone(),
+        )))
     }
 }
 
@@ -84,10 +85,10 @@ impl Drop for Owner {
     }
 }
 
-/// One tenant handle a host holds (a `TenantRef` that `open` or `tenant` handed out, a clone
-/// of it, a `Ticket`): while any lives, a replica whose `Supervisor` handles are gone keeps
-/// serving; when the last goes, the replica hears it.
-pub(crate) struct HostHold {
+/// One tenant handle a host holds (a `TenantRef` that `open` or `tenant` handed out, shared by
+/// its clones and its `Ticket`s): while any lives, a replica whose `Supervisor` handles are gone
+/// keeps serving; when the last goes, the replica hears it.
+struct HostHold {
     /// How many live, shared with the supervisor actor.
     count: Arc<AtomicUsize>,
     /// Told when the count falls to zero.
@@ -99,16 +100,15 @@ impl HostHold {
         count.fetch_add(1, Ordering::SeqCst);
         Self { count, addr }
     }
-
-    /// The supervisor that handed the handle out: where it reopens a passivated tenant.
-    pub(crate) fn supervisor(&self) -> &Addr<SupervisorActor> {
-        &self.addr
-    }
 }
 
-impl Clone for HostHold {
-    fn clone(&self) -> Self {
-        Self::new(self.count.clone(), self.addr.clone())
+impl crate::tenant::HostHandle for HostHold {
+    fn reopen(
+        &self,
+        key: &LeaseKey,
+        passivated_epoch: u64,
+    ) -> futures::future::BoxFuture<'static, Result<TenantRef, Error>> {
+        Box::pin(passivate::reopen(&self.addr, key, passivated_epoch))
     }
 }
 

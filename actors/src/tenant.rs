@@ -79,7 +79,7 @@ pub struct TenantRef {
     /// have none): a replica whose `Supervisor` handles are gone serves while any is left. It
     /// is also the handle's way back to its supervisor: only a handle a host holds reopens a
     /// passivated tenant.
-    _host: Option<crate::supervisor::HostHold>,
+    _host: Option<Arc<dyn HostHandle>>,
 }
 
 /// What the clones of one handle share.
@@ -94,6 +94,18 @@ struct Shared {
     drain_timeout: Duration,
     /// How long a call waits for a passivation under way to end before it reopens the tenant.
     leave_limit: Duration,
+}
+
+/// What a handle a host holds keeps of the supervisor that handed it out: its place in the count
+/// of handles hosts hold (dropped with the last clone), and the way back to reopen a passivated
+/// tenant. The supervisor implements it; the tenant names no supervisor type (no circle).
+pub(crate) trait HostHandle: Send + Sync + 'static {
+    /// Opens `key` again after its tenure `passivated_epoch` was passivated here.
+    fn reopen(
+        &self,
+        key: &LeaseKey,
+        passivated_epoch: u64,
+    ) -> futures::future::BoxFuture<'static, Result<TenantRef, Error>>;
 }
 
 /// One tenure a handle talks to.
@@ -145,7 +157,7 @@ impl TenantRef {
 
     /// This handle, counted as one a host holds, with a binding of its own (the supervisor's
     /// handle stays bound to its tenure whatever the host's does).
-    pub(crate) fn held_by(self, host: crate::supervisor::HostHold) -> Self {
+    pub(crate) fn held_by(self, host: Arc<dyn HostHandle>) -> Self {
         Self {
             shared: Arc::new(Shared {
                 key: self.shared.key.clone(),
@@ -474,8 +486,7 @@ impl TenantRef {
             TenantStatus::Passivated => {}
             _ => return Ok(Next::Stop),
         }
-        let reopened =
-            crate::supervisor::reopen(host.supervisor(), self.key(), tried.epoch).await?;
+        let reopened = host.reopen(self.key(), tried.epoch).await?;
         let mut bound = self
             .shared
             .bound
