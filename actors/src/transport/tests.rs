@@ -350,3 +350,5 @@ async fn tls_serves_a_client_that_trusts_the_certificate_and_no_other() {
     );
     server.stop().await;
 }
+
+mod hostile;
