@@ -48,7 +48,10 @@ async fn promise6_a_query_whose_caller_stopped_waiting_keeps_its_read_slot_until
     assert_eq!(a.sup.send(&addr(), deposit("slow", 1)).await, Ok(1));
     for wave in 0..3 {
         let asks: Vec<_> = (0..QUERIES_AT_ONCE)
-            .map(|_| a.sup.ask(&addr(), Slow { ms: 3_000 }, Duration::from_millis(400)))
+            .map(|_| {
+                a.sup
+                    .ask(&addr(), Slow { ms: 3_000 }, Duration::from_millis(400))
+            })
             .collect();
         for answer in futures::future::join_all(asks).await {
             assert!(
@@ -68,7 +71,9 @@ async fn promise6_a_query_whose_caller_stopped_waiting_keeps_its_read_slot_until
         SLOW_NOW.load(Ordering::SeqCst) == 0
     })
     .await;
-    let after = a.sup.ask(&addr(), balance_of("slow"), Duration::from_secs(5));
+    let after = a
+        .sup
+        .ask(&addr(), balance_of("slow"), Duration::from_secs(5));
     assert_eq!(after.await, Ok(1));
 }
 
@@ -79,10 +84,9 @@ async fn promise11_a_deadline_too_far_to_count_is_no_panic() {
     let fleet = Fleet::new().await;
     let a = fleet.replica_with("a", "a", bank);
     let sent = a.sup.clone();
-    let answer = actix_rt::spawn(async move {
-        sent.ask(&addr(), deposit("far", 2), Duration::MAX).await
-    })
-    .await;
+    let answer =
+        actix_rt::spawn(async move { sent.ask(&addr(), deposit("far", 2), Duration::MAX).await })
+            .await;
     assert!(matches!(answer, Ok(Ok(2))), "{answer:?}");
 }
 
@@ -112,7 +116,10 @@ async fn promise11_a_query_cannot_write_end_its_snapshot_or_read_the_replies_by_
     let a = fleet.replica_with("a", "a", |c| {
         c.messages = bank_messages().query::<Attempt>().unwrap();
     });
-    let keyed = a.sup.request(&addr(), deposit("kept", 7)).idempotency_key("k1");
+    let keyed = a
+        .sup
+        .request(&addr(), deposit("kept", 7))
+        .idempotency_key("k1");
     assert_eq!(keyed.await, Ok(7));
     let dir = fleet.dir.path().display().to_string();
     let attempts = [
@@ -150,7 +157,10 @@ async fn promise11_a_query_cannot_write_end_its_snapshot_or_read_the_replies_by_
     assert_eq!(a.sup.send(&addr(), balance_of("kept")).await, Ok(7));
     assert_eq!(a.sup.send(&addr(), balance_of("thief")).await, Ok(0));
     // The stored reply is still there: a retry replays it, nothing runs again.
-    let retry = a.sup.request(&addr(), deposit("kept", 7)).idempotency_key("k1");
+    let retry = a
+        .sup
+        .request(&addr(), deposit("kept", 7))
+        .idempotency_key("k1");
     assert_eq!(retry.await, Ok(7));
     assert_eq!(a.sup.send(&addr(), balance_of("kept")).await, Ok(7));
 }
@@ -164,7 +174,10 @@ async fn promise11_idempotency_keys_at_their_limits_run_once_each() {
     let a = fleet.replica_with("a", "a", bank);
     let max = "m".repeat(leasehold_actors::message::MAX_IDEMPOTENCY_KEY);
     for _ in 0..2 {
-        let once = a.sup.request(&addr(), deposit("limits", 1)).idempotency_key(max.clone());
+        let once = a
+            .sup
+            .request(&addr(), deposit("limits", 1))
+            .idempotency_key(max.clone());
         assert_eq!(once.await, Ok(1), "256 bytes: once");
     }
     let over = a
@@ -172,12 +185,25 @@ async fn promise11_idempotency_keys_at_their_limits_run_once_each() {
         .request(&addr(), deposit("limits", 100))
         .idempotency_key(format!("{max}m"));
     assert!(matches!(over.await, Err(Error::BadMessage { .. })));
-    let empty = a.sup.request(&addr(), deposit("limits", 100)).idempotency_key("");
+    let empty = a
+        .sup
+        .request(&addr(), deposit("limits", 100))
+        .idempotency_key("");
     assert!(matches!(empty.await, Err(Error::BadMessage { .. })));
-    let first = a.sup.request(&addr(), deposit("limits", 10)).idempotency_key("a\0b");
+    let first = a
+        .sup
+        .request(&addr(), deposit("limits", 10))
+        .idempotency_key("a\0b");
     assert_eq!(first.await, Ok(11));
-    let second = a.sup.request(&addr(), deposit("limits", 10)).idempotency_key("a\0c");
-    assert_eq!(second.await, Ok(21), "a key differing after a NUL is its own");
+    let second = a
+        .sup
+        .request(&addr(), deposit("limits", 10))
+        .idempotency_key("a\0c");
+    assert_eq!(
+        second.await,
+        Ok(21),
+        "a key differing after a NUL is its own"
+    );
     let multibyte = "é".repeat(128); // 256 bytes, 128 characters
     for _ in 0..2 {
         let once = a

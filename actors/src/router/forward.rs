@@ -460,7 +460,7 @@ impl Inbound for FleetRouter {
         let router = self.clone();
         Box::pin(async move {
             let key = LeaseKey::new(&OrgId::new(e.org)?, &TenantId::new(e.tenant)?);
-            let deadline = Instant::now() + Duration::from_millis(e.deadline_ms);
+            let deadline = super::deadline_in(Duration::from_millis(e.deadline_ms));
             let req = ErasedRequest {
                 name: e.name,
                 version: e.version,

@@ -113,6 +113,8 @@ impl ForwardClient {
             .timeout(timeout)
             .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
             .body(body);
+        // The reply is signed for the request it answers: for this MAC header.
+        let request_mac = mac.clone().unwrap_or_default().into_bytes();
         if let Some(mac) = mac {
             request = request.header(MAC_HEADER, mac);
         }
@@ -122,7 +124,8 @@ impl ForwardClient {
             let status = response.status().as_u16();
             let mac = response.headers().get(MAC_HEADER).cloned();
             let bytes = response.bytes().await.map_err(|e| lost(&e))?;
-            if let Err(why) = auth::verify(&key, &bytes, mac.as_ref().map(|v| v.as_bytes())) {
+            let header = mac.as_ref().map(|v| v.as_bytes());
+            if let Err(why) = auth::verify_reply(&key, &request_mac, &bytes, header) {
                 return Err(ForwardError::Lost(format!(
                     "the reply (status {status}) is not signed by the fleet: {why}"
                 )));

@@ -290,6 +290,13 @@ fn transport_options_that_cannot_work_are_refused_by_name() {
         }),
         "workers"
     );
+    assert_eq!(
+        name(TransportConfig {
+            body_timeout: Duration::ZERO,
+            ..config()
+        }),
+        "body_timeout"
+    );
     let bad = TransportConfig {
         advertise: Some("10.0.0.1:7070".into()),
         ..config()

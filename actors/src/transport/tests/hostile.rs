@@ -122,7 +122,8 @@ async fn promise6_stopping_the_server_is_not_held_by_a_body_that_never_comes() {
 /// server must drop it after a while, or any number of such peers starve the fleet's forwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise11_a_body_that_never_comes_does_not_hold_its_connection_for_ever() {
-    let cfg = config();
+    let mut cfg = config();
+    cfg.body_timeout = Duration::from_millis(500);
     let server = Server::start(&cfg, Arc::new(Echo::default())).unwrap();
     let mut raw = tokio::net::TcpStream::connect(server.local_addr())
         .await
@@ -134,6 +135,14 @@ async fn promise11_a_body_that_never_comes_does_not_hold_its_connection_for_ever
     raw.write_all(&[0; 10]).await.unwrap();
     let mut answer = Vec::new();
     let ended = tokio::time::timeout(Duration::from_secs(20), raw.read_to_end(&mut answer)).await;
-    assert!(ended.is_ok(), "the server still holds the connection after 20 s");
+    assert!(
+        ended.is_ok(),
+        "the server still holds the connection after 20 s"
+    );
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    // The server serves on.
+    let client = ForwardClient::new(&cfg).unwrap();
+    good(&client, &server, "after").await;
     server.stop().await;
 }
