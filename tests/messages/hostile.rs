@@ -214,3 +214,24 @@ async fn promise11_idempotency_keys_at_their_limits_run_once_each() {
     }
     assert_eq!(a.sup.send(&addr(), balance_of("limits")).await, Ok(26));
 }
+
+/// A forget erases the tenant's stored replies with everything else (promise 5 wins): a command
+/// sent again with its idempotency key after a forget — a late retry, or a captured forward
+/// played back — is not replayed but runs on the tenant opened afresh, even within the
+/// idempotency window. docs/guarantees.md said a replay within the window "runs nothing"
+/// without this exception; it says so now. Pinned so that a change either way is seen.
+#[actix_rt::test]
+async fn promise11_a_forget_ends_the_idempotency_window_of_its_tenant() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", bank);
+    assert_eq!(a.sup.send(&addr(), deposit("erased", 3)).await, Ok(3));
+    let keyed = a.sup.request(&addr(), deposit("erased", 5)).idempotency_key("once");
+    assert_eq!(keyed.await, Ok(8));
+    let again = a.sup.request(&addr(), deposit("erased", 5)).idempotency_key("once");
+    assert_eq!(again.await, Ok(8), "within the window: the stored reply");
+    let t = a.sup.tenant(&org(), &tenant()).await.unwrap();
+    t.forget().await.unwrap();
+    let after = a.sup.request(&addr(), deposit("erased", 5)).idempotency_key("once");
+    assert_eq!(after.await, Ok(5), "after a forget it runs again, on the tenant afresh");
+    assert_eq!(a.sup.send(&addr(), balance_of("erased")).await, Ok(5));
+}
