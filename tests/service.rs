@@ -404,7 +404,10 @@ async fn every_route_refuses_bad_ids_and_bodies_with_a_coded_json_refusal() {
                 .header("Idempotency-Key", long_key.as_str())
                 .json(&serde_json::json!({ "kind": "x" })),
         ),
-        ("after that is no number", client.get(format!("{events}?after=abc"))),
+        (
+            "after that is no number",
+            client.get(format!("{events}?after=abc")),
+        ),
         ("a negative limit", client.get(format!("{events}?limit=-1"))),
         (
             "an unknown admin verb",

@@ -225,13 +225,26 @@ async fn promise11_a_forget_ends_the_idempotency_window_of_its_tenant() {
     let fleet = Fleet::new().await;
     let a = fleet.replica_with("a", "a", bank);
     assert_eq!(a.sup.send(&addr(), deposit("erased", 3)).await, Ok(3));
-    let keyed = a.sup.request(&addr(), deposit("erased", 5)).idempotency_key("once");
+    let keyed = a
+        .sup
+        .request(&addr(), deposit("erased", 5))
+        .idempotency_key("once");
     assert_eq!(keyed.await, Ok(8));
-    let again = a.sup.request(&addr(), deposit("erased", 5)).idempotency_key("once");
+    let again = a
+        .sup
+        .request(&addr(), deposit("erased", 5))
+        .idempotency_key("once");
     assert_eq!(again.await, Ok(8), "within the window: the stored reply");
     let t = a.sup.tenant(&org(), &tenant()).await.unwrap();
     t.forget().await.unwrap();
-    let after = a.sup.request(&addr(), deposit("erased", 5)).idempotency_key("once");
-    assert_eq!(after.await, Ok(5), "after a forget it runs again, on the tenant afresh");
+    let after = a
+        .sup
+        .request(&addr(), deposit("erased", 5))
+        .idempotency_key("once");
+    assert_eq!(
+        after.await,
+        Ok(5),
+        "after a forget it runs again, on the tenant afresh"
+    );
     assert_eq!(a.sup.send(&addr(), balance_of("erased")).await, Ok(5));
 }

@@ -74,8 +74,9 @@ struct Trip {
     kind: MessageKind,
     /// Forwards so far, those before it reached this replica included.
     hops: u8,
-    /// A replica that could not be reached (nothing was sent to it).
-    unreachable: Option<String>,
+    /// A replica that could not be reached (nothing was sent to it), and the endpoint that
+    /// refused: once the holder advertises another, it is tried there.
+    unreachable: Option<(String, String)>,
     /// The last forward whose answer was lost: to whom, and why.
     lost: Option<(String, String)>,
     /// The holder whose lease is being waited out.
@@ -151,6 +152,7 @@ impl FleetRouter {
                 _ => Lookup::vacant(),
             };
             let left = duration_ms(deadline.saturating_duration_since(Instant::now()));
+            forget_moved_endpoint(&mut trip, &lookup);
             let mut input = RouteInput {
                 me: &self.me,
                 local,
@@ -159,7 +161,7 @@ impl FleetRouter {
                 max_hops: self.max_hops,
                 time_left_ms: left,
                 open,
-                unreachable: trip.unreachable.as_deref(),
+                unreachable: trip.unreachable.as_ref().map(|(id, _)| id.as_str()),
                 placed: None,
             };
             let mut decision = route::decide(&input);
@@ -310,7 +312,7 @@ impl FleetRouter {
             Ok(reply) => Some(Ok(reply)),
             Err(ForwardError::NotSent(why)) => {
                 tracing::debug!(%key, to, %why, "the holder cannot be reached");
-                trip.unreachable = Some(to.to_owned());
+                trip.unreachable = Some((to.to_owned(), endpoint.to_owned()));
                 None
             }
             Err(ForwardError::Lost(reason)) => {
@@ -443,6 +445,24 @@ impl FleetRouter {
         };
         self.refused(key, &e);
         e
+    }
+}
+
+/// Forgets that the holder could not be reached once the lease store names another endpoint
+/// for it (its transport moved, or a new process of it advertised): a holder that renews its
+/// lease and can be reached again is forwarded to, not waited out until the caller's deadline
+/// (`promise11_a_holder_unreachable_once_is_tried_again_while_it_renews`).
+fn forget_moved_endpoint(trip: &mut Trip, lookup: &Lookup) {
+    let moved = match (
+        &trip.unreachable,
+        lookup.live_holder(),
+        lookup.live_endpoint(),
+    ) {
+        (Some((id, refused)), Some((holder, _)), Some(now)) => id == holder && refused != now,
+        _ => false,
+    };
+    if moved {
+        trip.unreachable = None;
     }
 }
 
