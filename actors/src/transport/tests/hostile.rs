@@ -146,3 +146,66 @@ async fn promise11_a_body_that_never_comes_does_not_hold_its_connection_for_ever
     good(&client, &server, "after").await;
     server.stop().await;
 }
+
+/// A listener that answers every request with the head `head` and then `body_bytes` zero bytes,
+/// and holds the connection open: a reply that claims or streams more than any reply may take.
+async fn oversize_answers(head: String, body_bytes: usize) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let head = head.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 << 10];
+                let _ = conn.read(&mut buf).await;
+                let _ = conn.write_all(head.as_bytes()).await;
+                let zeros = vec![0u8; 1 << 20];
+                let mut sent = 0;
+                while sent < body_bytes {
+                    let n = zeros.len().min(body_bytes - sent);
+                    if conn.write_all(&zeros[..n]).await.is_err() {
+                        return;
+                    }
+                    sent += n;
+                }
+                // Hold the connection: the rest never comes.
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            });
+        }
+    });
+    at
+}
+
+/// A reply takes at most the envelope's limit (docs/guarantees.md, "a forwarded message's
+/// size"). A responder that claims or streams more (a broken or hostile peer, a man in the
+/// middle) must not make the sender buffer it, before its MAC could even be checked: the
+/// sender stops reading at the limit and the answer is lost (the outcome unknown), at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise11_a_reply_over_the_limit_is_not_read_whole() {
+    let cfg = config();
+    let client = ForwardClient::new(&cfg).unwrap();
+    let limit = leasehold::codec::ENVELOPE_LIMIT;
+    let claimed = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n{MAC_HEADER}: 00\r\n\
+         content-length: {}\r\n\r\n",
+        1u64 << 40
+    );
+    let chunked = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n{MAC_HEADER}: 00\r\n\
+         transfer-encoding: chunked\r\n\r\n{:x}\r\n",
+        1u64 << 40
+    );
+    for (what, head) in [("a claimed length", claimed), ("a chunked body", chunked)] {
+        let at = oversize_answers(head, limit + (2 << 20)).await;
+        let began = std::time::Instant::now();
+        let answer = client
+            .forward(&format!("http://{at}"), &envelope("echo", "big", b"x"), T)
+            .await;
+        let took = began.elapsed();
+        assert!(
+            matches!(&answer, Err(ForwardError::Lost(why)) if why.contains("limit")),
+            "{what}: {answer:?}"
+        );
+        assert!(took < Duration::from_secs(3), "{what}: read for {took:?}");
+    }
+}
