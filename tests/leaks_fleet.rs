@@ -48,6 +48,23 @@ async fn promise6_closed_replicas_of_a_fleet_leave_no_thread_descriptor_or_bound
     let fleet = Fleet::new().await;
     let (threads_before, fds_before, actors_before) = (threads(), fds(), live_tenants());
     let addr = TenantAddr::new(org(), tenant());
+    let bump = || Messages::new().command::<Bump>().unwrap();
+
+    // A tenure a message opened, ended by a handoff while its replica runs on: its actor goes
+    // once the host lets go (the router's own handles do not keep it).
+    let keep = fleet.replica_with("keep", "keep", |c| c.messages = bump());
+    assert_eq!(keep.sup.send(&addr, Bump).await, Ok(1));
+    assert_eq!(live_tenants(), actors_before + 1);
+    let t = keep.sup.tenant(&org(), &tenant()).await.unwrap();
+    t.handoff().await.unwrap();
+    drop(t);
+    eventually(5_000, "the ended tenure's actor to stop", || async {
+        live_tenants() == actors_before
+    })
+    .await;
+    assert!(keep.sup.close().await.unwrap().is_empty());
+    drop(keep);
+
     let ports = [free_port(), free_port()];
     for round in 0..2 {
         let replicas: Vec<_> = ["a", "b"]
@@ -56,7 +73,7 @@ async fn promise6_closed_replicas_of_a_fleet_leave_no_thread_descriptor_or_bound
             .map(|(id, port)| {
                 let name = format!("{id}-{round}");
                 fleet.replica_with(&name, &name, |c| {
-                    c.messages = Messages::new().command::<Bump>().unwrap();
+                    c.messages = bump();
                     let key = FleetKey::new(vec![3; 32]).unwrap();
                     let bind = SocketAddr::from(([127, 0, 0, 1], port));
                     c.transport = Some(TransportConfig::new(bind, key));
@@ -65,6 +82,7 @@ async fn promise6_closed_replicas_of_a_fleet_leave_no_thread_descriptor_or_bound
             .collect();
         // a opens the tenant; b's messages are forwarded to a over the pooled client.
         let first = replicas[0].sup.send(&addr, Bump).await.unwrap();
+        assert!(first > 1, "the tenant kept what the first replica wrote");
         for i in 1..=3 {
             let forwarded = replicas[1].sup.ask(&addr, Bump, Duration::from_secs(10));
             assert_eq!(forwarded.await, Ok(first + i), "round {round}");
