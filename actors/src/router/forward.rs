@@ -65,6 +65,21 @@ pub(crate) struct FleetRouter {
     events: EventSink,
 }
 
+/// A replica a forward could not reach.
+#[derive(Debug)]
+struct Unreachable {
+    /// Its id.
+    id: String,
+    /// The endpoint that refused.
+    endpoint: String,
+    /// When the first lookup after the refusal was made, and how long its lease had left then.
+    seen: Option<(Instant, u64)>,
+}
+
+/// How much longer than expected a lease must run to count as renewed (the store's clock and
+/// this replica's are compared over a few hundred milliseconds).
+const RENEWED_SLACK_MS: u64 = 100;
+
 /// What one message's routing has learnt so far.
 #[derive(Debug)]
 struct Trip {
@@ -74,9 +89,9 @@ struct Trip {
     kind: MessageKind,
     /// Forwards so far, those before it reached this replica included.
     hops: u8,
-    /// A replica that could not be reached (nothing was sent to it), and the endpoint that
-    /// refused: once the holder advertises another, it is tried there.
-    unreachable: Option<(String, String)>,
+    /// A replica that could not be reached (nothing was sent to it): tried again once it
+    /// advertises another endpoint or renews its lease ([`forget_unreachable_if_alive`]).
+    unreachable: Option<Unreachable>,
     /// The last forward whose answer was lost: to whom, and why.
     lost: Option<(String, String)>,
     /// The holder whose lease is being waited out.
@@ -152,7 +167,7 @@ impl FleetRouter {
                 _ => Lookup::vacant(),
             };
             let left = duration_ms(deadline.saturating_duration_since(Instant::now()));
-            forget_moved_endpoint(&mut trip, &lookup);
+            forget_unreachable_if_alive(&mut trip, &lookup);
             let mut input = RouteInput {
                 me: &self.me,
                 local,
@@ -161,7 +176,7 @@ impl FleetRouter {
                 max_hops: self.max_hops,
                 time_left_ms: left,
                 open,
-                unreachable: trip.unreachable.as_ref().map(|(id, _)| id.as_str()),
+                unreachable: trip.unreachable.as_ref().map(|u| u.id.as_str()),
                 placed: None,
             };
             let mut decision = route::decide(&input);
@@ -312,7 +327,11 @@ impl FleetRouter {
             Ok(reply) => Some(Ok(reply)),
             Err(ForwardError::NotSent(why)) => {
                 tracing::debug!(%key, to, %why, "the holder cannot be reached");
-                trip.unreachable = Some((to.to_owned(), endpoint.to_owned()));
+                trip.unreachable = Some(Unreachable {
+                    id: to.to_owned(),
+                    endpoint: endpoint.to_owned(),
+                    seen: None,
+                });
                 None
             }
             Err(ForwardError::Lost(reason)) => {
@@ -448,20 +467,35 @@ impl FleetRouter {
     }
 }
 
-/// Forgets that the holder could not be reached once the lease store names another endpoint
-/// for it (its transport moved, or a new process of it advertised): a holder that renews its
-/// lease and can be reached again is forwarded to, not waited out until the caller's deadline
-/// (`promise11_a_holder_unreachable_once_is_tried_again_while_it_renews`).
-fn forget_moved_endpoint(trip: &mut Trip, lookup: &Lookup) {
-    let moved = match (
-        &trip.unreachable,
-        lookup.live_holder(),
-        lookup.live_endpoint(),
-    ) {
-        (Some((id, refused)), Some((holder, _)), Some(now)) => id == holder && refused != now,
-        _ => false,
+/// Forgets that the holder could not be reached once it shows it is alive: the lease store
+/// names another endpoint for it (its transport moved, a new process of it advertised), or its
+/// lease runs longer than it did when it refused (it renewed: a dead holder never does). So a
+/// holder that refused one connection and can be reached again is forwarded to, not waited out
+/// until the caller's deadline (`promise11_a_holder_unreachable_once_is_tried_again_…`,
+/// `promise11_a_holder_that_renews_after_refusing_…`); one that stays dead is tried no more.
+fn forget_unreachable_if_alive(trip: &mut Trip, lookup: &Lookup) {
+    let Some(u) = trip.unreachable.as_mut() else {
+        return;
     };
-    if moved {
+    let (Some((holder, _)), Some(endpoint)) = (lookup.live_holder(), lookup.live_endpoint()) else {
+        return;
+    };
+    if holder != u.id {
+        return;
+    }
+    let left = lookup.lease_left_ms;
+    let alive = match u.seen {
+        _ if endpoint != u.endpoint => true,
+        None => {
+            u.seen = Some((Instant::now(), left));
+            false
+        }
+        Some((at, left_then)) => {
+            let expected = left_then.saturating_sub(duration_ms(at.elapsed()));
+            left > expected + RENEWED_SLACK_MS
+        }
+    };
+    if alive {
         trip.unreachable = None;
     }
 }

@@ -50,3 +50,57 @@ async fn promise11_a_holder_unreachable_once_is_tried_again_while_it_renews() {
     );
     assert_eq!(ran_at(&world, "k9"), vec!["rb"]);
 }
+
+/// Pipes every connection on `listener` to `upstream`: the holder's port answering again.
+async fn pipe(listener: tokio::net::TcpListener, upstream: std::net::SocketAddr) {
+    while let Ok((mut inbound, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        });
+    }
+}
+
+/// The same with the endpoint unchanged: the holder's port refused one connection (a full
+/// backlog, a restart of its listener) and answers again, while the holder renews its lease. A
+/// holder that renews is alive: the message must reach it, not be refused `Unavailable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise11_a_holder_that_renews_after_refusing_a_connection_is_tried_again() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let (leases, _dir) = store();
+    let world = Arc::new(World::default());
+    let a = Replica::start("ra", leases.clone(), world.clone(), Options::default()).await;
+    let refusing = Options {
+        advertise: Some(format!("http://{port}")),
+        ..Options::default()
+    };
+    let b = Replica::start("rb", leases.clone(), world.clone(), refusing).await;
+    b.send("t10", "open", D).await.unwrap();
+    let a = Arc::new(a);
+    let sent = {
+        let a = a.clone();
+        tokio::spawn(async move { a.send("t10", "k10", Duration::from_secs(4)).await })
+    };
+    // The first forward finds the port closed (at once, on loopback); then it answers again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let listener = tokio::net::TcpListener::bind(port).await.unwrap();
+    let server = b.server.as_ref().unwrap().local_addr();
+    let piping = tokio::spawn(pipe(listener, server));
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while !sent.is_finished() && std::time::Instant::now() < until {
+        b.renew().await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let reply = sent.await.unwrap();
+    piping.abort();
+    assert_eq!(
+        reply.as_deref().map_err(|e| e.to_string()),
+        Ok(&b"k10@rb"[..]),
+        "the holder renewed and its port answered again"
+    );
+    assert_eq!(ran_at(&world, "k10"), vec!["rb"]);
+}
