@@ -161,7 +161,11 @@ impl FleetRouter {
             }
             // Where the tenant stands here first: a tenant serving or leaving here needs no
             // lookup (`route::decide` reads the store's answer only for a tenant absent here).
-            let local = self.local.local_state(key).await;
+            // The supervisor's mailbox, on the thread the replica started on: bounded too.
+            let asked = tokio::time::timeout_at(deadline, self.local.local_state(key)).await;
+            let Ok(local) = asked else {
+                return Err(self.expired(key, &trip, deadline));
+            };
             let lookup = match local {
                 LocalState::Absent => self.lookup(key, deadline, &trip).await?,
                 _ => Lookup::vacant(),

@@ -104,3 +104,26 @@ async fn promise11_a_holder_that_renews_after_refusing_a_connection_is_tried_aga
     );
     assert_eq!(ran_at(&world, "k10"), vec!["rb"]);
 }
+
+/// Every call settles within its deadline (docs/guarantees.md, promise 11): asking where the
+/// tenant stands here goes through the supervisor's mailbox, on the thread the replica started
+/// on (the host's); a supervisor held up must not hold the caller past its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise11_a_supervisor_held_up_does_not_hold_a_message_past_its_deadline() {
+    let (a, _b, _world, _dir) = two(Options::default).await;
+    a.host
+        .stalled
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let began = std::time::Instant::now();
+    let sent = tokio::time::timeout(
+        Duration::from_secs(5),
+        a.send("t11", "k11", Duration::from_millis(300)),
+    )
+    .await;
+    let took = began.elapsed();
+    assert!(
+        matches!(sent, Ok(Err(Error::DeadlineExceeded { .. }))),
+        "after {took:?}: {sent:?}"
+    );
+    assert!(took < Duration::from_millis(1_300), "{took:?}");
+}
