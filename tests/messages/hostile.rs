@@ -248,3 +248,84 @@ async fn promise11_a_forget_ends_the_idempotency_window_of_its_tenant() {
     );
     assert_eq!(a.sup.send(&addr(), balance_of("erased")).await, Ok(5));
 }
+
+/// A command that writes a row and answers `bytes` bytes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Bloat {
+    bytes: usize,
+}
+
+impl TenantMessage for Bloat {
+    type Reply = String;
+    const NAME: &'static str = "test.bloat";
+
+    fn handle(self, ledger: &mut LedgerTx<'_>) -> Result<String, LedgerError> {
+        ledger.execute("CREATE TABLE IF NOT EXISTS bloat (x INTEGER)", [])?;
+        ledger.execute("INSERT INTO bloat VALUES (1)", [])?;
+        Ok("x".repeat(self.bytes))
+    }
+}
+
+/// How many rows `Bloat` left, and a reply of `bytes` bytes (a query).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct BloatRows {
+    bytes: usize,
+}
+
+impl TenantQuery for BloatRows {
+    type Reply = (i64, String);
+    const NAME: &'static str = "test.bloat_rows";
+
+    fn query(self, ledger: &LedgerRead<'_>) -> Result<(i64, String), LedgerError> {
+        let tables: i64 = ledger.query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'bloat'",
+            [],
+            |r| r.get(0),
+        )?;
+        let rows = match tables {
+            0 => 0,
+            _ => ledger.query_row("SELECT count(*) FROM bloat", [], |r| r.get(0))?,
+        };
+        Ok((rows, "y".repeat(self.bytes)))
+    }
+}
+
+/// A reply over the message limit (docs/guarantees.md, "message size"): a command's rolls the
+/// command back — its row is not written, its key stores nothing, so a retry runs it — and a
+/// query's is refused; both `TooLarge`, and the tenant serves on.
+#[actix_rt::test]
+async fn promise11_a_reply_over_the_limit_rolls_its_command_back_and_stores_nothing() {
+    use leasehold::codec::MESSAGE_LIMIT;
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        c.messages = bank_messages()
+            .command::<Bloat>()
+            .and_then(|m| m.query::<BloatRows>())
+            .unwrap();
+    });
+    let rows = |bytes| a.sup.send(&addr(), BloatRows { bytes });
+    assert_eq!(rows(0).await.map(|r| r.0), Ok(0));
+    let big = Bloat {
+        bytes: MESSAGE_LIMIT + 1,
+    };
+    let refused = a.sup.request(&addr(), big).idempotency_key("big").await;
+    assert!(
+        matches!(refused, Err(Error::TooLarge { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(rows(0).await.map(|r| r.0), Ok(0), "rolled back");
+    let retry = a
+        .sup
+        .request(&addr(), Bloat { bytes: 3 })
+        .idempotency_key("big")
+        .await;
+    assert_eq!(
+        retry,
+        Ok("xxx".to_owned()),
+        "nothing was stored under the key"
+    );
+    assert_eq!(rows(0).await.map(|r| r.0), Ok(1));
+    let query = rows(MESSAGE_LIMIT + 1).await;
+    assert!(matches!(query, Err(Error::TooLarge { .. })), "{query:?}");
+    assert_eq!(rows(0).await.map(|r| r.0), Ok(1), "the tenant serves on");
+}
