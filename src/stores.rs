@@ -159,9 +159,10 @@ impl LeaseStoreUrl {
         Ok(Self::Sqlite(path_of(NAME, "the lease store", s)?))
     }
 
-    /// Opens the store. With [`IfMissing::Refuse`] a lease file or table that does not exist is
-    /// [`Error::StoreMissing`] and nothing is created (a SQLite file is looked for first, so a
-    /// file made in the instant between the look and the open is opened).
+    /// Opens the store. With [`IfMissing::Refuse`] a lease file of an older schema is refused
+    /// and left as it is (as an older PostgreSQL table is), and a lease file or table that does
+    /// not exist is [`Error::StoreMissing`] and nothing is created (a SQLite file is looked for
+    /// first, so a file made in the instant between the look and the open is opened).
     pub async fn open(&self, if_missing: IfMissing) -> Result<SharedLeaseStore, Error> {
         self.open_with(if_missing.into()).await
     }

@@ -13,6 +13,8 @@ mod common;
 mod figures;
 #[path = "messages/gate.rs"]
 mod gate;
+#[path = "messages/hostile.rs"]
+mod hostile;
 #[path = "messages/idempotency.rs"]
 mod idempotency;
 #[path = "messages/refusals.rs"]

@@ -333,3 +333,125 @@ async fn two_processes_any_one_answers_and_a_sigterm_mid_load_loses_no_acknowled
     assert_eq!(code, Some(0), "b flushed every tenant at SIGTERM");
     eprintln!("service: {total} of {sent} appends acknowledged, each read back once");
 }
+
+/// Bad ids and bodies on every route (a hostile caller): each refused with a 4xx whose body is
+/// the service's refusal — JSON with a stable `code` — nothing appended, and the service
+/// answers on. (Seen before the fix: a body that is not JSON, a missing content type, an
+/// oversize body and a query string that does not parse got actix-web's plain-text errors.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_refuses_bad_ids_and_bodies_with_a_coded_json_refusal() {
+    let exe = service_binary();
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let a = Service::start(&exe, dir.path(), "a");
+    let base = a.base.clone();
+    let client = reqwest::Client::new();
+    let events = format!("{base}/tenants/acme/t0/events");
+    let json = |body: &str| body.to_owned();
+    let long_key = "k".repeat(257);
+    let long_id = "t".repeat(200);
+    let cases: Vec<(&str, reqwest::RequestBuilder)> = vec![
+        (
+            "a bad org id",
+            client
+                .post(format!("{base}/tenants/a.b/t0/events"))
+                .header("Idempotency-Key", "k")
+                .json(&serde_json::json!({ "kind": "x" })),
+        ),
+        (
+            "a tenant id too long",
+            client.get(format!("{base}/tenants/acme/{long_id}/events")),
+        ),
+        (
+            "a body that is not JSON",
+            client
+                .post(&events)
+                .header("Idempotency-Key", "k")
+                .header("content-type", "application/json")
+                .body(json("{\"kind\": ")),
+        ),
+        (
+            "a body without a kind",
+            client
+                .post(&events)
+                .header("Idempotency-Key", "k")
+                .json(&serde_json::json!({ "payload": 1 })),
+        ),
+        (
+            "no content type",
+            client
+                .post(&events)
+                .header("Idempotency-Key", "k")
+                .body(json("{\"kind\": \"x\"}")),
+        ),
+        (
+            "a body over the limit",
+            client
+                .post(&events)
+                .header("Idempotency-Key", "k")
+                .header("content-type", "application/json")
+                .body(format!("{{\"kind\": \"{}\"}}", "x".repeat(2 << 20))),
+        ),
+        (
+            "no idempotency key",
+            client
+                .post(&events)
+                .json(&serde_json::json!({ "kind": "x" })),
+        ),
+        (
+            "an idempotency key of 257 bytes",
+            client
+                .post(&events)
+                .header("Idempotency-Key", long_key.as_str())
+                .json(&serde_json::json!({ "kind": "x" })),
+        ),
+        (
+            "after that is no number",
+            client.get(format!("{events}?after=abc")),
+        ),
+        ("a negative limit", client.get(format!("{events}?limit=-1"))),
+        (
+            "an unknown admin verb",
+            client.post(format!("{base}/admin/tenants/acme/t0/explode")),
+        ),
+        (
+            "a handoff of a tenant not open here",
+            client.post(format!("{base}/admin/tenants/acme/t0/handoff")),
+        ),
+        (
+            "a bad id on an admin route",
+            client.post(format!("{base}/admin/tenants/acme/a.b/forget")),
+        ),
+    ];
+    for (what, request) in cases {
+        let reply = request.send().await.expect("the service answers");
+        let status = reply.status();
+        let text = reply.text().await.unwrap_or_default();
+        assert!(status.is_client_error(), "{what}: {status} {text}");
+        let refusal: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{what}: {status}, not a JSON refusal ({e}): {text:?}"));
+        assert!(
+            refusal["code"].as_str().is_some_and(|c| !c.is_empty()),
+            "{what}: no code in {text}"
+        );
+    }
+    // Nothing was appended, and the service answers on.
+    let good = client
+        .post(&events)
+        .header("Idempotency-Key", "good")
+        .json(&serde_json::json!({ "kind": "x" }))
+        .send()
+        .await
+        .expect("the service answers");
+    assert!(good.status().is_success(), "{:?}", good.text().await);
+    let read: Vec<serde_json::Value> = client
+        .get(&events)
+        .send()
+        .await
+        .expect("the service answers")
+        .json()
+        .await
+        .expect("events as JSON");
+    assert_eq!(read.len(), 1, "{read:?}");
+    a.terminate();
+    assert_eq!(a.wait(Duration::from_secs(60)), Some(0));
+}

@@ -105,5 +105,18 @@ impl Router {
     }
 }
 
+/// The longest deadline counted: a wait without end for every practical purpose.
+const FARTHEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The instant `limit` from now. A limit too far to count (`Duration::MAX` from a caller, a
+/// deadline an envelope carries) is [`FARTHEST`] from now, never an overflow: bad input gets
+/// an answer, not a panic.
+pub(crate) fn deadline_in(limit: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(limit.min(FARTHEST))
+        .or_else(|| now.checked_add(Duration::from_secs(3_600)))
+        .unwrap_or(now)
+}
+
 #[cfg(test)]
 mod tests;

@@ -120,6 +120,11 @@ pub struct TransportConfig {
     pub workers: usize,
     /// How long a forward may take to connect. Default 1 s.
     pub connect_timeout: Duration,
+    /// How long a request's body may take to arrive once its head has: a peer that sends a
+    /// head and then too little is answered 408 and its connection closed, so it holds no
+    /// connection, buffer or worker of the server for longer. Default 10 s (a body of the
+    /// largest size at 1.7 MiB/s).
+    pub body_timeout: Duration,
     /// Who opens a tenant nobody holds. Default: this replica (`route::Stay`).
     pub placement: Arc<dyn leasehold::route::Placement>,
     /// TLS for the server and the client (feature `tls`). Default: none (plain HTTP).
@@ -138,6 +143,7 @@ impl TransportConfig {
             max_hops: leasehold::route::DEFAULT_MAX_HOPS,
             workers: 2,
             connect_timeout: Duration::from_secs(1),
+            body_timeout: Duration::from_secs(10),
             placement: Arc::new(leasehold::route::Stay),
             #[cfg(feature = "tls")]
             tls: None,
@@ -167,6 +173,9 @@ impl TransportConfig {
         if self.connect_timeout.is_zero() {
             return bad("connect_timeout", "must be longer than zero");
         }
+        if self.body_timeout.is_zero() {
+            return bad("body_timeout", "must be longer than zero");
+        }
         match &self.advertise {
             Some(a) if !(a.starts_with("http://") || a.starts_with("https://")) => {
                 bad("advertise", "must be an http:// or https:// URL")
@@ -193,6 +202,8 @@ impl fmt::Debug for TransportConfig {
             .field("fleet_key", &self.fleet_key)
             .field("body_limit", &self.body_limit)
             .field("max_hops", &self.max_hops)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("body_timeout", &self.body_timeout)
             .field("workers", &self.workers)
             .field("placement", &self.placement)
             .finish_non_exhaustive()

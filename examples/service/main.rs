@@ -124,7 +124,13 @@ async fn serve(flags: Flags) -> Result<i32, Box<dyn std::error::Error>> {
     let server = HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(state.clone()))
-            .app_data(web::JsonConfig::default().limit(1 << 20))
+            // Bad bodies and query strings get the service's coded refusal, not plain text.
+            .app_data(
+                web::JsonConfig::default()
+                    .limit(1 << 20)
+                    .error_handler(routes::bad_body),
+            )
+            .app_data(web::QueryConfig::default().error_handler(routes::bad_query))
             .configure(routes::configure)
     })
     .workers(2)

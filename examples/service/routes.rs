@@ -96,6 +96,33 @@ fn refuse(e: &Error) -> HttpResponse {
     })
 }
 
+/// A body that is not the route's JSON (not JSON, no JSON content type, over the limit),
+/// refused like every other refusal: JSON with a stable code (`web::JsonConfig`'s handler).
+pub fn bad_body(e: actix_web::error::JsonPayloadError, _: &HttpRequest) -> actix_web::Error {
+    use actix_web::error::JsonPayloadError as J;
+    use actix_web::http::StatusCode as S;
+    let (status, code) = match &e {
+        J::OverflowKnownLength { .. } | J::Overflow { .. } => {
+            (S::PAYLOAD_TOO_LARGE, "SERVICE_BODY_TOO_LARGE")
+        }
+        J::ContentType => (S::UNSUPPORTED_MEDIA_TYPE, "SERVICE_NOT_JSON"),
+        _ => (S::BAD_REQUEST, "SERVICE_BAD_BODY"),
+    };
+    let refusal = HttpResponse::build(status).json(Refusal {
+        code,
+        message: e.to_string(),
+        outcome_unknown: false,
+    });
+    actix_web::error::InternalError::from_response(e, refusal).into()
+}
+
+/// A query string that does not parse, refused like every other refusal
+/// (`web::QueryConfig`'s handler).
+pub fn bad_query(e: actix_web::error::QueryPayloadError, _: &HttpRequest) -> actix_web::Error {
+    let refusal = bad_request("SERVICE_BAD_QUERY", e.to_string());
+    actix_web::error::InternalError::from_response(e, refusal).into()
+}
+
 fn bad_request(code: &'static str, message: impl Into<String>) -> HttpResponse {
     HttpResponse::BadRequest().json(Refusal {
         code,

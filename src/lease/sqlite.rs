@@ -160,7 +160,9 @@ impl SqliteLeaseStore {
 
     /// Opens the lease file at `path` as `options` say (whether to create it, whether to
     /// accept one that lets the group or others in), with the host's `CLOCK_MONOTONIC` in the
-    /// current boot, as [`SqliteLeaseStore::open`] does.
+    /// current boot, as [`SqliteLeaseStore::open`] does. Without `create` (an operator
+    /// command) the file must be a lease file of this build's schema: an older one is refused,
+    /// never upgraded (the replicas of the older build would refuse it at their next start).
     pub fn open_existing(path: &Path, options: LeaseFileOptions) -> Result<Self, LeaseError> {
         Self::open_with_options(path, Arc::new(SystemClock), current_boot_id(), options)
     }

@@ -141,3 +141,55 @@ fn a_shared_durable_directory_is_refused_unless_accepted_knowingly() {
     assert!(refused.stderr.contains("0755"), "{}", refused.stderr);
     on(d, &["--accept-shared-permissions", "sweep"]).ok();
 }
+
+/// An operator command touches nothing it was not asked to change: a lease file of an older
+/// schema (a fleet still running the previous build) is neither upgraded by a command that
+/// only looks (`leases`) nor by any other — upgrading it would make every replica of the older
+/// build refuse the file at its next start ("the lease file has schema 5; this build knows 3").
+/// The command refuses, naming both schemas, and the file keeps its schema and rows.
+#[test]
+fn an_older_lease_file_is_not_upgraded_by_an_operator_command() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let path = d.join("leases.db");
+    let old = rusqlite::Connection::open(&path).unwrap();
+    old.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         CREATE TABLE leases (key TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL,
+            epoch INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, boot_id TEXT NOT NULL,
+            released INTEGER NOT NULL, floor INTEGER NOT NULL, head_epoch INTEGER,
+            head_seq INTEGER, head_sha256 TEXT, attempt INTEGER, tip_epoch INTEGER,
+            tip_seq INTEGER) STRICT;
+         INSERT INTO leases VALUES ('acme/t1', 'a', 4, 500, 'boot-1', 0, 2, NULL, NULL, NULL, 7,
+            4, 9);
+         PRAGMA user_version = 3;",
+    )
+    .unwrap();
+    drop(old);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let schema = || {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        (version, tables)
+    };
+    let before = schema();
+    let leases = format!("sqlite://{}", path.display());
+    let run = leasehold(&["--leases", &leases, "leases"]);
+    assert_eq!(
+        schema(),
+        before,
+        "the fleet's lease file was changed by a look at it"
+    );
+    assert_ne!(run.status, 0, "{}", run.stdout);
+    assert!(run.stderr.contains("schema 3"), "{}", run.stderr);
+}

@@ -65,6 +65,21 @@ pub(crate) struct FleetRouter {
     events: EventSink,
 }
 
+/// A replica a forward could not reach.
+#[derive(Debug)]
+struct Unreachable {
+    /// Its id.
+    id: String,
+    /// The endpoint that refused.
+    endpoint: String,
+    /// When the first lookup after the refusal was made, and how long its lease had left then.
+    seen: Option<(Instant, u64)>,
+}
+
+/// How much longer than expected a lease must run to count as renewed (the store's clock and
+/// this replica's are compared over a few hundred milliseconds).
+const RENEWED_SLACK_MS: u64 = 100;
+
 /// What one message's routing has learnt so far.
 #[derive(Debug)]
 struct Trip {
@@ -74,8 +89,9 @@ struct Trip {
     kind: MessageKind,
     /// Forwards so far, those before it reached this replica included.
     hops: u8,
-    /// A replica that could not be reached (nothing was sent to it).
-    unreachable: Option<String>,
+    /// A replica that could not be reached (nothing was sent to it): tried again once it
+    /// advertises another endpoint or renews its lease ([`forget_unreachable_if_alive`]).
+    unreachable: Option<Unreachable>,
     /// The last forward whose answer was lost: to whom, and why.
     lost: Option<(String, String)>,
     /// The holder whose lease is being waited out.
@@ -145,12 +161,17 @@ impl FleetRouter {
             }
             // Where the tenant stands here first: a tenant serving or leaving here needs no
             // lookup (`route::decide` reads the store's answer only for a tenant absent here).
-            let local = self.local.local_state(key).await;
+            // The supervisor's mailbox, on the thread the replica started on: bounded too.
+            let asked = tokio::time::timeout_at(deadline, self.local.local_state(key)).await;
+            let Ok(local) = asked else {
+                return Err(self.expired(key, &trip, deadline));
+            };
             let lookup = match local {
                 LocalState::Absent => self.lookup(key, deadline, &trip).await?,
                 _ => Lookup::vacant(),
             };
             let left = duration_ms(deadline.saturating_duration_since(Instant::now()));
+            forget_unreachable_if_alive(&mut trip, &lookup);
             let mut input = RouteInput {
                 me: &self.me,
                 local,
@@ -159,7 +180,7 @@ impl FleetRouter {
                 max_hops: self.max_hops,
                 time_left_ms: left,
                 open,
-                unreachable: trip.unreachable.as_deref(),
+                unreachable: trip.unreachable.as_ref().map(|u| u.id.as_str()),
                 placed: None,
             };
             let mut decision = route::decide(&input);
@@ -310,7 +331,11 @@ impl FleetRouter {
             Ok(reply) => Some(Ok(reply)),
             Err(ForwardError::NotSent(why)) => {
                 tracing::debug!(%key, to, %why, "the holder cannot be reached");
-                trip.unreachable = Some(to.to_owned());
+                trip.unreachable = Some(Unreachable {
+                    id: to.to_owned(),
+                    endpoint: endpoint.to_owned(),
+                    seen: None,
+                });
                 None
             }
             Err(ForwardError::Lost(reason)) => {
@@ -446,6 +471,39 @@ impl FleetRouter {
     }
 }
 
+/// Forgets that the holder could not be reached once it shows it is alive: the lease store
+/// names another endpoint for it (its transport moved, a new process of it advertised), or its
+/// lease runs longer than it did when it refused (it renewed: a dead holder never does). So a
+/// holder that refused one connection and can be reached again is forwarded to, not waited out
+/// until the caller's deadline (`promise11_a_holder_unreachable_once_is_tried_again_…`,
+/// `promise11_a_holder_that_renews_after_refusing_…`); one that stays dead is tried no more.
+fn forget_unreachable_if_alive(trip: &mut Trip, lookup: &Lookup) {
+    let Some(u) = trip.unreachable.as_mut() else {
+        return;
+    };
+    let (Some((holder, _)), Some(endpoint)) = (lookup.live_holder(), lookup.live_endpoint()) else {
+        return;
+    };
+    if holder != u.id {
+        return;
+    }
+    let left = lookup.lease_left_ms;
+    let alive = match u.seen {
+        _ if endpoint != u.endpoint => true,
+        None => {
+            u.seen = Some((Instant::now(), left));
+            false
+        }
+        Some((at, left_then)) => {
+            let expected = left_then.saturating_sub(duration_ms(at.elapsed()));
+            left > expected + RENEWED_SLACK_MS
+        }
+    };
+    if alive {
+        trip.unreachable = None;
+    }
+}
+
 /// An idempotency key for a send the host gave none: 128 random bits.
 fn fresh_key() -> String {
     let (a, b) = (
@@ -460,7 +518,7 @@ impl Inbound for FleetRouter {
         let router = self.clone();
         Box::pin(async move {
             let key = LeaseKey::new(&OrgId::new(e.org)?, &TenantId::new(e.tenant)?);
-            let deadline = Instant::now() + Duration::from_millis(e.deadline_ms);
+            let deadline = super::deadline_in(Duration::from_millis(e.deadline_ms));
             let req = ErasedRequest {
                 name: e.name,
                 version: e.version,

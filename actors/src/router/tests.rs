@@ -14,6 +14,7 @@ use leasehold::testkit::{FaultProxy, FaultyLeaseStore, LeaseOp};
 
 mod fleet;
 mod host;
+mod hostile;
 
 use host::{Options, Replica, TTL, World, key, store};
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use leasehold::Error;
-use tokio::time::Instant;
 
 use super::Supervisor;
 use crate::message::{ErasedRequest, Sendable, TenantMessage, kind};
@@ -68,7 +67,7 @@ impl<K: 'static, M: Sendable<K>> IntoFuture for MessageRequest<K, M> {
         } = self;
         let limit = deadline.unwrap_or(sup.router.ask_timeout);
         Box::pin(async move {
-            let deadline = Instant::now() + limit;
+            let deadline = crate::router::deadline_in(limit);
             let req = ErasedRequest::of(&msg, key)?;
             let reply = sup.router.deliver(&addr.key(), req, deadline).await?;
             leasehold::codec::decode_message(&reply).map_err(|e| Error::BadMessage {

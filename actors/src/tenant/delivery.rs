@@ -241,14 +241,22 @@ impl TenantRef {
         let key = self.key().clone();
         async move {
             let pass = admit.await.map_err(|_| super::closed(&key))??;
-            let _slot = pass
+            // The slot goes with the read connection, into the blocking threads that use it:
+            // a caller that stops waiting (its deadline) does not free it while the query still
+            // reads, so at most `QUERIES_AT_ONCE` read connections are ever open (the
+            // descriptor ceiling counts them; docs/guarantees.md, "the numbers").
+            let slot = pass
                 .slots
                 .clone()
                 .acquire_owned()
                 .await
                 .map_err(|_| super::closed(&key))?;
             let path = pass.path.clone();
-            let read = match blocking(move || ReadLedger::begin(&path).map_err(Error::from)).await {
+            let begun = blocking(move || {
+                let read = ReadLedger::begin(&path).map_err(Error::from)?;
+                Ok((read, slot))
+            });
+            let (read, slot) = match begun.await {
                 // The tenure ended meanwhile (its directory may be gone): it has left.
                 Err(_) if pass.cell.is_ended() => return Err(left(&key)),
                 other => other?,
@@ -260,9 +268,12 @@ impl TenantRef {
                     .map_err(|_| super::closed(&key))?,
                 false => None,
             };
-            let read = blocking(move || match read.run(|l| Ok(call(l))) {
-                Ok(answer) => answer,
-                Err(e) => Err(Error::from(e)),
+            let read = blocking(move || {
+                let _slot = slot;
+                match read.run(|l| Ok(call(l))) {
+                    Ok(answer) => answer,
+                    Err(e) => Err(Error::from(e)),
+                }
             });
             let bytes = read.await?;
             if let Some(gate) = gate {

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use leasehold::Error;
-use leasehold::codec::{Envelope, EnvelopeError, WireError, decode_reply, encode_envelope};
+use leasehold::codec::{
+    ENVELOPE_LIMIT, Envelope, EnvelopeError, WireError, decode_reply, encode_envelope,
+};
 
 use super::{FleetKey, MAC_HEADER, PATH, TransportConfig, auth};
 
@@ -113,6 +115,8 @@ impl ForwardClient {
             .timeout(timeout)
             .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
             .body(body);
+        // The reply is signed for the request it answers: for this MAC header.
+        let request_mac = mac.clone().unwrap_or_default().into_bytes();
         if let Some(mac) = mac {
             request = request.header(MAC_HEADER, mac);
         }
@@ -121,8 +125,9 @@ impl ForwardClient {
             let response = request.send().await.map_err(sent_or_not)?;
             let status = response.status().as_u16();
             let mac = response.headers().get(MAC_HEADER).cloned();
-            let bytes = response.bytes().await.map_err(|e| lost(&e))?;
-            if let Err(why) = auth::verify(&key, &bytes, mac.as_ref().map(|v| v.as_bytes())) {
+            let bytes = read_limited(response).await?;
+            let header = mac.as_ref().map(|v| v.as_bytes());
+            if let Err(why) = auth::verify_reply(&key, &request_mac, &bytes, header) {
                 return Err(ForwardError::Lost(format!(
                     "the reply (status {status}) is not signed by the fleet: {why}"
                 )));
@@ -139,6 +144,30 @@ impl ForwardClient {
             Err(e) => Err(ForwardError::Lost(format!("the request's task ended: {e}"))),
         }
     }
+}
+
+/// A reply's bytes, at most [`ENVELOPE_LIMIT`]: a reply that claims more on its
+/// `Content-Length` is refused before a byte is read, one that streams more as soon as it does
+/// (docs/guarantees.md, "a forwarded message's size"). Either is a lost answer: the request
+/// went out, what came back is no reply of the fleet's.
+async fn read_limited(mut response: reqwest::Response) -> Result<Vec<u8>, ForwardError> {
+    let too_large = |bytes: u64| {
+        ForwardError::Lost(format!(
+            "the reply of {bytes} bytes or more is over the limit of {ENVELOPE_LIMIT}"
+        ))
+    };
+    let declared = response.content_length();
+    if let Some(declared) = declared.filter(|n| *n > ENVELOPE_LIMIT as u64) {
+        return Err(too_large(declared));
+    }
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    while let Some(chunk) = response.chunk().await.map_err(|e| lost(&e))? {
+        if bytes.len() + chunk.len() > ENVELOPE_LIMIT {
+            return Err(too_large((bytes.len() + chunk.len()) as u64));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
 }
 
 /// A failed send: never connected (nothing ran), or lost after it went out.

@@ -21,6 +21,10 @@ use super::wire::{
 };
 use super::{FleetKey, Inbound, MAC_HEADER, PATH, TransportConfig, auth};
 
+/// How long the requests under way at stop are given, in seconds (docs/guarantees.md, the
+/// longest `close()` takes).
+pub(crate) const SHUTDOWN_SECS: u64 = 1;
+
 /// What every request handler shares.
 struct State {
     /// Where decoded envelopes go.
@@ -29,6 +33,8 @@ struct State {
     key: FleetKey,
     /// The most bytes a body may take.
     limit: usize,
+    /// How long a body may take to arrive.
+    body_timeout: std::time::Duration,
     /// The replica's runtime: deliveries run there.
     rt: tokio::runtime::Handle,
 }
@@ -70,6 +76,7 @@ impl Server {
             inbound,
             key: config.fleet_key.clone(),
             limit: config.body_limit,
+            body_timeout: config.body_timeout,
             rt,
         });
         let (bound_tx, bound_rx) = std::sync::mpsc::channel();
@@ -141,7 +148,10 @@ fn serve(config: TransportConfig, state: web::Data<State>, bound: std::sync::mps
         })
         .workers(config.workers)
         .disable_signals()
-        .shutdown_timeout(5);
+        // At stop (a replica's close, once its tenants are handed off) the requests under way
+        // get this long, then their connections are cut: a sender hears a lost answer and
+        // routes the message again with the same idempotency key.
+        .shutdown_timeout(SHUTDOWN_SECS);
         let failed = |e: std::io::Error| Error::InvalidOption {
             name: "bind",
             reason: format!("cannot listen on {}: {e}", config.bind),
@@ -176,19 +186,35 @@ fn serve(config: TransportConfig, state: web::Data<State>, bound: std::sync::mps
 
 /// The one route: limit, MAC, decode, deliver.
 async fn take(req: HttpRequest, payload: web::Payload, state: web::Data<State>) -> HttpResponse {
-    let body = match read_limited(&req, payload, state.limit).await {
-        Ok(body) => body,
-        Err((status, why)) => return answer(&state, status, Err(why)),
-    };
+    // Every answer is signed for this request: for the MAC header it came with.
     let mac = req.headers().get(MAC_HEADER).map(|v| v.as_bytes());
+    let request_mac = mac.unwrap_or_default();
+    let read = read_limited(&req, payload, state.limit);
+    let body = match tokio::time::timeout(state.body_timeout, read).await {
+        Ok(read) => read,
+        Err(_) => {
+            let why = format!(
+                "the body did not arrive within {} ms of its head",
+                state.body_timeout.as_millis()
+            );
+            Err((StatusCode::REQUEST_TIMEOUT, refusal(CODE_BAD_MESSAGE, why)))
+        }
+    };
+    let body = match body {
+        Ok(body) => body,
+        Err((status, why)) => return answer(&state, request_mac, status, Err(why)),
+    };
     if let Err(why) = auth::verify(&state.key, &body, mac) {
         tracing::warn!(peer = ?req.peer_addr(), %why, "refused an unauthenticated forward");
         let refused = refusal(CODE_UNAUTHENTICATED, why);
-        return answer(&state, StatusCode::UNAUTHORIZED, Err(refused));
+        return answer(&state, request_mac, StatusCode::UNAUTHORIZED, Err(refused));
     }
     let envelope = match decode_envelope(&body) {
         Ok(envelope) => envelope,
-        Err(e) => return answer(&state, StatusCode::BAD_REQUEST, Err(undecodable(&e))),
+        Err(e) => {
+            let refused = Err(undecodable(&e));
+            return answer(&state, request_mac, StatusCode::BAD_REQUEST, refused);
+        }
     };
     drop(body);
     let work = state.inbound.deliver(envelope);
@@ -197,7 +223,7 @@ async fn take(req: HttpRequest, payload: web::Payload, state: web::Data<State>) 
         Ok(Err(e)) => Err(to_wire(&e)),
         Err(_) => Err(to_wire(&Error::Closed("the replica stopped".into()))),
     };
-    answer(&state, StatusCode::OK, outcome)
+    answer(&state, request_mac, StatusCode::OK, outcome)
 }
 
 /// The body, at most `limit` bytes: a `Content-Length` above it is refused before a byte is
@@ -236,8 +262,13 @@ async fn read_limited(
     Ok(body)
 }
 
-/// A reply envelope, signed.
-fn answer(state: &State, status: StatusCode, outcome: Result<Vec<u8>, WireError>) -> HttpResponse {
+/// A reply envelope, signed for the request whose MAC header held `request_mac`.
+fn answer(
+    state: &State,
+    request_mac: &[u8],
+    status: StatusCode,
+    outcome: Result<Vec<u8>, WireError>,
+) -> HttpResponse {
     let reply = ReplyEnvelope {
         format: ENVELOPE_FORMAT,
         outcome,
@@ -253,7 +284,7 @@ fn answer(state: &State, status: StatusCode, outcome: Result<Vec<u8>, WireError>
             encode_envelope(&fallback).unwrap_or_default()
         }
     };
-    let mac = auth::sign(&state.key, &bytes);
+    let mac = auth::sign_reply(&state.key, request_mac, &bytes);
     HttpResponse::build(status)
         .insert_header((MAC_HEADER, mac))
         .content_type("application/octet-stream")

@@ -290,6 +290,13 @@ fn transport_options_that_cannot_work_are_refused_by_name() {
         }),
         "workers"
     );
+    assert_eq!(
+        name(TransportConfig {
+            body_timeout: Duration::ZERO,
+            ..config()
+        }),
+        "body_timeout"
+    );
     let bad = TransportConfig {
         advertise: Some("10.0.0.1:7070".into()),
         ..config()
@@ -350,3 +357,5 @@ async fn tls_serves_a_client_that_trusts_the_certificate_and_no_other() {
     );
     server.stop().await;
 }
+
+mod hostile;

@@ -54,6 +54,7 @@ pub(crate) fn undecodable(e: &EnvelopeError) -> WireError {
 pub(crate) fn to_wire(e: &Error) -> WireError {
     let (holder, detail) = match e {
         Error::Moved { holder, .. } => (Some(holder.clone()), None),
+        Error::ForwardFailed { to, .. } => (Some(to.clone()), None),
         Error::Unavailable {
             holder,
             lease_left_ms,
@@ -99,6 +100,8 @@ pub(crate) fn to_wire(e: &Error) -> WireError {
         Error::Draining { state, .. } => state.clone(),
         Error::Closed(why) => why.clone(),
         Error::Unauthenticated { reason } => reason.clone(),
+        // Outcomes unknown at the holder: made again on the sender's side (`from_wire`).
+        Error::Unshipped { reason, .. } | Error::ForwardFailed { reason, .. } => reason.clone(),
         other => other.to_string(),
     };
     WireError {
@@ -147,6 +150,17 @@ pub(crate) fn from_wire(sent: Sent<'_>, w: WireError) -> Error {
             state: w.message,
         },
         ("LEASEHOLD_CLOSED", _) => Error::Closed(w.message),
+        // A command that may have run at the holder may have run: still an unknown outcome
+        // for the sender's caller, who retries with the same key.
+        ("LEASEHOLD_UNSHIPPED", _) => Error::Unshipped {
+            key,
+            reason: w.message,
+        },
+        ("LEASEHOLD_FORWARD_FAILED", holder) => Error::ForwardFailed {
+            key,
+            to: holder.unwrap_or_default(),
+            reason: w.message,
+        },
         (CODE_UNKNOWN_MESSAGE, _) => Error::UnknownMessage {
             name: sent.name.to_owned(),
             version: sent.version,
@@ -196,6 +210,33 @@ pub(crate) fn routes_again(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command whose outcome is unknown at the holder (its segment in flight when the log
+    /// failed: `Unshipped`; a further forward whose answer was lost: `ForwardFailed`) is an
+    /// unknown outcome at the sender too, so its caller retries with the same key
+    /// (docs/guarantees.md, promise 11). Seen failing: both came back as `Refused`, a
+    /// definite refusal (`is_outcome_unknown()` false) of something that may have run.
+    #[test]
+    fn promise11_an_unknown_outcome_at_the_holder_is_an_unknown_outcome_at_the_sender() {
+        let key = || "acme/t".to_owned();
+        let unknown = [
+            Error::Unshipped {
+                key: key(),
+                reason: "put: no answer within 3000 ms".into(),
+            },
+            Error::ForwardFailed {
+                key: key(),
+                to: "r3".into(),
+                reason: "connection reset".into(),
+            },
+        ];
+        for e in unknown {
+            assert!(e.is_outcome_unknown());
+            let heard = from_wire(SENT, to_wire(&e));
+            assert!(heard.is_outcome_unknown(), "{e:?} came back as {heard:?}");
+            assert_eq!(heard, e, "the same error, its figures included");
+        }
+    }
 
     const SENT: Sent<'static> = Sent {
         key: "acme/t",

@@ -78,7 +78,22 @@ pub(super) fn open_connection(
     let current = if options.create {
         false
     } else {
-        check_lease_file(&conn, path)? == SCHEMA_VERSION
+        let version = check_lease_file(&conn, path)?;
+        if version < SCHEMA_VERSION {
+            // An existing file is opened as it is (an operator command): upgrading it would
+            // make every replica of the build that wrote it refuse it at its next start.
+            return Err(StoreError::Backend {
+                op: "open",
+                message: format!(
+                    "{}: the lease file has schema {version}; this build knows \
+                     {SCHEMA_VERSION} and opens an existing file without upgrading it (the \
+                     replicas of the older build would refuse it then): use the build the fleet \
+                     runs, or let a replica of this build upgrade it",
+                    path.display()
+                ),
+            });
+        }
+        version == SCHEMA_VERSION
     };
     let mode: String = with_retries(|| {
         conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))

@@ -49,6 +49,9 @@ pub(crate) struct Host {
     pub(crate) open: Mutex<HashMap<LeaseKey, (u64, LocalState)>>,
     /// The replica is closing: it opens nothing more (`Closed`, as the supervisor refuses).
     pub(crate) closing: std::sync::atomic::AtomicBool,
+    /// The supervisor is held up (its thread busy): asking where a tenant stands here does not
+    /// answer.
+    pub(crate) stalled: std::sync::atomic::AtomicBool,
 }
 
 impl Host {
@@ -144,6 +147,9 @@ impl LocalDelivery for Delivery {
             .unwrap()
             .get(key)
             .map_or(LocalState::Absent, |t| t.1);
+        if self.0.stalled.load(std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(futures::future::pending());
+        }
         Box::pin(async move { state })
     }
 
@@ -206,6 +212,7 @@ impl Replica {
             world,
             open: Mutex::default(),
             closing: Default::default(),
+            stalled: Default::default(),
         });
         let events = EventLog::new();
         let sink = EventSink::new(Some(Arc::new(events.clone())));
