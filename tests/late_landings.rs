@@ -12,7 +12,7 @@ use leasehold::ids::{LeaseKey, OrgId, TenantId};
 use leasehold::layout::ImageRef;
 use leasehold::lease::sqlite::SqliteLeaseStore;
 use leasehold::lease::{LeaseError, LeaseStore};
-use leasehold::testkit::{FaultyLeaseStore, FaultyStore, LeaseOp};
+use leasehold::testkit::{FaultyLeaseStore, FaultyStore, LatePuts, LeaseOp};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -111,7 +111,7 @@ async fn an_outage_refuses_a_late_call_outright_and_the_next_call_lands_late() {
 async fn a_late_put_times_out_and_its_bytes_land_when_let_through() {
     let dir = tempfile::tempdir().unwrap();
     let store = FaultyStore::new(Arc::new(DirStore::open(dir.path()).unwrap()));
-    store.land_late_put(|key| key.ends_with(".db"));
+    store.late_puts(LatePuts::next(|key| key.ends_with(".db")).untracked());
     // A key the arming does not match goes through.
     let manifest = store.put_if_absent("a/m.json", b"{}".to_vec()).await;
     assert_eq!(manifest.unwrap(), Put::Created);
@@ -125,7 +125,7 @@ async fn a_late_put_times_out_and_its_bytes_land_when_let_through() {
     );
     assert_eq!(store.inner().get("a/i.db").await.unwrap(), None);
     assert_eq!(store.held_puts(), vec!["a/i.db".to_string()]);
-    assert_eq!(store.land_held_puts().await.unwrap(), vec!["a/i.db"]);
+    assert_eq!(store.land_late_puts().await.unwrap(), vec!["a/i.db"]);
     assert_eq!(
         store.inner().get("a/i.db").await.unwrap(),
         Some(b"image".to_vec())

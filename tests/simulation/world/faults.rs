@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use leasehold::ledger::{LedgerError, NewEvent};
-use leasehold::testkit::LeaseOp;
+use leasehold::testkit::{LatePuts, LeaseOp};
 use leasehold::{Clock, LeaseKey, ManualClock};
 use leasehold_actors::{TenantRef, TenantStatus};
 use tokio::sync::oneshot;
@@ -55,7 +55,7 @@ impl World {
                 self.leases
                     .before_next(LeaseOp::Release, move || async move {
                         leases.land_held().await;
-                        let _ = durable.land_held_puts().await;
+                        let _ = durable.land_late_puts().await;
                     });
                 vec![Res::Ok]
             }
@@ -107,11 +107,13 @@ impl World {
             Late::MarkForgotten => LeaseOp::MarkForgotten,
             Late::MoveTip => LeaseOp::MoveTip,
             Late::Put => {
-                self.durable.land_late_put(|key| key.ends_with(".db"));
+                self.durable
+                    .late_puts(LatePuts::next(|key| key.ends_with(".db")).untracked());
                 return;
             }
             Late::SegmentPut => {
-                self.durable.land_late_put(|key| key.ends_with(".seg"));
+                self.durable
+                    .late_puts(LatePuts::next(|key| key.ends_with(".seg")).untracked());
                 return;
             }
         };
@@ -122,7 +124,7 @@ impl World {
     pub(super) async fn land(&self) {
         self.leases.land_held().await;
         self.durable
-            .land_held_puts()
+            .land_late_puts()
             .await
             .expect("the directory store takes a late put");
     }
