@@ -137,6 +137,9 @@ struct Faults {
     puts: AtomicUsize,
     /// Deletes (`delete` and `delete_prefix`) handed to the wrapped store.
     deletes: AtomicUsize,
+    /// Every key (or prefix) a delete handed to the wrapped store, with the wall-clock time
+    /// (ms since the Unix epoch) it was handed over.
+    deleted: Mutex<Vec<(String, u64)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -179,6 +182,7 @@ impl FaultyStore {
             hooks: Mutex::new(Vec::new()),
             puts: AtomicUsize::new(0),
             deletes: AtomicUsize::new(0),
+            deleted: Mutex::new(Vec::new()),
         };
         Self {
             faults: Arc::new(faults),
@@ -254,6 +258,13 @@ impl FaultyStore {
         self.faults.deletes.load(Ordering::SeqCst)
     }
 
+    /// Every key (or prefix, for `delete_prefix`) a delete handed to the wrapped store, oldest
+    /// first, with the wall-clock time (ms since the Unix epoch) it was handed over: a harness
+    /// judges from it when a background deletion ran.
+    pub fn deletions(&self) -> Vec<(String, u64)> {
+        lock(&self.faults.deleted).clone()
+    }
+
     fn push_hook(&self, op: StoreOp, matching: Option<KeyMatch>, hook: Hook) {
         lock(&self.faults.hooks).push(PendingHook { op, matching, hook });
     }
@@ -317,11 +328,15 @@ impl Faults {
     }
 
     /// Fails the call if a failed delete was asked for.
-    fn check_delete(&self, op: StoreOp) -> Result<(), StoreError> {
+    fn check_delete(&self, op: StoreOp, keys: &[&str]) -> Result<(), StoreError> {
         if self.fail_next_delete.swap(false, Ordering::SeqCst) {
             return Err(unavailable(op, INJECTED_DELETE_FAILURE));
         }
         self.deletes.fetch_add(1, Ordering::SeqCst);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        lock(&self.deleted).extend(keys.iter().map(|k| ((*k).to_owned(), now)));
         Ok(())
     }
 }
@@ -387,7 +402,7 @@ impl DurableStore for FaultyStore {
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.faults.enter(StoreOp::Delete, key).await?;
-        self.faults.check_delete(StoreOp::Delete)?;
+        self.faults.check_delete(StoreOp::Delete, &[key])?;
         self.faults.inner.delete(key).await
     }
 
@@ -395,13 +410,14 @@ impl DurableStore for FaultyStore {
     async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
         let first = keys.first().map_or("", String::as_str);
         self.faults.enter(StoreOp::Delete, first).await?;
-        self.faults.check_delete(StoreOp::Delete)?;
+        let named: Vec<&str> = keys.iter().map(String::as_str).collect();
+        self.faults.check_delete(StoreOp::Delete, &named)?;
         self.faults.inner.delete_keys(keys).await
     }
 
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         self.faults.enter(StoreOp::DeletePrefix, prefix).await?;
-        self.faults.check_delete(StoreOp::DeletePrefix)?;
+        self.faults.check_delete(StoreOp::DeletePrefix, &[prefix])?;
         self.faults.inner.delete_prefix(prefix).await
     }
 

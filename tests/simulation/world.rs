@@ -17,15 +17,15 @@ use std::time::Duration;
 use leasehold::durable::dir::DirStore;
 use leasehold::lease::LeaseRecord;
 use leasehold::lease::sqlite::SqliteLeaseStore;
-use leasehold::testkit::{FaultyLeaseStore, FaultyStore};
+use leasehold::testkit::{FaultyLeaseStore, FaultyStore, Pace};
 use leasehold::{Clock, ManualClock, OrgId, ReplicaId, TenantId, derive_tenant_id};
 use leasehold_actors::{
-    Breakage, Durability, EventLog, RuntimeConfig, Supervisor, TenantRef, TenantStatus,
+    Breakage, Compaction, Durability, EventLog, RuntimeConfig, Supervisor, TenantRef, TenantStatus,
 };
 use tempfile::TempDir;
 
-use crate::model::{MARGIN_MS, Mode, REPLICAS, TENANTS, TTL_MS};
-use crate::ops::At;
+use crate::model::{COMPACT_SEGMENTS, MARGIN_MS, Mode, REPLICAS, TENANTS, TTL_MS};
+use crate::ops::{At, Op, Sizes};
 
 /// The lease store's clock at model time 0.
 pub const STORE_BASE_MS: u64 = 1_000_000;
@@ -42,10 +42,67 @@ const SETTLE: Duration = Duration::from_secs(10);
 pub const SNAPSHOT_EVERY: Duration = Duration::from_millis(5);
 /// `drain_timeout` (real time): a drain waits this long for admitted work.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(1_000);
+/// `Durability::Async { every }` (real time): how often an `Async` tenant ships.
+pub const ASYNC_EVERY: Duration = Duration::from_millis(5);
+/// `retain` in the change log's cases (real time, the wall clock manifests and segments carry):
+/// an image is older than it a few ops after it was published, or after an `Op::Age`.
+pub const RETAIN: Duration = Duration::from_millis(30);
+/// How fast the durable store reads in a change log's case with `slow` on (`Sizes::Slow`):
+/// 70 ms a MiB, so a 4.5 MB segment takes longer than `store_deadline` to get (about 300 ms),
+/// and well within a put's allowance for its size (800 ms; docs/guarantees.md: a get of a
+/// known size has a put's deadline).
+pub const SLOW_READ_PER_MIB: Duration = Duration::from_millis(70);
+
+/// What kind of case a fleet runs (its leading op).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    /// Periodic snapshots (and, on a logged tenant, compaction checks) every
+    /// [`SNAPSHOT_EVERY`].
+    pub periodic: bool,
+    /// Each replica's durability, the final one's last.
+    pub modes: Vec<Mode>,
+    /// The change log's cases: compaction every `COMPACT_SEGMENTS`, `retain` [`RETAIN`].
+    pub log_case: bool,
+    /// The durable store reads at [`SLOW_READ_PER_MIB`].
+    pub slow: bool,
+}
+
+impl Case {
+    /// The case `ops` runs: from its leading op.
+    pub fn of(ops: &[Op]) -> Self {
+        let mut case = Case {
+            periodic: false,
+            modes: vec![Mode::Shipped; REPLICAS + 1],
+            log_case: false,
+            slow: false,
+        };
+        match ops.first() {
+            Some(Op::Periodic) => {
+                case.periodic = true;
+                case.modes = vec![Mode::Images; REPLICAS + 1];
+            }
+            Some(Op::Images) => case.modes = vec![Mode::Images; REPLICAS + 1],
+            Some(Op::Log { modes, sizes }) => {
+                case.modes[..REPLICAS].copy_from_slice(modes);
+                (case.periodic, case.log_case) = (true, true);
+                case.slow = *sizes == Sizes::Slow;
+            }
+            _ => {}
+        }
+        case
+    }
+
+    /// Whether anything happens in the background after an op that the checker must wait for
+    /// (periodic images, compaction, `Async` shipments).
+    pub fn background(&self) -> bool {
+        self.periodic || self.modes.contains(&Mode::Async)
+    }
+}
 
 mod calls;
 mod exec;
 mod faults;
+mod log;
 mod observe;
 pub(crate) use calls::{
     count, insert, read, settle, settle_raw, snapshot, ticket_insert, ticket_work, unit,
@@ -53,6 +110,7 @@ pub(crate) use calls::{
 };
 pub use calls::{key_of, res_of};
 pub use faults::CRASH_BOUND;
+pub use log::wall_ms;
 
 /// The name of replica `r`.
 pub fn replica_name(r: usize) -> String {
@@ -78,6 +136,13 @@ pub struct Seen {
     pub dirs: Vec<Vec<bool>>,
     /// Every tenure's status, by `(tenant, epoch)`.
     pub statuses: BTreeMap<(usize, u64), TenantStatus>,
+    /// In the change log's cases: each tenant's manifests' wall-clock stamps.
+    pub stamps: Vec<BTreeMap<(u64, u64), u64>>,
+    /// The wall clock when the stores were read (ms since the Unix epoch).
+    pub wall_ms: u64,
+    /// In the change log's cases: every key a delete reached the store with, and when (wall
+    /// clock), oldest first.
+    pub deletions: Vec<(String, u64)>,
 }
 
 /// One simulated fleet.
@@ -98,8 +163,15 @@ pub struct World {
     sups: Vec<Supervisor>,
     /// Their state roots.
     roots: Vec<PathBuf>,
-    /// The final replica's events.
-    final_log: EventLog,
+    /// Each replica's events (kept across its restarts), the final one's last.
+    events: Vec<EventLog>,
+    /// `[replica]`: how many sweeps beside an open (of a tenant above a raised floor) it began,
+    /// so that the others it reports are retention's.
+    beside: Vec<usize>,
+    /// `[replica]`: retention runs given up on (skipped while another ran).
+    skipped: Vec<usize>,
+    /// Point-in-time restores so far (names their files).
+    restores: usize,
     /// Every tenure's handle, by `(tenant, epoch)`.
     handles: HashMap<(usize, u64), TenantRef>,
     /// The replica that opened each tenure.
@@ -112,10 +184,10 @@ pub struct World {
     crashes: usize,
     /// The deliberate bugs every replica runs with.
     breakage: Breakage,
+    /// What kind of case this is.
+    case: Case,
     /// Periodic snapshots are on.
     periodic: bool,
-    /// How every replica keeps acknowledged writes.
-    mode: Mode,
 }
 
 fn temp_dir() -> TempDir {
@@ -131,7 +203,7 @@ fn temp_dir() -> TempDir {
 impl World {
     /// A fleet of `REPLICAS + 1` replicas, each with `breakage` switched on. Inside an actix
     /// system.
-    pub fn new(breakage: Breakage, periodic: bool, mode: Mode) -> Self {
+    pub fn new(breakage: Breakage, case: Case) -> Self {
         let dir = temp_dir();
         let store_clock = ManualClock::new(STORE_BASE_MS);
         let sqlite = SqliteLeaseStore::open_with(
@@ -144,7 +216,12 @@ impl World {
         let durable = FaultyStore::new(Arc::new(
             DirStore::open(&dir.path().join("durable")).unwrap(),
         ));
-        let final_log = EventLog::new();
+        if case.slow {
+            durable.set_pace(Pace {
+                per_mib_read: SLOW_READ_PER_MIB,
+                ..Pace::default()
+            });
+        }
         let mut world = Self {
             dir,
             store_clock,
@@ -154,15 +231,18 @@ impl World {
             durable,
             sups: Vec::new(),
             roots: Vec::new(),
-            final_log,
+            events: (0..=REPLICAS).map(|_| EventLog::new()).collect(),
+            beside: vec![0; REPLICAS + 1],
+            skipped: vec![0; REPLICAS + 1],
+            restores: 0,
             handles: HashMap::new(),
             owners: HashMap::new(),
             latest: vec![vec![None; TENANTS]; REPLICAS + 1],
             finished: BTreeMap::new(),
             crashes: 0,
             breakage,
-            periodic,
-            mode,
+            periodic: case.periodic,
+            case,
         };
         for r in 0..=REPLICAS {
             world.start_replica(r);
@@ -205,19 +285,25 @@ impl World {
         cfg.margin = Duration::from_millis(MARGIN_MS);
         cfg.renew_every = None;
         cfg.snapshot_every = self.periodic.then_some(SNAPSHOT_EVERY);
-        cfg.durability = match self.mode {
+        cfg.durability = match self.case.modes[r] {
             Mode::Shipped => Durability::Shipped,
+            Mode::Async => Durability::Async { every: ASYNC_EVERY },
             Mode::Images => Durability::Images,
         };
+        if self.case.log_case {
+            cfg.compaction = Compaction {
+                segments: COMPACT_SEGMENTS,
+                bytes: u64::MAX,
+            };
+            cfg.retain = RETAIN;
+        }
         cfg.drain_timeout = DRAIN_TIMEOUT;
         cfg.store_deadline = STORE_DEADLINE;
         // One arbiter thread per replica: tenants still live off the supervisor's thread, and a
         // case starts in half the time.
         cfg.arbiters = 1;
         cfg.breakage = self.breakage;
-        if r == REPLICAS {
-            cfg.observer = Some(Arc::new(self.final_log.clone()));
-        }
+        cfg.observer = Some(Arc::new(self.events[r].clone()));
         Supervisor::start(cfg)
     }
 

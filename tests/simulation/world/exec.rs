@@ -9,7 +9,7 @@ use super::{
     SLOW_PUT, World, count, insert, key_of, read, res_of, settle, settle_raw, snapshot, tenant_ids,
     ticket_insert, ticket_work, unit, wait_for_drain,
 };
-use crate::model::{Res, TTL_MS};
+use crate::model::{Mode, REPLICAS, Res, TTL_MS};
 use crate::ops::{At, Op};
 
 impl World {
@@ -39,6 +39,17 @@ impl World {
                 Some(h) => vec![settle(unit(h.handoff())).await],
                 None => vec![Res::Skipped],
             },
+            Op::Move { t } => {
+                let newest = on(t, At::Newest);
+                let r = newest
+                    .as_ref()
+                    .map_or(0, |h| (self.owners[&(t, h.epoch())] + 1) % REPLICAS);
+                let handed = match newest {
+                    Some(h) => settle(unit(h.handoff())).await,
+                    None => Res::Skipped,
+                };
+                vec![handed, self.open(r, t).await]
+            }
             Op::Stalled { t, at, handoff } => match on(t, at) {
                 Some(h) => vec![self.stalled(&h, handoff).await],
                 None => vec![Res::Skipped],
@@ -52,7 +63,8 @@ impl World {
                 Some(h) => {
                     let owner = self.owners[&(t, h.epoch())];
                     let renew = renew.then_some(owner);
-                    self.drained_handoff(&h, (pause, renew), id(0), id(1)).await
+                    let covered = self.periodic && self.case.modes[owner] == Mode::Images;
+                    (self.drained_handoff(&h, (pause, renew), covered, id(0), id(1))).await
                 }
                 None => vec![Res::Skipped],
             },
@@ -114,6 +126,14 @@ impl World {
                 self.advance(TTL_MS + 1);
                 vec![Res::Ok]
             }
+            Op::Age
+            | Op::PastThePutDeadline
+            | Op::BulkWrite { .. }
+            | Op::Pitr { .. }
+            | Op::PitrAt { .. }
+            | Op::Damage { .. }
+            | Op::DamageAt { .. }
+            | Op::WriteWhileDown { .. } => self.exec_log(op, ids).await,
             _ => self.exec_fault(op, ids).await,
         }
     }
@@ -121,7 +141,11 @@ impl World {
     async fn open(&mut self, r: usize, t: usize) -> Res {
         let (org, tenant) = tenant_ids(t);
         let opened = settle_raw(self.sups[r].open(&org, &tenant)).await;
-        self.opened(r, t, opened)
+        let res = self.opened(r, t, opened);
+        if matches!(res, Res::Epoch(_)) {
+            self.note_open(r, t).await;
+        }
+        res
     }
 
     /// Records the tenure an open of `t` on `r` returned, if any.
@@ -180,6 +204,7 @@ impl World {
         &self,
         h: &TenantRef,
         (pause, renew): (u64, Option<usize>),
+        covered: bool,
         a: String,
         c: String,
     ) -> Vec<Res> {
@@ -210,7 +235,7 @@ impl World {
             out.push(settle(unit(self.sups[r].renew_now())).await);
         }
         out.push(settle(ticket_insert(&ticket, c)).await);
-        if self.periodic && out.last() == Some(&Res::Ok) {
+        if covered && out.last() == Some(&Res::Ok) {
             out.push(Res::Covered(self.covered(h.key(), &c_id).await));
         }
         drop(ticket);

@@ -66,11 +66,19 @@ impl World {
         }
         let mut statuses: BTreeMap<_, _> = statuses.into_iter().collect();
         statuses.extend(self.finished.iter().map(|(k, s)| (*k, *s)));
+        let wall_ms = super::wall_ms();
+        let (stamps, deletions) = match self.case.log_case {
+            true => (self.stamps(&listings).await, self.durable.deletions()),
+            false => (Vec::new(), Vec::new()),
+        };
         Seen {
             rows,
             listings,
             dirs,
             statuses,
+            stamps,
+            wall_ms,
+            deletions,
         }
     }
 
@@ -83,7 +91,7 @@ impl World {
             let _ = self.sups[REPLICAS]
                 .events_delivered(Duration::from_secs(1))
                 .await;
-            for event in self.final_log.events() {
+            for event in self.events[REPLICAS].events() {
                 match event {
                     Event::Swept { key: k, .. } if k == key => return true,
                     Event::SweepFailed { key: k, .. } if k == key => return false,
