@@ -59,6 +59,8 @@ struct History {
     tips: Vec<Vec<Option<Option<Pos>>>>,
     /// The rule that every ended tenure is explained.
     ends: audit::Ends,
+    /// The ops whose start a restore by time names (`Op::Pitr { by_time: true, .. }`).
+    timed: std::collections::BTreeSet<usize>,
 }
 
 async fn drive(world: &mut World, ops: &[Op]) -> Result<(), String> {
@@ -68,6 +70,16 @@ async fn drive(world: &mut World, ops: &[Op]) -> Result<(), String> {
         marks: Vec::new(),
         tips: Vec::new(),
         ends: audit::Ends::default(),
+        timed: (ops.iter().enumerate())
+            .filter_map(|(i, op)| match *op {
+                Op::Pitr {
+                    back,
+                    by_time: true,
+                    ..
+                } => i.checked_sub(back + 1),
+                _ => None,
+            })
+            .collect(),
     };
     for (i, op) in ops.iter().enumerate() {
         apply(world, &mut states, &mut history, i, op).await?;
@@ -140,7 +152,11 @@ async fn apply(
     op: &Op,
 ) -> Result<(), String> {
     if history.case.log_case {
-        history.marks.push(mark_wall().await);
+        // Only the start of an op a later restore by time names needs its own millisecond.
+        let named = history.timed.contains(&i);
+        history
+            .marks
+            .push(if named { mark_wall().await } else { wall_ms() });
         history.tips.push(
             (0..TENANTS)
                 .map(|t| {
@@ -157,7 +173,6 @@ async fn apply(
     let ids: Vec<String> = (0..op.writes()).map(|w| format!("e{i:03}-{w}")).collect();
     let began = Instant::now();
     let observed = world.exec(op, &ids).await;
-    world.settle_retention().await;
     tally::tally(op, &observed);
     let background = history.case.background();
     let bound = match history.case.log_case {
@@ -176,6 +191,11 @@ async fn apply(
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     };
+    if may_publish(op) {
+        // Retention runs after every image a logged tenure publishes: the next op must not
+        // race it.
+        world.settle_retention().await;
+    }
     tally::time(op, began.elapsed());
     if std::env::var_os("LEASEHOLD_SIM_TRACE").is_some() {
         eprintln!(
@@ -273,6 +293,28 @@ fn resolve(op: &Op, i: usize, states: &[State], history: &History) -> Op {
         },
         other => other,
     }
+}
+
+/// Whether `op` may make a logged tenure publish an image (a snapshot, or compaction after a
+/// batch), so that a retention run follows it.
+fn may_publish(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Open { .. }
+            | Op::Move { .. }
+            | Op::PitrAt { .. }
+            | Op::DamageAt { .. }
+            | Op::Age
+            | Op::Advance { .. }
+            | Op::Renew { .. }
+            | Op::Abandon { .. }
+            | Op::Forget { .. }
+            | Op::Handoff { .. }
+            | Op::Crash { .. }
+            | Op::SweepLocal { .. }
+            | Op::CorruptHead { .. }
+            | Op::Log { .. }
+    )
 }
 
 /// The wall clock's millisecond now, once it has passed: a segment cut before this call is

@@ -357,7 +357,7 @@ pub fn log_op(large: bool) -> BoxedStrategy<Op> {
             .prop_map(|(t, back, by_time)| Op::Pitr { t, back, by_time }),
         3 => (tenant(), back(), any::<bool>())
             .prop_map(|(t, back, delete)| Op::Damage { t, back, delete }),
-        2 => Just(Op::Age),
+        1 => Just(Op::Age),
         4 => on(|t, at| Op::BulkWrite { t, at }),
         2 => on(|t, at| Op::WriteWhileDown { t, at }),
     ]

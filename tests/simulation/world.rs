@@ -43,7 +43,7 @@ pub const SNAPSHOT_EVERY: Duration = Duration::from_millis(5);
 /// `drain_timeout` (real time): a drain waits this long for admitted work.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(1_000);
 /// `Durability::Async { every }` (real time): how often an `Async` tenant ships.
-pub const ASYNC_EVERY: Duration = Duration::from_millis(5);
+pub const ASYNC_EVERY: Duration = Duration::from_millis(2);
 /// `retain` in the change log's cases (real time, the wall clock manifests and segments carry):
 /// an image is older than it a few ops after it was published, or after an `Op::Age`.
 pub const RETAIN: Duration = Duration::from_millis(30);

@@ -181,8 +181,19 @@ impl State {
                 outcomes.into_iter().map(|o| (vec![o], s.clone())).collect()
             }
             Op::DamageAt { t, pos, delete } => {
+                // A retired segment may be going under retention at that very moment.
+                let racing = s.tenants[t]
+                    .segments
+                    .get(&pos)
+                    .is_some_and(|seg| seg.retired);
+                let mut gone = s.clone();
                 let out = s.damage(t, pos, delete);
-                single(vec![out], s)
+                let mut outcomes = vec![(vec![out], s)];
+                if racing {
+                    gone.tenants[t].segments.remove(&pos);
+                    outcomes.push((vec![Res::Skipped], gone));
+                }
+                outcomes
             }
             Op::Settle => {
                 s.lease_down = false;

@@ -10,6 +10,7 @@ use leasehold_actors::{Event, TenantStatus};
 
 use super::{SETTLE, Seen, World, key_of, tenant_ids};
 use crate::model::{REPLICAS, TENANTS};
+use crate::ops::log_hole_fixed;
 
 impl World {
     /// Reads what the stores, the directories and the tenants say now (all at once).
@@ -67,7 +68,9 @@ impl World {
         let mut statuses: BTreeMap<_, _> = statuses.into_iter().collect();
         statuses.extend(self.finished.iter().map(|(k, s)| (*k, *s)));
         let wall_ms = super::wall_ms();
-        let (stamps, deletions) = match self.case.log_case {
+        // What the retention rules judge from, once one of them is on.
+        let judged = self.case.log_case && (log_hole_fixed(3) || log_hole_fixed(4));
+        let (stamps, deletions) = match judged {
             true => (self.stamps(&listings).await, self.durable.deletions()),
             false => (Vec::new(), Vec::new()),
         };
