@@ -1,7 +1,10 @@
-//! Time as the runtime reads it: monotonic milliseconds behind the [`Clock`] trait.
+//! Time as the runtime reads it: monotonic milliseconds behind the [`Clock`] trait (leases,
+//! deadlines), and wall-clock milliseconds behind the [`WallClock`] trait (the times stamped on
+//! segments and images, which point-in-time restore and retention compare).
 //!
 //! Nothing in this crate reads the time by itself. Decisions take `now` as an argument; the
-//! actors read a `Clock`, which tests replace with a [`ManualClock`] they advance by hand.
+//! actors read a `Clock` and a `WallClock`, which tests replace with a [`ManualClock`] they
+//! advance by hand.
 
 use std::fmt;
 use std::sync::Arc;
@@ -65,6 +68,37 @@ impl Clock for ManualClock {
     }
 }
 
+/// A source of wall-clock time: milliseconds since the Unix epoch. Unlike a [`Clock`] it may
+/// jump, and two hosts' wall clocks may disagree; what is stamped with it is forced to rise
+/// along the change log (docs/guarantees.md, point-in-time restore by time).
+pub trait WallClock: Send + Sync + fmt::Debug + 'static {
+    /// Milliseconds since the Unix epoch.
+    fn unix_ms(&self) -> u64;
+}
+
+/// Shared handle to a wall clock.
+pub type SharedWallClock = Arc<dyn WallClock>;
+
+/// The host's wall clock (`SystemTime::now()`), in milliseconds since the Unix epoch; 0 for a
+/// clock set before 1970.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemWallClock;
+
+impl WallClock for SystemWallClock {
+    fn unix_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, duration_ms)
+    }
+}
+
+/// A manual clock read as a wall clock: the milliseconds it reads are taken as Unix time.
+impl WallClock for ManualClock {
+    fn unix_ms(&self) -> u64 {
+        self.now_ms()
+    }
+}
+
 /// A duration in whole milliseconds, saturating at `u64::MAX`.
 pub fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -80,6 +114,13 @@ mod tests {
         let b = SystemClock.now_ms();
         assert!(b >= a);
         assert!(a > 0, "CLOCK_MONOTONIC counts from boot");
+    }
+
+    #[test]
+    fn the_system_wall_clock_reads_unix_time() {
+        let ms = SystemWallClock.unix_ms();
+        assert!(ms > 1_600_000_000_000, "after 2020: {ms}");
+        assert_eq!(WallClock::unix_ms(&ManualClock::new(42)), 42);
     }
 
     #[test]

@@ -14,6 +14,12 @@
 //! Decoding is bounded: a length read from corrupt bytes can ask for at most [`LIMIT`] bytes
 //! before it is refused, and every byte must be consumed (trailing bytes are an error, not
 //! ignored).
+//!
+//! **Messages.** The bodies and replies of typed messages (`leasehold_actors::TenantMessage`)
+//! are bytes of the same codec, through [`encode_message`] and [`decode_message`]: the same
+//! configuration with a limit of their own, [`MESSAGE_LIMIT`] (16 MiB), enforced while
+//! encoding (nothing larger is ever allocated) and before decoding (a larger input is refused
+//! without being read), and errors of their own ([`MessageCodecError`]).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -67,6 +73,97 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
         .map_err(|e| CodecError::Decode(e.to_string()))?;
     if read != bytes.len() {
         return Err(CodecError::Trailing {
+            extra: bytes.len() - read,
+        });
+    }
+    Ok(value)
+}
+
+/// The most bytes one message body or reply may take (16 MiB): a larger one is refused with
+/// [`MessageCodecError::TooLarge`] when it is encoded and before it is decoded.
+pub const MESSAGE_LIMIT: usize = 16 << 20;
+
+/// Why a message body or reply could not be encoded or decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MessageCodecError {
+    /// The value takes (or the input holds) more than `limit` bytes; with `bytes` the size
+    /// seen so far when encoding (at least `limit + 1`), or the input's size when decoding.
+    #[error("{bytes} bytes is more than the {limit} a message may take")]
+    TooLarge {
+        /// How many bytes it took (when encoding: at least this many).
+        bytes: usize,
+        /// [`MESSAGE_LIMIT`].
+        limit: usize,
+    },
+    /// The value could not be encoded (a type serde cannot write, a map of unknown length).
+    #[error("encode: {0}")]
+    Encode(String),
+    /// The bytes are not an encoding of the type (truncated, a bad tag, a length past the
+    /// limit).
+    #[error("decode: {0}")]
+    Decode(String),
+    /// The bytes hold a value and then `extra` more bytes.
+    #[error("decode: {extra} trailing bytes after the value")]
+    Trailing {
+        /// How many bytes were left over.
+        extra: usize,
+    },
+}
+
+fn message_config() -> impl bincode::config::Config {
+    bincode::config::legacy().with_limit::<MESSAGE_LIMIT>()
+}
+
+/// A writer that refuses to grow past [`MESSAGE_LIMIT`]: an oversize message fails as it is
+/// written, never allocated whole.
+struct LimitedVec {
+    /// The bytes so far.
+    bytes: Vec<u8>,
+    /// Set when a write would have passed the limit: the size it would have reached.
+    over: Option<usize>,
+}
+
+impl bincode::enc::write::Writer for LimitedVec {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+        let len = self.bytes.len().saturating_add(bytes.len());
+        if len > MESSAGE_LIMIT {
+            self.over = Some(len);
+            return Err(bincode::error::EncodeError::UnexpectedEnd);
+        }
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// Encodes a message body or reply: the bytes of [`encode`], at most [`MESSAGE_LIMIT`].
+pub fn encode_message<T: Serialize>(value: &T) -> Result<Vec<u8>, MessageCodecError> {
+    let mut out = LimitedVec {
+        bytes: Vec::new(),
+        over: None,
+    };
+    match bincode::serde::encode_into_writer(value, &mut out, message_config()) {
+        Ok(()) => Ok(out.bytes),
+        Err(_) if out.over.is_some() => Err(MessageCodecError::TooLarge {
+            bytes: out.over.unwrap_or(MESSAGE_LIMIT + 1),
+            limit: MESSAGE_LIMIT,
+        }),
+        Err(e) => Err(MessageCodecError::Encode(e.to_string())),
+    }
+}
+
+/// Decodes a message body or reply that must take up all of `bytes`; input over
+/// [`MESSAGE_LIMIT`] is refused before it is read.
+pub fn decode_message<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, MessageCodecError> {
+    if bytes.len() > MESSAGE_LIMIT {
+        return Err(MessageCodecError::TooLarge {
+            bytes: bytes.len(),
+            limit: MESSAGE_LIMIT,
+        });
+    }
+    let (value, read) = bincode::serde::decode_from_slice(bytes, message_config())
+        .map_err(|e| MessageCodecError::Decode(e.to_string()))?;
+    if read != bytes.len() {
+        return Err(MessageCodecError::Trailing {
             extra: bytes.len() - read,
         });
     }
@@ -136,5 +233,48 @@ mod tests {
             decode::<Vec<u8>>(&bytes),
             Err(CodecError::Decode(_))
         ));
+    }
+
+    #[test]
+    fn a_message_is_the_codecs_bytes_and_round_trips() {
+        let bytes = encode_message(&sample()).unwrap();
+        assert_eq!(bytes, encode(&sample()).unwrap(), "one codec, one format");
+        assert_eq!(decode_message::<Sample>(&bytes).unwrap(), sample());
+    }
+
+    #[test]
+    fn a_message_over_its_limit_is_refused_both_ways() {
+        let big = "x".repeat(MESSAGE_LIMIT);
+        match encode_message(&big) {
+            Err(MessageCodecError::TooLarge { bytes, limit }) => {
+                assert_eq!(limit, MESSAGE_LIMIT);
+                assert!(bytes > MESSAGE_LIMIT, "{bytes}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let input = vec![0u8; MESSAGE_LIMIT + 1];
+        assert_eq!(
+            decode_message::<Vec<u8>>(&input),
+            Err(MessageCodecError::TooLarge {
+                bytes: MESSAGE_LIMIT + 1,
+                limit: MESSAGE_LIMIT
+            })
+        );
+    }
+
+    #[test]
+    fn a_message_claiming_more_than_its_limit_is_refused_without_allocating() {
+        let mut bytes = ((MESSAGE_LIMIT as u64) + 1).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&[0; 8]);
+        assert!(matches!(
+            decode_message::<Vec<u8>>(&bytes),
+            Err(MessageCodecError::Decode(_))
+        ));
+        let mut trailing = encode_message(&sample()).unwrap();
+        trailing.push(1);
+        assert_eq!(
+            decode_message::<Sample>(&trailing),
+            Err(MessageCodecError::Trailing { extra: 1 })
+        );
     }
 }

@@ -40,6 +40,20 @@ use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome};
 /// The slowest upload rate a put is given time for: 8 MiB/s.
 pub const MIN_PUT_BYTES_PER_SEC: u64 = 8 * 1024 * 1024;
 
+/// The slowest rate a bulk delete is given time for: 100 keys a second. A page of a sweep (500
+/// keys) gets `limit` + 5 s.
+pub const MIN_DELETE_KEYS_PER_SEC: u64 = 100;
+
+/// The deadline of a [`DurableStore::delete_keys`] of `keys` keys on a store whose calls get
+/// `limit`: `limit` plus one second per [`MIN_DELETE_KEYS_PER_SEC`] keys, so a bulk delete is
+/// not cut short for carrying many keys (docs/guarantees.md, "the erasure bound").
+pub fn delete_deadline(limit: Duration, keys: usize) -> Duration {
+    let keys = u64::try_from(keys).unwrap_or(u64::MAX);
+    limit.saturating_add(Duration::from_millis(
+        keys.saturating_mul(1_000) / MIN_DELETE_KEYS_PER_SEC,
+    ))
+}
+
 /// The deadline of a put of `bytes` bytes on a store whose calls get `limit`, and of a get of an
 /// object of that size ([`DurableStore::get_sized`]).
 pub fn put_deadline(limit: Duration, bytes: usize) -> Duration {
@@ -162,6 +176,10 @@ impl<S: DurableStore> DurableStore for Deadline<S> {
         let limit = put_deadline(self.limit, bytes);
         settle_within(limit, "get", self.inner.get_sized(key, expected)).await
     }
+    /// A size carries no payload: one call's `limit`.
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        self.settle("size", self.inner.size(key)).await
+    }
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         self.settle("list", self.inner.list(prefix)).await
     }
@@ -182,12 +200,20 @@ impl<S: DurableStore> DurableStore for Deadline<S> {
         let left = limit.saturating_sub(started.elapsed());
         self.inner.settle_puts(prefix, left).await
     }
+    /// Waits for this wrapper's own puts of exactly `key`, then for the wrapped store's.
+    async fn settle_put(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
+        let started = tokio::time::Instant::now();
+        self.puts.settle_key(key, limit).await?;
+        let left = limit.saturating_sub(started.elapsed());
+        self.inner.settle_put(key, left).await
+    }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.settle("delete", self.inner.delete(key)).await
     }
+    /// Gets [`delete_deadline`]: more time for more keys.
     async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
-        self.settle("delete_keys", self.inner.delete_keys(keys))
-            .await
+        let limit = delete_deadline(self.limit, keys.len());
+        settle_within(limit, "delete_keys", self.inner.delete_keys(keys)).await
     }
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         self.settle("delete_prefix", self.inner.delete_prefix(prefix))
@@ -296,11 +322,40 @@ impl<S: LeaseStore> LeaseStore for Deadline<S> {
         )
         .await
     }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<crate::lease::PendingErasure>, LeaseError> {
+        let call = self.inner.erasures_due(settled_for, limit);
+        self.settle("erasures_due", call).await
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        self.settle("erasure_done", self.inner.erasure_done(key, floor))
+            .await
+    }
+    async fn list(
+        &self,
+        from: Option<&LeaseKey>,
+        limit: usize,
+    ) -> Result<crate::lease::LeasePage, LeaseError> {
+        self.settle("list", self.inner.list(from, limit)).await
+    }
 }
 
 #[cfg(test)]
 mod put_deadline_tests {
     use super::*;
+
+    #[test]
+    fn hole11_a_bulk_deletes_deadline_grows_with_its_keys() {
+        let limit = Duration::from_secs(1);
+        assert_eq!(delete_deadline(limit, 0), limit);
+        assert_eq!(delete_deadline(limit, 1), Duration::from_millis(1_010));
+        assert_eq!(delete_deadline(limit, 500), Duration::from_secs(6));
+        assert_eq!(delete_deadline(limit, 1_000), Duration::from_secs(11));
+        assert!(delete_deadline(limit, usize::MAX) > limit);
+    }
 
     #[test]
     fn a_puts_deadline_grows_with_its_payload() {
@@ -319,235 +374,4 @@ mod put_deadline_tests {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use tokio::time::Instant;
-
-    use super::*;
-    use crate::durable::SharedDurableStore;
-    use crate::ids::{OrgId, TenantId};
-    use crate::lease::SharedLeaseStore;
-
-    /// A store that answers after `answer_after`, or never when it is `None`. Its lease answers
-    /// are refusals, so the tests can see errors pass through untouched.
-    #[derive(Debug)]
-    struct Stalled {
-        answer_after: Option<Duration>,
-    }
-
-    impl Stalled {
-        async fn wait(&self) {
-            match self.answer_after {
-                Some(after) => tokio::time::sleep(after).await,
-                None => futures::future::pending().await,
-            }
-        }
-    }
-
-    fn held(key: &LeaseKey) -> LeaseError {
-        LeaseError::Held {
-            key: key.to_string(),
-            owner: "other".into(),
-            epoch: 7,
-        }
-    }
-
-    #[async_trait]
-    impl DurableStore for Stalled {
-        async fn put_if_absent(&self, _: &str, _: Vec<u8>) -> Result<Put, StoreError> {
-            self.wait().await;
-            Ok(Put::Created)
-        }
-        async fn get(&self, _: &str) -> Result<Option<Vec<u8>>, StoreError> {
-            self.wait().await;
-            Ok(Some(b"bytes".to_vec()))
-        }
-        async fn list(&self, _: &str) -> Result<Vec<String>, StoreError> {
-            self.wait().await;
-            Ok(vec!["a/b".into()])
-        }
-        async fn delete(&self, _: &str) -> Result<(), StoreError> {
-            self.wait().await;
-            Ok(())
-        }
-        async fn delete_prefix(&self, _: &str) -> Result<usize, StoreError> {
-            self.wait().await;
-            Ok(2)
-        }
-    }
-
-    #[async_trait]
-    impl LeaseStore for Stalled {
-        async fn read(&self, _: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
-            self.wait().await;
-            Ok(None)
-        }
-        async fn acquire_attempt(
-            &self,
-            key: &LeaseKey,
-            _: &str,
-            _: Duration,
-            _: u64,
-        ) -> Result<LeaseRecord, LeaseError> {
-            self.wait().await;
-            Err(held(key))
-        }
-        async fn renew(
-            &self,
-            key: &LeaseKey,
-            _: &str,
-            _: u64,
-            _: Duration,
-        ) -> Result<LeaseRecord, LeaseError> {
-            self.wait().await;
-            Err(held(key))
-        }
-        async fn renew_many(
-            &self,
-            _: &str,
-            leases: &[(LeaseKey, u64)],
-            _: Duration,
-        ) -> Result<Vec<RenewOutcome>, LeaseError> {
-            self.wait().await;
-            Ok(vec![RenewOutcome::Lost; leases.len()])
-        }
-        async fn release(&self, key: &LeaseKey, _: &str, _: u64) -> Result<(), LeaseError> {
-            self.wait().await;
-            Err(held(key))
-        }
-        async fn publish_head(
-            &self,
-            key: &LeaseKey,
-            _: &str,
-            _: u64,
-            _: &ImageRef,
-        ) -> Result<LeaseRecord, LeaseError> {
-            self.wait().await;
-            Err(held(key))
-        }
-        async fn move_tip(
-            &self,
-            key: &LeaseKey,
-            _: &str,
-            _: u64,
-            _: Option<LogPos>,
-            _: LogPos,
-        ) -> Result<LeaseRecord, LeaseError> {
-            self.wait().await;
-            Err(held(key))
-        }
-        async fn mark_forgotten(
-            &self,
-            key: &LeaseKey,
-            _: &str,
-            _: u64,
-        ) -> Result<LeaseRecord, LeaseError> {
-            self.wait().await;
-            Err(held(key))
-        }
-    }
-
-    const LIMIT: Duration = Duration::from_millis(250);
-
-    fn key() -> LeaseKey {
-        LeaseKey::new(&OrgId::new("acme").unwrap(), &TenantId::new("t1").unwrap())
-    }
-
-    fn image() -> ImageRef {
-        ImageRef {
-            epoch: 1,
-            seq: 1,
-            sha256: "00".repeat(32),
-        }
-    }
-
-    fn timeout(op: &'static str) -> StoreError {
-        StoreError::Timeout { op, after_ms: 250 }
-    }
-
-    #[test]
-    fn a_zero_limit_is_refused() {
-        let refused = Deadline::new(Stalled { answer_after: None }, Duration::ZERO).unwrap_err();
-        assert!(matches!(
-            refused,
-            Error::InvalidOption {
-                name: "store_deadline",
-                ..
-            }
-        ));
-        assert_eq!(refused.code(), "LEASEHOLD_INVALID_OPTION");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn every_durable_call_to_a_store_that_never_answers_times_out_at_the_limit() {
-        let inner: SharedDurableStore = Arc::new(Stalled { answer_after: None });
-        let store = Deadline::new(inner, LIMIT).unwrap();
-        let start = Instant::now();
-        assert_eq!(
-            store.put_if_absent("a/b", vec![1]).await,
-            Err(timeout("put_if_absent"))
-        );
-        assert_eq!(
-            start.elapsed(),
-            LIMIT,
-            "the call gave up exactly at its limit"
-        );
-        assert_eq!(store.get("a/b").await, Err(timeout("get")));
-        assert_eq!(store.list("a/").await, Err(timeout("list")));
-        assert_eq!(store.delete("a/b").await, Err(timeout("delete")));
-        assert_eq!(
-            store.delete_prefix("a/").await,
-            Err(timeout("delete_prefix"))
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn every_lease_call_to_a_store_that_never_answers_times_out_at_the_limit() {
-        let inner: SharedLeaseStore = Arc::new(Stalled { answer_after: None });
-        let store = Deadline::new(inner, LIMIT).unwrap();
-        let (k, ttl) = (key(), Duration::from_secs(10));
-        let expired = |op| LeaseError::Store(timeout(op));
-        let start = Instant::now();
-        assert_eq!(store.read(&k).await, Err(expired("read")));
-        assert_eq!(start.elapsed(), LIMIT);
-        assert_eq!(store.acquire(&k, "a", ttl).await, Err(expired("acquire")));
-        assert_eq!(store.renew(&k, "a", 1, ttl).await, Err(expired("renew")));
-        let many = store.renew_many("a", &[(k.clone(), 1)], ttl).await;
-        assert_eq!(many, Err(expired("renew_many")));
-        assert_eq!(store.release(&k, "a", 1).await, Err(expired("release")));
-        let published = store.publish_head(&k, "a", 1, &image()).await;
-        assert_eq!(published, Err(expired("publish_head")));
-        let tip = LogPos { epoch: 1, seq: 1 };
-        let moved = store.move_tip(&k, "a", 1, None, tip).await;
-        assert_eq!(moved, Err(expired("move_tip")));
-        let forgotten = store.mark_forgotten(&k, "a", 1).await;
-        assert_eq!(forgotten, Err(expired("mark_forgotten")));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn answers_within_the_limit_pass_through_unchanged() {
-        let inner = Stalled {
-            answer_after: Some(LIMIT / 2),
-        };
-        let store = Deadline::new(inner, LIMIT).unwrap();
-        assert_eq!(store.get("a/b").await, Ok(Some(b"bytes".to_vec())));
-        assert_eq!(store.delete_prefix("a/").await, Ok(2));
-        let k = key();
-        assert_eq!(store.read(&k).await, Ok(None));
-        assert_eq!(store.acquire(&k, "a", LIMIT).await, Err(held(&k)));
-        assert_eq!(store.limit(), LIMIT);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_answer_later_than_the_limit_is_a_timeout() {
-        let inner = Stalled {
-            answer_after: Some(LIMIT * 2),
-        };
-        let store = Deadline::new(inner, LIMIT).unwrap();
-        assert_eq!(store.get("a/b").await, Err(timeout("get")));
-        let ttl = Duration::from_secs(1);
-        let renewed = store.renew(&key(), "a", 1, ttl).await;
-        assert_eq!(renewed, Err(LeaseError::Store(timeout("renew"))));
-    }
-}
+mod tests;

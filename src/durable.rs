@@ -92,6 +92,38 @@ pub enum StoreError {
         /// The error, as text.
         message: String,
     },
+    /// The object is larger than the backend takes in one put (S3: 5 GiB, `S3_MAX_PUT_BYTES`);
+    /// refused before any request, so nothing was written: a definite refusal, not an unknown
+    /// outcome (docs/guarantees.md, "Limits").
+    #[error("{op}: {key} is {bytes} bytes; the store takes at most {limit} in one put")]
+    TooLarge {
+        /// The operation.
+        op: &'static str,
+        /// The object's key.
+        key: String,
+        /// Its size.
+        bytes: u64,
+        /// The most the store takes in one put.
+        limit: u64,
+    },
+    /// The store itself does not exist (a directory, a lease file or table) and the caller asked
+    /// not to create it; nothing was created.
+    #[error("missing {store}: {location} does not exist; nothing was created")]
+    Missing {
+        /// Which store (`lease file`, `lease table`, `durable directory`, `bucket`).
+        store: &'static str,
+        /// Where it was looked for (a path, a table or bucket name; never a password).
+        location: String,
+    },
+    /// The store's directory or file lets the group or others in, and the caller did not accept
+    /// that (docs/operations.md, "File permissions"); nothing was touched.
+    #[error("{path} has mode {mode:04o}, which lets the group or others in")]
+    NotPrivate {
+        /// The path.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// Any other error the backend returned.
     #[error("{op}: {message}")]
     Backend {
@@ -134,6 +166,16 @@ pub trait DurableStore: Send + Sync + fmt::Debug + 'static {
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let _ = expected_bytes;
         self.get(key).await
+    }
+
+    /// The size in bytes of the object under `key`, or `None` when there is none: what a reader
+    /// asks before a get whose deadline must grow with the object (a segment of the change log,
+    /// whose size no manifest names; docs/guarantees.md, the numbers). Backends answer from
+    /// metadata (a `stat`, one `HEAD` on S3); the default reads the object, so a wrapper that
+    /// does not pass the call on is correct but slow.
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        let found = self.get(key).await?;
+        Ok(found.map(|bytes| u64::try_from(bytes.len()).unwrap_or(u64::MAX)))
     }
 
     /// Every key under `prefix`, sorted. `prefix` is `""` or ends with `/`.
@@ -181,6 +223,20 @@ pub trait DurableStore: Send + Sync + fmt::Debug + 'static {
         let _ = limit;
         check_list_prefix(prefix)
     }
+
+    /// [`DurableStore::settle_puts`] for the puts of exactly `key` (a valid key): the replica's
+    /// reconciliation waits for one put without waiting for every other put of its tenure
+    /// (docs/guarantees.md, "Reconciling puts of unknown outcome"). The default waits for the
+    /// puts of the directory `key` lies in, which includes them; [`crate::deadline::Deadline`]
+    /// and the test kit's wrappers wait for the key alone.
+    async fn settle_put(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
+        check_key(key)?;
+        let dir = key.rsplit_once('/').map_or("", |(dir, _)| dir);
+        if dir.is_empty() {
+            return self.settle_puts("", limit).await;
+        }
+        self.settle_puts(&format!("{dir}/"), limit).await
+    }
 }
 
 /// Shared handle to a durable store.
@@ -196,6 +252,9 @@ impl<S: DurableStore + ?Sized> DurableStore for Arc<S> {
     }
     async fn get_sized(&self, key: &str, expected: u64) -> Result<Option<Vec<u8>>, StoreError> {
         (**self).get_sized(key, expected).await
+    }
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        (**self).size(key).await
     }
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         (**self).list(prefix).await
@@ -219,6 +278,9 @@ impl<S: DurableStore + ?Sized> DurableStore for Arc<S> {
     }
     async fn settle_puts(&self, prefix: &str, limit: Duration) -> Result<(), StoreError> {
         (**self).settle_puts(prefix, limit).await
+    }
+    async fn settle_put(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
+        (**self).settle_put(key, limit).await
     }
 }
 

@@ -133,6 +133,34 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
+    /// A run changed more pages than one batch of the change log may take (half of the
+    /// runtime's `segment_limit`, so that every committed batch fits one segment): it was rolled
+    /// back before `COMMIT` and nothing of it was committed or acknowledged, in every logged mode
+    /// (docs/guarantees.md, "Limits"). Split it into smaller runs; the tenant serves on.
+    #[error(
+        "batch too large: its pages take {bytes} bytes as a segment of the change log, more than the {limit} one batch may take; nothing of it was committed: split it into smaller runs"
+    )]
+    BatchTooLarge {
+        /// The bytes its pages take as a segment (measured, never less than they do).
+        bytes: u64,
+        /// The most one batch may take.
+        limit: u64,
+    },
+    /// An `Async` tenant has `pending_bytes` committed and not yet in the change log, as many as
+    /// it may let wait (`async_pending_limit`): the run was refused before it ran, nothing of it
+    /// was committed. The log is behind the writes; retry shortly (docs/guarantees.md, the
+    /// numbers).
+    #[error(
+        "log behind: tenant {key} has {pending_bytes} bytes committed and not yet shipped, at its limit of {limit}; nothing was run: retry shortly"
+    )]
+    LogBehind {
+        /// The tenant's lease key.
+        key: String,
+        /// Bytes committed and not yet in the change log (pending and in flight).
+        pending_bytes: u64,
+        /// `async_pending_limit`.
+        limit: u64,
+    },
     /// The database the lease store's URL names does not exist (SQLSTATE 3D000); nothing was
     /// started.
     #[error("unknown database {database:?}: {reason}")]
@@ -142,6 +170,85 @@ pub enum Error {
         /// What the server said.
         reason: String,
     },
+    /// A store opened as existing only (`leasehold::stores`, `IfMissing::Refuse`: what an
+    /// operator command does) is not there: a lease file, a durable directory or a lease table
+    /// that does not exist. Nothing was created.
+    #[error("missing {store}: {location} does not exist; nothing was created")]
+    StoreMissing {
+        /// Which store (`lease file`, `durable directory`, `lease table`).
+        store: &'static str,
+        /// Where it was looked for (a path, a table name; never a password).
+        location: String,
+    },
+    /// A directory or file that holds tenants' data (the state root, the durable directory, the
+    /// lease file) lets the group or others in: leasehold keeps its files private (directories
+    /// 0700, files 0600) and refuses to start on one that is not, unless told to accept it
+    /// (`accept_shared_permissions`, docs/operations.md "File permissions"). Nothing was started.
+    #[error(
+        "not private: {path} has mode {mode:04o}, which lets the group or others in; make it private (chmod go-rwx) or accept it knowingly (accept_shared_permissions)"
+    )]
+    NotPrivate {
+        /// The path.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// No message of this name and schema version is registered on the replica that received
+    /// it (every replica of a fleet registers the same set): nothing ran, nothing was written.
+    #[error(
+        "unknown message {name:?} version {version}: this replica registers no such message; nothing ran"
+    )]
+    UnknownMessage {
+        /// The message's name.
+        name: String,
+        /// Its schema version.
+        version: u32,
+    },
+    /// A message could not be taken as it came: its body does not decode as the registered
+    /// type, its idempotency key is not allowed, or the key was used before for another
+    /// message. Nothing ran, nothing was written.
+    #[error("bad message: {reason}; nothing ran")]
+    BadMessage {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A message body or reply takes more bytes than a message may (`codec::MESSAGE_LIMIT`).
+    /// A body: nothing ran. A reply: its command was rolled back, nothing was written.
+    #[error(
+        "too large: {bytes} bytes, more than the {limit} a message may take; nothing was written"
+    )]
+    TooLarge {
+        /// How many bytes it took (at least).
+        bytes: u64,
+        /// The most a message may take.
+        limit: u64,
+    },
+    /// A message's deadline passed before its reply came. With `outcome_unknown` false nothing
+    /// of it was written (it never reached its tenant, or it is a query); with
+    /// `outcome_unknown` true it reached its tenant and **the outcome is unknown**: it may have
+    /// run and may still be committed (retry with the same idempotency key, which makes the
+    /// retry safe either way).
+    #[error(
+        "deadline exceeded: no reply from tenant {key} within {after_ms} ms ({})",
+        reached(.outcome_unknown)
+    )]
+    DeadlineExceeded {
+        /// The tenant's lease key.
+        key: String,
+        /// The deadline the caller gave.
+        after_ms: u64,
+        /// Whether a command had reached its tenant (it may have run and be committed).
+        outcome_unknown: bool,
+    },
+}
+
+/// How a [`Error::DeadlineExceeded`] reads, by whether its outcome is unknown.
+fn reached(outcome_unknown: &bool) -> &'static str {
+    if *outcome_unknown {
+        "it reached the tenant and may have run; the outcome is unknown"
+    } else {
+        "nothing of it was written"
+    }
 }
 
 impl Error {
@@ -165,6 +272,14 @@ impl Error {
             Error::AuthFailed { .. } => "LEASEHOLD_AUTH_FAILED",
             Error::UnknownDatabase { .. } => "LEASEHOLD_UNKNOWN_DATABASE",
             Error::Unshipped { .. } => "LEASEHOLD_UNSHIPPED",
+            Error::BatchTooLarge { .. } => "LEASEHOLD_BATCH_TOO_LARGE",
+            Error::LogBehind { .. } => "LEASEHOLD_LOG_BEHIND",
+            Error::StoreMissing { .. } => "LEASEHOLD_STORE_MISSING",
+            Error::NotPrivate { .. } => "LEASEHOLD_NOT_PRIVATE",
+            Error::UnknownMessage { .. } => "LEASEHOLD_UNKNOWN_MESSAGE",
+            Error::BadMessage { .. } => "LEASEHOLD_BAD_MESSAGE",
+            Error::TooLarge { .. } => "LEASEHOLD_TOO_LARGE",
+            Error::DeadlineExceeded { .. } => "LEASEHOLD_DEADLINE_EXCEEDED",
         }
     }
 
@@ -185,7 +300,24 @@ impl Error {
         match self {
             Error::Store(e) => crate::lease::store_outcome_unknown(e),
             Error::Unshipped { .. } => true,
+            Error::DeadlineExceeded {
+                outcome_unknown, ..
+            } => *outcome_unknown,
             _ => false,
+        }
+    }
+}
+
+impl From<crate::codec::MessageCodecError> for Error {
+    fn from(e: crate::codec::MessageCodecError) -> Self {
+        match e {
+            crate::codec::MessageCodecError::TooLarge { bytes, limit } => Error::TooLarge {
+                bytes: bytes as u64,
+                limit: limit as u64,
+            },
+            other => Error::BadMessage {
+                reason: other.to_string(),
+            },
         }
     }
 }
@@ -194,6 +326,8 @@ impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::InvalidKey { .. } => Error::InvalidPath(e.to_string()),
+            StoreError::Missing { store, location } => Error::StoreMissing { store, location },
+            StoreError::NotPrivate { path, mode } => Error::NotPrivate { path, mode },
             other => Error::Store(other),
         }
     }
@@ -220,7 +354,10 @@ impl From<LeaseError> for Error {
 
 impl From<LedgerError> for Error {
     fn from(e: LedgerError) -> Self {
-        Error::Ledger(e)
+        match e {
+            LedgerError::TooLarge { bytes, limit } => Error::BatchTooLarge { bytes, limit },
+            other => Error::Ledger(other),
+        }
     }
 }
 
@@ -229,6 +366,10 @@ impl From<ImageError> for Error {
         match e {
             ImageError::Store(s) => s.into(),
             ImageError::Ledger(l) => Error::Ledger(l),
+            ImageError::Fenced { key } => Error::Fenced {
+                // `<org>/<tenant>/e…/snap-….db`: the tenant is the first two segments.
+                key: key.splitn(3, '/').take(2).collect::<Vec<_>>().join("/"),
+            },
             other => Error::Corrupt(other.to_string()),
         }
     }
@@ -256,6 +397,7 @@ impl From<PathError> for Error {
     fn from(e: PathError) -> Self {
         match e {
             PathError::Locked { path, holder } => Error::StateRootLocked { root: path, holder },
+            PathError::NotPrivate { path, mode } => Error::NotPrivate { path, mode },
             other => Error::InvalidPath(other.to_string()),
         }
     }
@@ -316,6 +458,31 @@ mod tests {
             Error::Unshipped {
                 key: "k".into(),
                 reason: "r".into(),
+            },
+            Error::BatchTooLarge { bytes: 2, limit: 1 },
+            Error::LogBehind {
+                key: "k".into(),
+                pending_bytes: 2,
+                limit: 1,
+            },
+            Error::StoreMissing {
+                store: "lease file",
+                location: "l".into(),
+            },
+            Error::NotPrivate {
+                path: "p".into(),
+                mode: 0o755,
+            },
+            Error::UnknownMessage {
+                name: "n".into(),
+                version: 1,
+            },
+            Error::BadMessage { reason: "r".into() },
+            Error::TooLarge { bytes: 2, limit: 1 },
+            Error::DeadlineExceeded {
+                key: "k".into(),
+                after_ms: 1,
+                outcome_unknown: true,
             },
         ];
         let mut codes: Vec<_> = all.iter().map(Error::code).collect();
@@ -383,5 +550,35 @@ mod tests {
         };
         assert!(!gap.outcome_unknown());
         assert_eq!(Error::from(gap).code(), "LEASEHOLD_UNSHIPPED");
+    }
+
+    #[test]
+    fn a_message_refused_before_it_ran_is_a_known_outcome_and_a_lapsed_delivery_is_not() {
+        let never = Error::DeadlineExceeded {
+            key: "k".into(),
+            after_ms: 5,
+            outcome_unknown: false,
+        };
+        assert!(!never.is_outcome_unknown());
+        let maybe = Error::DeadlineExceeded {
+            key: "k".into(),
+            after_ms: 5,
+            outcome_unknown: true,
+        };
+        assert!(maybe.is_outcome_unknown());
+        for refused in [
+            Error::UnknownMessage {
+                name: "n".into(),
+                version: 2,
+            },
+            Error::BadMessage { reason: "r".into() },
+            Error::TooLarge { bytes: 2, limit: 1 },
+        ] {
+            assert!(!refused.is_outcome_unknown(), "{refused:?}");
+        }
+        let big = crate::codec::MessageCodecError::TooLarge { bytes: 9, limit: 8 };
+        assert_eq!(Error::from(big).code(), "LEASEHOLD_TOO_LARGE");
+        let cut = crate::codec::MessageCodecError::Trailing { extra: 1 };
+        assert_eq!(Error::from(cut).code(), "LEASEHOLD_BAD_MESSAGE");
     }
 }

@@ -33,7 +33,7 @@ pub mod restore;
 
 pub use install::{install_empty, install_image};
 pub use manifest::{Manifest, has_sqlite_header, is_sha256_hex, parse_manifest, verify};
-pub use restore::{fetch_restorable, next_candidate, upload_image};
+pub use restore::{ImageAt, fetch_restorable, next_candidate, upload_image, upload_image_checked};
 
 /// The manifest format this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -57,6 +57,13 @@ pub enum ImageError {
     #[error("{key} already exists: an object is never overwritten")]
     AlreadyExists {
         /// The durable key that was taken.
+        key: String,
+    },
+    /// The uploader's check before a put said its lease no longer holds
+    /// ([`restore::upload_image_checked`]): that put was never sent.
+    #[error("{key} was not put: the uploader's lease no longer holds")]
+    Fenced {
+        /// The durable key that was not put.
         key: String,
     },
     /// The durable store failed (an outage, a timeout). Never a reason to fall back.
@@ -221,6 +228,7 @@ impl ReadSnapshot {
 }
 
 fn backup_into(src: &Connection, dest: &Path) -> Result<(), ImageError> {
+    crate::private::create_sqlite_file(dest).map_err(|e| io_error("create", dest, &e))?;
     let mut dst = Connection::open(dest)?;
     // The image is fsynced once, by `seal`; a torn copy is never published.
     dst.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;")?;
@@ -251,6 +259,8 @@ fn vacuum_into(src: &Connection, dest: &Path) -> Result<(), ImageError> {
     let dest_text = dest
         .to_str()
         .ok_or_else(|| ImageError::Io(format!("{}: not a UTF-8 path", dest.display())))?;
+    // An empty file of mode 0600 for SQLite to fill (it would create one of mode 0644).
+    crate::private::create_sqlite_file(dest).map_err(|e| io_error("create", dest, &e))?;
     src.execute("VACUUM INTO ?1", [dest_text])?;
     Ok(())
 }

@@ -20,9 +20,12 @@ use crate::durable::StoreError;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
 
+mod listing;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sqlite;
+
+pub use listing::{ErasureEntry, LeaseEntry, LeasePage, page_limit};
 
 /// A lease as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +68,17 @@ pub struct TipMove {
 
 /// What each move of a [`LeaseStore::move_tips`] call came to, in order.
 pub type TipOutcomes = Vec<Result<LeaseRecord, LeaseError>>;
+
+/// A forget whose erasure is not known to be complete: the tenant's objects at or below `floor`
+/// must be swept once more after every put that could still land has landed
+/// ([`LeaseStore::erasures_due`], docs/guarantees.md, "the erasure bound").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingErasure {
+    /// The forgotten tenant.
+    pub key: LeaseKey,
+    /// The floor its forget raised.
+    pub floor: u64,
+}
 
 /// What one key of a [`LeaseStore::renew_many`] call came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,11 +202,19 @@ pub fn check_tip_step(
     })
 }
 
-/// Whether a store error leaves a write's outcome unknown: everything but a refused key (checked
-/// before any I/O). Conservative on purpose: an `Unavailable` that never reached the backend is
-/// also reported unknown, which costs a re-read; the opposite mistake would lose a write.
+/// Whether a store error leaves a write's outcome unknown: everything but a refused key, an
+/// object too large for one put, a missing store or one that is not private (all checked
+/// before any write). Conservative on purpose: an
+/// `Unavailable` that never reached the backend is also reported unknown, which costs a
+/// re-read; the opposite mistake would lose a write.
 pub fn store_outcome_unknown(e: &StoreError) -> bool {
-    !matches!(e, StoreError::InvalidKey { .. })
+    !matches!(
+        e,
+        StoreError::InvalidKey { .. }
+            | StoreError::TooLarge { .. }
+            | StoreError::Missing { .. }
+            | StoreError::NotPrivate { .. }
+    )
 }
 
 /// A fresh attempt id for [`LeaseStore::acquire`]: random per process, then counted, so two
@@ -352,12 +374,40 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// Raises the floor to `epoch` and clears the head and the tip, for the live `(owner, epoch)`; the lease
     /// stays held so the caller can delete and then release. Repeating it for the same live
     /// tenure (a retry after a timeout that landed) returns the record again.
+    ///
+    /// It also records a **pending erasure** of `key` at that floor, stamped with the store's
+    /// clock (a repeat keeps the first stamp), which [`LeaseStore::erasures_due`] reports once
+    /// enough time has passed and [`LeaseStore::erasure_done`] clears.
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,
         owner: &str,
         epoch: u64,
     ) -> Result<LeaseRecord, LeaseError>;
+
+    /// The pending erasures whose forget is at least `settled_for` old by the **store's** clock
+    /// (oldest first, at most `limit`): the tenants whose prefix any replica should sweep once
+    /// more now that every put sent before the forget has landed or failed. A store that cannot
+    /// tell how long ago a forget was (a row of an earlier boot) reports it once its clock has
+    /// run `settled_for` since it started.
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<PendingErasure>, LeaseError>;
+
+    /// Clears the pending erasure of `key` at `floor` (a sweep after it was due left nothing at
+    /// or below the floor). A pending erasure of another floor (a later forget) stays; clearing
+    /// one that is not pending is no error. Needs no lease: any replica may sweep a floor.
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError>;
+
+    /// One page of every lease the store keeps, live or not: the keys at or after `from` (all
+    /// keys when `None`), in the store's order of keys, at most `limit` of them (at least one,
+    /// [`page_limit`]); [`LeasePage::next`] names where the next page starts. Each entry carries
+    /// how long the lease still runs and its pending erasure, both judged by the store's own
+    /// clock at the call ([`LeaseEntry`]). A read: it changes nothing and needs no lease. One
+    /// key's entry is the first of `list(Some(key), 1)`, if that is the key.
+    async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError>;
 }
 
 /// Shared handle to a lease store.
@@ -437,6 +487,19 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         epoch: u64,
     ) -> Result<LeaseRecord, LeaseError> {
         (**self).mark_forgotten(key, owner, epoch).await
+    }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<PendingErasure>, LeaseError> {
+        (**self).erasures_due(settled_for, limit).await
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        (**self).erasure_done(key, floor).await
+    }
+    async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError> {
+        (**self).list(from, limit).await
     }
 }
 

@@ -27,18 +27,23 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
 use crate::image::{ImageError, ImageFile};
 use crate::log::PageSums;
 use crate::log::capture::{Changes, WalCursor};
 
+mod batch_size;
 mod event;
 mod guard;
+mod read;
+mod replies;
 
 pub use event::{Event, NewEvent};
+pub use read::{LedgerRead, ReadLedger};
+pub use replies::{Keyed, ReplyKey};
 
-use event::{event_from_row, read_event_row};
+use batch_size::BatchMeter;
 use guard::HostGuard;
 
 /// How long a statement waits for a lock held by another connection before it fails.
@@ -88,6 +93,17 @@ pub enum LedgerError {
     /// A local I/O error.
     #[error("i/o: {0}")]
     Io(String),
+    /// The run changed more pages than one batch may (a logged ledger's run limit, see
+    /// [`Ledger::limit_runs`]); its savepoint was rolled back, nothing of it is committed.
+    #[error(
+        "the run's pages take {bytes} bytes as a segment of the change log, more than the {limit} one batch may; nothing of it was committed: split it into smaller runs"
+    )]
+    TooLarge {
+        /// The bytes its pages take as a segment (measured, never less than they do).
+        bytes: u64,
+        /// The most one run may take.
+        limit: u64,
+    },
 }
 
 impl From<rusqlite::Error> for LedgerError {
@@ -138,6 +154,8 @@ pub struct Ledger {
     guard: Arc<HostGuard>,
     /// The capture of committed pages, for a ledger opened with [`Ledger::open_logged`].
     capture: Option<Capture>,
+    /// Measures each run against the run limit, once [`Ledger::limit_runs`] set one.
+    meter: Option<BatchMeter>,
 }
 
 /// What a logged ledger keeps to read its commits' pages back from the WAL.
@@ -213,6 +231,9 @@ impl Ledger {
     /// timeout of [`BUSY_TIMEOUT`], foreign keys on, and the `events` table if it is absent.
     /// The directory must exist.
     pub fn open(path: &Path, opts: &LedgerOptions) -> Result<Self, LedgerError> {
+        // Created private (0600) first: SQLite gives the -wal and -shm the file's mode.
+        crate::private::create_sqlite_file(path)
+            .map_err(|e| LedgerError::Io(format!("{}: {e}", path.display())))?;
         let mut conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
@@ -227,6 +248,7 @@ impl Ledger {
             opts.synchronous.pragma_value()
         ))?;
         conn.execute_batch(CREATE_EVENTS)?;
+        conn.execute_batch(replies::CREATE_REPLIES)?;
         let guard = Arc::new(HostGuard::default());
         let hook_guard = Arc::clone(&guard);
         conn.authorizer(Some(move |ctx: rusqlite::hooks::AuthContext<'_>| {
@@ -237,6 +259,7 @@ impl Ledger {
             path: path.to_path_buf(),
             guard,
             capture: None,
+            meter: None,
         })
     }
 
@@ -320,7 +343,11 @@ impl Ledger {
                 "begin: a batch is already open; commit or roll it back first".to_string(),
             ));
         }
-        self.runtime_exec("BEGIN IMMEDIATE")
+        self.runtime_exec("BEGIN IMMEDIATE")?;
+        if let Some(meter) = self.meter.as_mut() {
+            meter.begin(&self.conn)?;
+        }
+        Ok(())
     }
 
     /// Runs one call of the open batch in its own savepoint.
@@ -333,13 +360,36 @@ impl Ledger {
         &mut self,
         f: impl FnOnce(&mut LedgerTx<'_>) -> Result<R, LedgerError>,
     ) -> Result<R, LedgerError> {
+        self.savepoint(f, |_, _| Ok(()))
+    }
+
+    /// [`Ledger::run_savepoint`], with `then` run by the runtime (the guard down) in the same
+    /// savepoint once `f` returned `Ok`: what `then` writes commits or rolls back with `f`'s
+    /// writes, and is measured with them.
+    fn savepoint<R>(
+        &mut self,
+        f: impl FnOnce(&mut LedgerTx<'_>) -> Result<R, LedgerError>,
+        then: impl FnOnce(&Connection, &R) -> Result<(), LedgerError>,
+    ) -> Result<R, LedgerError> {
         if !self.in_batch() {
             return Err(LedgerError::Sqlite(
                 "run_savepoint: no batch is open; call begin() first".to_string(),
             ));
         }
         self.runtime_exec(SAVEPOINT_CALL)?;
-        let outcome = self.call_host(f);
+        let before = match self.meter.as_ref() {
+            Some(meter) => Some(meter.before_run(&self.conn)?),
+            None => None,
+        };
+        let outcome = self
+            .call_host(f)
+            .and_then(|value| then(&self.conn, &value).map(|()| value));
+        let outcome = match (outcome, before) {
+            (Ok(value), Some(before)) if self.in_batch() => {
+                self.measure_run(before).map(|()| value)
+            }
+            (outcome, _) => outcome,
+        };
         if !self.in_batch() {
             return Err(LedgerError::Sqlite(format!(
                 "SQLite rolled the whole batch back during the call ({})",
@@ -478,6 +528,11 @@ impl Ledger {
         self.checkpoint()?;
         crate::image::remove_if_present(dest)?;
         std::fs::copy(&self.path, dest)
+            .and_then(|_| {
+                use std::os::unix::fs::PermissionsExt;
+                let private = std::fs::Permissions::from_mode(crate::private::FILE_MODE);
+                std::fs::set_permissions(dest, private)
+            })
             .map_err(|e| crate::image::io_error("copy the ledger", dest, &e))?;
         crate::image::seal(dest)
     }
@@ -616,42 +671,17 @@ impl LedgerTx<'_> {
 
     /// Up to `limit` events with `seq > after_seq`, oldest first.
     pub fn events_after(&self, after_seq: i64, limit: usize) -> Result<Vec<Event>, LedgerError> {
-        let sql =
-            format!("SELECT {EVENT_COLUMNS} FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2");
-        let mut stmt = self
-            .conn
-            .prepare_cached(&sql)
-            .map_err(|e| self.guard.error(e))?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = stmt
-            .query_map(rusqlite::params![after_seq, limit], read_event_row)
-            .map_err(|e| self.guard.error(e))?;
-        let mut events = Vec::new();
-        for row in rows {
-            events.push(event_from_row(row.map_err(|e| self.guard.error(e))?)?);
-        }
-        Ok(events)
+        read::events_after(self.conn, self.guard, after_seq, limit)
     }
 
     /// How many events the ledger holds.
     pub fn event_count(&self) -> Result<u64, LedgerError> {
-        let n: i64 = self
-            .conn
-            .prepare_cached("SELECT count(*) FROM events")
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
-            .map_err(|e| self.guard.error(e))?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        read::event_count(self.conn, self.guard)
     }
 
     /// The event stored under `idem_key`, if any.
     pub fn event_by_idem_key(&self, idem_key: &str) -> Result<Option<Event>, LedgerError> {
-        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE idem_key = ?1");
-        let row = self
-            .conn
-            .prepare_cached(&sql)
-            .and_then(|mut s| s.query_row([idem_key], read_event_row).optional())
-            .map_err(|e| self.guard.error(e))?;
-        row.map(event_from_row).transpose()
+        read::event_by_idem_key(self.conn, self.guard, idem_key)
     }
 
     /// Runs one statement of host SQL; returns the number of rows it changed.
@@ -675,17 +705,13 @@ impl LedgerTx<'_> {
         params: impl rusqlite::Params,
         f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
     ) -> Result<T, LedgerError> {
-        guard::refuse_unguarded(sql)?;
-        self.conn
-            .query_row(sql, params, f)
-            .map_err(|e| self.guard.error(e))
+        read::query_row(self.conn, self.guard, sql, params, f)
     }
 
     /// Prepares one statement of host SQL. The statement borrows this transaction, so it cannot
     /// outlive the call.
     pub fn prepare(&self, sql: &str) -> Result<rusqlite::Statement<'_>, LedgerError> {
-        guard::refuse_unguarded(sql)?;
-        self.conn.prepare(sql).map_err(|e| self.guard.error(e))
+        read::prepare(self.conn, self.guard, sql)
     }
 }
 

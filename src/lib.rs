@@ -2,7 +2,8 @@
 //!
 //! Per-tenant SQLite ledgers kept under fenced leases, with images published to a durable store.
 //! This crate holds everything below the actors: no actor framework, no timers of its own. The
-//! actix runtime that carries these pieces out lives in the `leasehold-actors` crate.
+//! actix runtime that carries these pieces out lives in the `leasehold-actors` crate, which is
+//! also the one crate a host depends on: it re-exports what a host needs of this one.
 //!
 //! ## Layout
 //! - [`ids`] — validated `OrgId`, `TenantId`, `ReplicaId`, `derive_tenant_id`, `LeaseKey`.
@@ -23,6 +24,11 @@
 //! - [`paths`] — path containment for every destructive local call.
 //! - [`plan`] — pure decisions: what a sweep may delete.
 //! - [`sweep`] — deleting dead epochs of one tenant, or of a whole store (the operator command).
+//! - [`stores`] — store URLs (`sqlite://…`, `postgres://…`, a path, `s3://…`): parsing and
+//!   opening, creating a missing store or refusing it.
+//! - [`rusqlite`] — the SQLite crate whose types `LedgerTx`'s methods take (`params!`,
+//!   `ToSql`, `Row`, `OptionalExtension`), re-exported so a host needs no version of its own;
+//!   [`serde_json`] likewise (an event's payload).
 //! - `testkit` (feature `testkit`) — conformance suites every backend passes, and
 //!   `FaultyStore`, the fault-injecting durable store the tests use.
 #![warn(missing_docs, unreachable_pub)]
@@ -40,12 +46,16 @@ pub mod ledger;
 pub mod log;
 pub mod paths;
 pub mod plan;
+pub mod private;
+pub mod stores;
 pub mod sweep;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, SystemWallClock, WallClock};
 pub use durable::DurableStore;
 pub use error::{Error, Result};
 pub use ids::{LeaseKey, OrgId, ReplicaId, TenantId, derive_tenant_id};
 pub use lease::LeaseStore;
+pub use rusqlite;
+pub use serde_json;

@@ -33,7 +33,10 @@ pub mod sums;
 pub use apply::{apply, finish};
 pub use capture::Changes;
 pub use error::LogError;
-pub use pitr::{PitrReport, Target, restore_to, restore_to_from};
+pub use pitr::{
+    LatestReport, PitrReport, Target, check_destination, restore_latest, restore_to,
+    restore_to_from,
+};
 pub use restore::{Restored, fetch_log, restore_log};
 pub use segment::{Page, Segment, SegmentHeader};
 pub use sums::PageSums;

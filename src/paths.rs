@@ -10,6 +10,7 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use crate::ids::{OrgId, TenantId, tenant_root};
+use crate::private;
 
 /// The ledger's file name inside a tenant's directory.
 pub const LEDGER_FILE: &str = "ledger.db";
@@ -33,6 +34,15 @@ pub enum PathError {
         path: String,
         /// Who holds it, as it wrote itself into the lock file (`unknown` if unreadable).
         holder: String,
+    },
+    /// The state root lets the group or others in (docs/operations.md, "File permissions"), and
+    /// the replica was not told to accept that; nothing was started.
+    #[error("{path} has mode {mode:04o}, which lets the group or others in")]
+    NotPrivate {
+        /// The state root.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
     },
     /// The file system failed.
     #[error("{path}: {message}")]
@@ -105,24 +115,26 @@ pub fn ensure_tenant_dir(
     org: &OrgId,
     tenant: &TenantId,
 ) -> Result<PathBuf, PathError> {
-    let root = match resolve_root(state_root)? {
-        Some(root) => root,
-        None => {
-            std::fs::create_dir_all(state_root).map_err(|e| io_error(state_root, &e))?;
-            resolve_root(state_root)?
-                .ok_or_else(|| refused(state_root, "the state root vanished"))?
-        }
-    };
+    let root = root_or_create(state_root)?;
     // Check what exists before creating the rest, so nothing is created through a symlink.
     checked_tenant_dir(&root, org, tenant)?;
     let wanted = tenant_root(&root, org, tenant);
-    std::fs::create_dir_all(&wanted).map_err(|e| io_error(&wanted, &e))?;
+    private::create_dir_all(&wanted).map_err(|e| io_error(&wanted, &e))?;
     checked_tenant_dir(&root, org, tenant)?.ok_or_else(|| {
         refused(
             &wanted,
             "the tenant directory vanished while it was created",
         )
     })
+}
+
+/// The state root, resolved; created (0700, with its missing parents) when it does not exist.
+fn root_or_create(state_root: &Path) -> Result<PathBuf, PathError> {
+    if let Some(root) = resolve_root(state_root)? {
+        return Ok(root);
+    }
+    private::create_dir_all(state_root).map_err(|e| io_error(state_root, &e))?;
+    resolve_root(state_root)?.ok_or_else(|| refused(state_root, "the state root vanished"))
 }
 
 /// The tenant's ledger file, `<tenant dir>/ledger.db` (not checked: use it to open, not to delete).
@@ -187,7 +199,7 @@ pub const TENURE_FILE: &str = "tenure";
 /// Records in the tenant's directory that its files belong to tenure `epoch`.
 pub fn write_tenure(dir: &Path, epoch: u64) -> Result<(), PathError> {
     let file = dir.join(TENURE_FILE);
-    std::fs::write(&file, epoch.to_string()).map_err(|e| io_error(&file, &e))
+    private::write_file(&file, epoch.to_string().as_bytes()).map_err(|e| io_error(&file, &e))
 }
 
 /// The epoch recorded in the tenant's directory, if there is a directory with a readable marker.
@@ -282,30 +294,44 @@ impl RootLock {
     }
 }
 
-/// Takes the exclusive lock of `state_root` (created if missing) for `holder`, without waiting.
-/// Refused with [`PathError::Locked`], naming the holder, if anyone holds it already: in this
-/// process or another. The lock file is never a symlink.
-pub fn lock_state_root(state_root: &Path, holder: &str) -> Result<RootLock, PathError> {
+/// Takes the exclusive lock of `state_root` (created 0700 if missing) for `holder`, without
+/// waiting. Refused with [`PathError::Locked`], naming the holder, if anyone holds it already:
+/// in this process or another. The lock file is never a symlink, and is 0600.
+///
+/// An existing state root that lets the group or others in is refused with
+/// [`PathError::NotPrivate`] unless `accept_shared_permissions` (docs/operations.md, "File
+/// permissions"): every tenant's data lives below it.
+pub fn lock_state_root(
+    state_root: &Path,
+    holder: &str,
+    accept_shared_permissions: bool,
+) -> Result<RootLock, PathError> {
     use std::io::{Seek, Write};
     use std::os::unix::fs::OpenOptionsExt;
-    let root = match resolve_root(state_root)? {
-        Some(root) => root,
-        None => {
-            std::fs::create_dir_all(state_root).map_err(|e| io_error(state_root, &e))?;
-            resolve_root(state_root)?
-                .ok_or_else(|| refused(state_root, "the state root vanished"))?
+    let root = root_or_create(state_root)?;
+    match private::check_private(&root, accept_shared_permissions) {
+        Ok(Ok(())) => {}
+        Ok(Err(mode)) => {
+            return Err(PathError::NotPrivate {
+                path: state_root.display().to_string(),
+                mode,
+            });
         }
-    };
+        Err(e) => return Err(io_error(&root, &e)),
+    }
     let path = root.join(LOCK_FILE);
     let nofollow = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .custom_flags(nofollow)
-        .open(&path)
-        .map_err(|e| io_error(&path, &e))?;
+    let mut file = private::file_options(
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false),
+    )
+    .custom_flags(nofollow)
+    .open(&path)
+    .map_err(|e| io_error(&path, &e))?;
+    private::make_private(&file).map_err(|e| io_error(&path, &e))?;
     match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => {

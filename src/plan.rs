@@ -1,5 +1,6 @@
 //! Pure decisions, functions of their inputs only: what a sweep may delete, in the durable store
-//! and on a replica's disk. (The others live
+//! and on a replica's disk; what becomes of a put of unknown outcome ([`reconcile`]) and what a
+//! crashed process left in a live tenant ([`orphans`]). (The others live
 //! beside their types: whether a lease holds is [`crate::lease::LeaseTerm`], which image a
 //! restore falls back to is [`crate::image::next_candidate`], how a tenant's state may move is
 //! `leasehold_actors::TenantStatus::can_move_to`.)
@@ -7,6 +8,8 @@
 //! The actors and the operator command carry them out; tests check them without actors, stores
 //! or clocks.
 
+pub mod orphans;
+pub mod reconcile;
 pub mod retention;
 
 use std::collections::BTreeSet;

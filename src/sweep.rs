@@ -71,6 +71,48 @@ pub async fn sweep_dead_epochs_paged(
     Ok(deleted)
 }
 
+/// How many times a forget's erasure asks its sweep again before it reports the erasure
+/// incomplete (what is left then goes at the pending erasure's re-sweep: docs/guarantees.md,
+/// "the erasure bound").
+pub const ERASE_TRIES: u32 = 3;
+
+/// A forget's erasure: deletes every epoch of `key` at or below `floor` (the floor
+/// `mark_forgotten` raised), asking again up to [`ERASE_TRIES`] times when a sweep fails (a
+/// sweep keeps what it deleted). The runtime's forget and `leasehold forget` both erase this
+/// way. Returns how many objects went.
+pub async fn erase_floor(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    floor: u64,
+) -> Result<usize, StoreError> {
+    let mut tries = 1;
+    loop {
+        match sweep_dead_epochs(store, key, floor).await {
+            Ok(n) => return Ok(n),
+            Err(e) if tries >= ERASE_TRIES => return Err(e),
+            Err(e) => {
+                tries += 1;
+                tracing::debug!(%key, error = %e, "a forget's sweep failed; asking again");
+            }
+        }
+    }
+}
+
+/// Finishes a forget's pending erasure once it is due (every put that could land has landed:
+/// [`LeaseStore::erasures_due`]): sweeps `key` at `floor` once more, then marks the erasure
+/// done ([`LeaseStore::erasure_done`]). A sweep that fails leaves it pending. Any replica's
+/// periodic pass and `leasehold sweep` finish erasures this way. Returns how many objects went.
+pub async fn finish_erasure(
+    store: &dyn DurableStore,
+    leases: &dyn LeaseStore,
+    key: &LeaseKey,
+    floor: u64,
+) -> Result<usize, LeaseError> {
+    let objects = sweep_dead_epochs(store, key, floor).await?;
+    leases.erasure_done(key, floor).await?;
+    Ok(objects)
+}
+
 /// Applies retention to the tenant `key` whose lease record is `record` (docs/guarantees.md,
 /// the storage bound): lists the tenant, reads the manifests of its images above the floor,
 /// and deletes what [`crate::plan::retention::retention_plan`] chooses, in batches of
@@ -98,11 +140,20 @@ pub async fn sweep_retention(
         }
     }
     let mut images = Vec::new();
+    let listed_set: std::collections::BTreeSet<&str> = listed.iter().map(String::as_str).collect();
     for object in &listed {
         let Some((epoch, seq)) = crate::layout::manifest_of(key, object) else {
             continue;
         };
         if epoch <= record.floor {
+            continue;
+        }
+        // A manifest whose image is not listed (a half-finished delete, or a manifest that
+        // landed after its lone image was taken back) describes no restorable image: it is
+        // never a base, and the orphan look deletes it (docs/guarantees.md, "Reconciling puts
+        // of unknown outcome").
+        let image = crate::layout::image_key(key, epoch, seq);
+        if !listed_set.contains(image.as_str()) {
             continue;
         }
         let parsed = store

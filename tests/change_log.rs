@@ -547,6 +547,9 @@ async fn a_zombies_refused_segment_is_taken_back() {
         matches!(zombie, Err(ref e) if e.is_fenced()),
         "the zombie's write is refused: {zombie:?}"
     );
+    // The replica's reconciliation takes it back (docs/guarantees.md, "Reconciling puts of
+    // unknown outcome"): at once, as its put was answered; the pass asked for here waits for it.
+    a.sup.reconcile_now().await.unwrap();
     let left: Vec<String> = fleet
         .stored_of_tenant()
         .await

@@ -13,6 +13,9 @@
 //! `target/<profile>/examples/drill`. The runs take turns: each starts four processes, and the
 //! machine running the suite may have two cores.
 
+#[path = "drill/holes.rs"]
+mod holes;
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -119,6 +122,18 @@ fn count(summary: &str, name: &str) -> u64 {
     field(summary, name).unwrap_or_else(|| panic!("no {name}=N in the summary: {summary}"))
 }
 
+/// The known gaps today's runtime shows on the default fault kinds (`--tolerate`, see
+/// `examples/drill/gaps.rs`): an image put that timed out lands beside no manifest (hole 8 of
+/// the change-log review), segments and images of a forgotten epoch land after the forget
+/// (holes 10 and 5/7). Reported as `TOLERATED`, not failed; the pinned tests of `holes` run
+/// without them. Each leaves this list when its fix merges.
+const TODAY_GAPS: &str = "orphan-image,forgotten-segment,forgotten-image";
+
+/// The fault kinds before the damage faults and the snapshot burst joined the defaults: runs
+/// that pin a seed's first round name them, so the schedule stays what the test says.
+const CLASSIC_KINDS: &str = "handoff,kill,pause,partition,kill-upload,forget-paused,store,restart,\
+                             drain-kill,close-during-open,forget-late-put";
+
 /// Every fault kind the drill injects.
 const FAULT_KINDS: [&str; 8] = [
     "handoff",
@@ -137,7 +152,16 @@ const FAULT_KINDS: [&str; 8] = [
 /// stall — the seed's first round is partition, kill, pause, kill-upload, store.
 #[test]
 fn drill_on_a_fixed_seed_keeps_every_promise() {
-    let (code, output) = drill(&["--seed", "20260438", "--seconds", "20"]);
+    let (code, output) = drill(&[
+        "--seed",
+        "20260438",
+        "--seconds",
+        "20",
+        "--faults",
+        CLASSIC_KINDS,
+        "--tolerate",
+        TODAY_GAPS,
+    ]);
     let summary = summary(&output);
     assert_eq!(code, Some(0), "the drill failed: {summary}");
     assert!(summary.contains("durability=shipped"), "{summary}");
@@ -163,6 +187,11 @@ fn drill_on_a_fixed_seed_keeps_every_promise() {
     assert!(count(summary, "tips_read") > 0, "{summary}");
     assert!(count(summary, "graceful") > 0, "{summary}");
     assert!(count(summary, "closed") > 0, "{summary}");
+    // The end audit ran: every ended tenure judged, restores judged against the history, the
+    // stores listed.
+    assert!(count(summary, "ended") > 0, "{summary}");
+    assert!(count(summary, "pitr_checked") > 0, "{summary}");
+    assert!(count(summary, "durable_objects") > 0, "{summary}");
 }
 
 /// `Async` acknowledges at the local commit and ships every `every` (here 500 ms): a crash may
@@ -182,6 +211,8 @@ fn drill_async_loses_no_more_than_its_period() {
         "async",
         "--async-every-ms",
         "500",
+        "--tolerate",
+        TODAY_GAPS,
     ]);
     let summary = summary(&output);
     assert!(summary.contains("durability=async/500ms"), "{summary}");
@@ -238,7 +269,16 @@ fn drill_replicas_hold_nothing_after_close() {
 /// the crash (`lost-beyond-tail`, tail bound 2,000 ms).
 #[test]
 fn drill_a_crash_late_in_a_long_drain_loses_no_more_than_the_tail() {
-    let (code, output) = drill(&["--seed", "5", "--seconds", "8", "--faults", "drain-kill"]);
+    let (code, output) = drill(&[
+        "--seed",
+        "5",
+        "--seconds",
+        "8",
+        "--faults",
+        "drain-kill",
+        "--tolerate",
+        TODAY_GAPS,
+    ]);
     let summary = summary(&output);
     assert!(count(summary, "drain-kill") > 0, "no drain-kill: {summary}");
     assert!(count(summary, "acked") > 0, "{summary}");
@@ -265,6 +305,9 @@ fn drill_a_late_put_leaves_nothing_of_a_forgotten_tenant() {
         "8",
         "--faults",
         "forget-late-put",
+        // The late images of the owner's other tenants land beside no manifest (hole 8).
+        "--tolerate",
+        "orphan-image",
     ]);
     let summary = summary(&output);
     assert!(
@@ -357,7 +400,16 @@ fn drill_catches_a_build_that_skips_the_final_image() {
 /// `Shipped`, though the owner is killed while its segments wait on slowed puts.
 #[test]
 fn drill_on_shipped_a_kill_mid_upload_loses_nothing() {
-    let (code, output) = drill(&["--seed", "7", "--seconds", "8", "--faults", "kill-upload"]);
+    let (code, output) = drill(&[
+        "--seed",
+        "7",
+        "--seconds",
+        "8",
+        "--faults",
+        "kill-upload",
+        "--tolerate",
+        TODAY_GAPS,
+    ]);
     let summary = summary(&output);
     assert!(count(summary, "kill-upload") > 0, "{summary}");
     assert!(count(summary, "acked") > 0, "{summary}");
@@ -392,6 +444,9 @@ fn drill_catches_a_build_that_acks_before_the_tip() {
     assert!(count(summary, "lost_otherwise") > 0, "{summary}");
 }
 
+/// A tenant forgotten while its owner is stopped leaves no local copy on the zombie once it
+/// resumes (`forgotten-local-file-left`, not tolerated). Its segments landing late are hole 10
+/// (pinned in `holes`), tolerated here.
 #[test]
 fn drill_a_forgotten_tenant_leaves_no_local_copy_on_a_zombie() {
     let (code, output) = drill(&[
@@ -401,12 +456,69 @@ fn drill_a_forgotten_tenant_leaves_no_local_copy_on_a_zombie() {
         "12",
         "--faults",
         "forget-paused",
+        "--tolerate",
+        TODAY_GAPS,
     ]);
     let summary = summary(&output);
     assert_eq!(code, Some(0), "{summary}");
     assert!(count(summary, "forget-paused") > 0, "no forget: {summary}");
     assert!(count(summary, "forgotten") > 0, "nothing erased: {summary}");
-    assert_eq!(count(summary, "tolerated"), 0, "{summary}");
+    assert!(
+        !output.contains("TOLERATED forgotten-local-file-left"),
+        "{summary}"
+    );
+}
+
+/// A segment flipped or deleted in the store — one the restore needs, the tip's among them —
+/// makes the next open fail with the typed `LEASEHOLD_CORRUPT` naming it, or, when an image
+/// taken meanwhile holds its position, open whole; never a state the log does not vouch for
+/// (`damage-served`, `damage-not-typed`). The drill puts the segment back after, so every
+/// acknowledged write is judged as usual.
+#[test]
+fn drill_a_damaged_or_missing_segment_fails_the_next_open_typed() {
+    let (code, output) = drill(&[
+        "--seed",
+        "5",
+        "--seconds",
+        "12",
+        "--faults",
+        "damage-segment,drop-segment",
+        "--tolerate",
+        TODAY_GAPS,
+    ]);
+    let summary = summary(&output);
+    assert!(
+        count(summary, "damage-segment") + count(summary, "drop-segment") > 0,
+        "{summary}"
+    );
+    assert!(count(summary, "damage_caught") > 0, "{summary}");
+    assert_eq!(count(summary, "lost_otherwise"), 0, "{summary}");
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
+}
+
+/// Batches of 4 MiB (one segment each) on a healthy store, handed back and forth: every
+/// acknowledged large batch is restored (its segment's put and get within their sized
+/// deadlines), the storage rules and the restores hold.
+#[test]
+fn drill_large_batches_on_a_healthy_store_are_restored() {
+    let (code, output) = drill(&[
+        "--seed",
+        "41",
+        "--seconds",
+        "10",
+        "--faults",
+        "handoff",
+        "--large-batch-mib",
+        "4",
+        "--tolerate",
+        TODAY_GAPS,
+    ]);
+    let summary = summary(&output);
+    assert!(count(summary, "handoff") > 0, "{summary}");
+    assert!(count(summary, "image_bytes") > 4 << 20, "{summary}");
+    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
 }
 
 /// The replicas (`replica-N`, generation dropped) that handed tenant `t0` off successfully.
@@ -448,6 +560,8 @@ fn drill_on_postgres_and_s3_hands_a_tenant_back_and_forth() {
         "1",
         "--faults",
         "handoff",
+        "--tolerate",
+        TODAY_GAPS,
     ]);
     let summary = summary(&output);
     assert_eq!(code, Some(0), "the drill failed: {summary}");

@@ -23,6 +23,9 @@ use tempfile::TempDir;
 
 fn dir_store() -> (TempDir, DirStore) {
     let dir = tempfile::tempdir().unwrap();
+    // The root of a durable directory must be private (docs/operations.md, "File permissions").
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let store = DirStore::open(dir.path()).unwrap();
     (dir, store)
 }

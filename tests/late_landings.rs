@@ -110,7 +110,7 @@ async fn an_outage_refuses_a_late_call_outright_and_the_next_call_lands_late() {
 #[tokio::test]
 async fn a_late_put_times_out_and_its_bytes_land_when_let_through() {
     let dir = tempfile::tempdir().unwrap();
-    let store = FaultyStore::new(Arc::new(DirStore::open(dir.path()).unwrap()));
+    let store = FaultyStore::new(Arc::new(DirStore::open(&dir.path().join("d")).unwrap()));
     store.late_puts(LatePuts::next(|key| key.ends_with(".db")).untracked());
     // A key the arming does not match goes through.
     let manifest = store.put_if_absent("a/m.json", b"{}".to_vec()).await;

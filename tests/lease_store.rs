@@ -25,6 +25,13 @@ use model::{Flaw, ModelStore, RenewIgnoresEpoch};
 
 const TTL: Duration = Duration::from_secs(10);
 
+/// A lease file of an older build, made private as an operator would (docs/operations.md, "File
+/// permissions"): a file the group or others may read is refused.
+fn make_private(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 fn key(org: &str, tenant: &str) -> LeaseKey {
     LeaseKey::new(&OrgId::new(org).unwrap(), &TenantId::new(tenant).unwrap())
 }
@@ -170,6 +177,7 @@ async fn hole9_a_schema_1_lease_file_gains_the_attempt_column_and_keeps_its_rows
     )
     .unwrap();
     drop(old);
+    make_private(&path);
     let clock = ManualClock::new(10);
     let store = SqliteLeaseStore::open_with(&path, Arc::new(clock), "boot-1".into()).unwrap();
     let k = key("acme", "t1");
@@ -184,7 +192,48 @@ async fn hole9_a_schema_1_lease_file_gains_the_attempt_column_and_keeps_its_rows
         .unwrap()
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
+}
+
+#[tokio::test]
+async fn a_schema_3_lease_file_gains_the_pending_erasures_and_keeps_its_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let old = rusqlite::Connection::open(&path).unwrap();
+    old.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         CREATE TABLE leases (key TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL,
+            epoch INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, boot_id TEXT NOT NULL,
+            released INTEGER NOT NULL, floor INTEGER NOT NULL, head_epoch INTEGER,
+            head_seq INTEGER, head_sha256 TEXT, attempt INTEGER, tip_epoch INTEGER,
+            tip_seq INTEGER) STRICT;
+         INSERT INTO leases VALUES ('acme/t1', 'a', 4, 500, 'boot-1', 0, 2, NULL, NULL, NULL, 7,
+            4, 9);
+         PRAGMA user_version = 3;",
+    )
+    .unwrap();
+    drop(old);
+    make_private(&path);
+    let clock = ManualClock::new(10);
+    let store =
+        SqliteLeaseStore::open_with(&path, Arc::new(clock.clone()), "boot-1".into()).unwrap();
+    let k = key("acme", "t1");
+    let kept = store.read(&k).await.unwrap().unwrap();
+    assert_eq!(
+        (kept.epoch, kept.floor, kept.tip.map(|t| t.seq)),
+        (4, 2, Some(9))
+    );
+    let forgotten = store.mark_forgotten(&k, "a", 4).await.unwrap();
+    assert_eq!(forgotten.floor, 4);
+    clock.advance(TTL);
+    let due = store.erasures_due(TTL, 10).await.unwrap();
+    assert_eq!(due.iter().map(|e| e.floor).collect::<Vec<_>>(), vec![4]);
+    drop(store);
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 4);
 }
 
 #[tokio::test]
@@ -203,6 +252,7 @@ async fn a_schema_2_lease_file_gains_the_log_tip_and_keeps_its_leases() {
     )
     .unwrap();
     drop(old);
+    make_private(&path);
     let clock = ManualClock::new(10);
     let store = SqliteLeaseStore::open_with(&path, Arc::new(clock), "boot-1".into()).unwrap();
     let k = key("acme", "t1");
@@ -222,7 +272,7 @@ async fn a_schema_2_lease_file_gains_the_log_tip_and_keeps_its_leases() {
         .unwrap()
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
 }
 
 #[tokio::test]
@@ -239,6 +289,27 @@ async fn the_suite_fails_a_store_whose_tip_move_ignores_the_tip_seen() {
     let check = testkit::conformance_a_new_tenure_continues_the_tip_and_the_old_one_cannot(&h);
     let message = violation(check).await;
     assert!(message.contains("B restarts the log"), "{message}");
+}
+
+#[tokio::test]
+async fn the_suite_fails_a_store_that_reports_an_erasure_due_before_its_settle_time() {
+    let clock = ManualClock::new(0);
+    let model = ModelStore::new(&clock, Flaw::ErasureDueAtOnce);
+    let h = harness(Arc::new(model), &clock, "m");
+    let check = testkit::conformance_a_forget_leaves_an_erasure_due_after_the_settle_time(&h);
+    let message = violation(check).await;
+    assert!(message.contains("due at once"), "{message}");
+}
+
+#[tokio::test]
+async fn the_suite_fails_a_store_whose_listing_starts_after_its_from() {
+    let clock = ManualClock::new(0);
+    let model = ModelStore::new(&clock, Flaw::ListStartsAfterFrom);
+    let h = harness(Arc::new(model), &clock, "m");
+    let check =
+        testkit::conformance_a_listing_pages_every_lease_once_as_the_store_clock_sees_it(&h);
+    let message = violation(check).await;
+    assert!(message.contains("the keys seen, in order"), "{message}");
 }
 
 #[tokio::test]
@@ -390,7 +461,9 @@ async fn epochs_floor_and_head_survive_reopening_the_file() {
 #[tokio::test]
 async fn opening_a_file_that_cannot_exist_is_an_io_error() {
     let dir = tempfile::tempdir().unwrap();
-    let refused = SqliteLeaseStore::open(&dir.path().join("missing-dir").join("leases.db"));
+    // A missing directory is created (0700); one under a file cannot be.
+    std::fs::write(dir.path().join("a-file"), b"x").unwrap();
+    let refused = SqliteLeaseStore::open(&dir.path().join("a-file").join("leases.db"));
     match refused {
         Err(LeaseError::Store(StoreError::Io { op: "open", .. })) => {}
         other => panic!("want an i/o error, got {other:?}"),
@@ -418,13 +491,17 @@ async fn an_outage_fails_every_call_without_reaching_the_store() {
     assert_eq!(refused, Err(LeaseError::Store(want("acquire"))));
     assert_eq!(faulty.read(&k).await, Err(LeaseError::Store(want("read"))));
     assert_eq!(
+        faulty.list(None, 10).await,
+        Err(LeaseError::Store(want("list")))
+    );
+    assert_eq!(
         faulty.inner().read(&k).await,
         Ok(None),
         "nothing reached the store"
     );
     faulty.set_down(false);
     assert_eq!(faulty.acquire(&k, "a", TTL).await.unwrap().epoch, 1);
-    assert_eq!(LeaseOp::ALL.len(), 8);
+    assert_eq!(LeaseOp::ALL.len(), 11);
 }
 
 #[tokio::test]

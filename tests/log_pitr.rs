@@ -220,3 +220,79 @@ async fn cl7_the_floor_bounds_what_a_point_in_time_restore_reads() {
             .any(|k| k.ends_with(".seg"))
     );
 }
+
+/// Across a change of durability mode: epoch 4 ships v1, v2; a tenure without a log (epoch 5)
+/// writes v3 and images it beyond the log at v2's position; epoch 6 continues the log from that
+/// image (v4). The positions before the change restore the log's states, those after it start
+/// from the image; without the image they are refused, never served wrong.
+#[tokio::test]
+async fn cl7_positions_after_a_change_of_mode_start_from_the_image_the_log_continued_from() {
+    use leasehold::image::{ImageFile, upload_image};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Watched::default();
+    let db = Db::create(dir.path(), "writer.db");
+    let mut log = Log::new();
+    let mut states = Vec::new();
+    for (i, sql) in [
+        "CREATE TABLE kv(k TEXT PRIMARY KEY, v TEXT); INSERT INTO kv VALUES ('version', 'v1');",
+        "UPDATE kv SET v = 'v2';",
+    ]
+    .iter()
+    .enumerate()
+    {
+        db.run(sql);
+        log.ship(&store, 4, &db.bytes(), 1_000 * (i as u64 + 1))
+            .await;
+        states.push(db.bytes());
+    }
+    let switch = log.tip.unwrap();
+    db.run("UPDATE kv SET v = 'v3';");
+    let beyond = db.bytes();
+    let path = dir.path().join("beyond.db");
+    std::fs::write(&path, &beyond).unwrap();
+    let file = ImageFile {
+        path,
+        size: beyond.len() as u64,
+        sha256: sha256_hex(&beyond),
+    };
+    upload_image(&store, &key(), 5, 1, &file, None, Some(switch), true, 2_500)
+        .await
+        .unwrap();
+    log.last = beyond;
+    db.run("UPDATE kv SET v = 'v4';");
+    let after = log.ship(&store, 6, &db.bytes(), 3_000).await;
+    states.push(db.bytes());
+    for (i, (target, state, v)) in [
+        (Target::Position(switch), 1, "v2"),
+        (Target::Time { unix_ms: 2_900 }, 1, "v2"),
+        (Target::Position(after), 2, "v4"),
+        (Target::Time { unix_ms: 3_000 }, 2, "v4"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dest = dir.path().join(format!("pitr-{i}.db"));
+        restore_to_from(&store, &key(), Some(after), 0, target, &dest)
+            .await
+            .unwrap_or_else(|e| panic!("{target}: {e}"));
+        assert_eq!(std::fs::read(&dest).unwrap(), states[state], "{target}");
+        assert_eq!(version(&dest), [format!("Text(\"{v}\")")]);
+    }
+    store
+        .delete(&leasehold::layout::image_key(&key(), 5, 1))
+        .await
+        .unwrap();
+    let dest = dir.path().join("gone.db");
+    let err = restore_to_from(
+        &store,
+        &key(),
+        Some(after),
+        0,
+        Target::Position(after),
+        &dest,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, LogError::OutsideRetention { .. }), "{err:?}");
+    assert!(!dest.exists());
+}

@@ -1,7 +1,7 @@
-//! A hostile review of the hardened runtime (issue 8's tenure machine, close, late landings),
-//! tried at the public API with the fleet harness. Each test pins a promise of
-//! docs/guarantees.md that the merged code still breaks; each is ignored with the reason until
-//! its fix lands (docs/testing.md, "Hardening").
+//! A hostile review of the hardened runtime (the tenure machine, close, late landings), tried
+//! at the public API with the fleet harness. Each test pins a promise of docs/guarantees.md
+//! that the code under review broke, and was seen failing before its fix (docs/testing.md,
+//! "Hardening").
 
 mod common;
 
@@ -142,7 +142,6 @@ async fn review_promise2_a_second_close_neither_misreports_nor_ends_the_replica_
 /// keeps every lease it holds for ever: no other replica can open those tenants, and its
 /// threads and actors stay.
 #[actix_rt::test]
-#[ignore = "review: a replica dropped without close() and with no handle left renews its leases for ever (promise 6)"]
 async fn review_promise6_an_unreachable_replica_dropped_without_close_lets_its_leases_go() {
     let fleet = Fleet::real_time(Duration::from_millis(600), Duration::from_millis(100)).await;
     let a = fleet.replica("replica-a");
@@ -160,6 +159,41 @@ async fn review_promise6_an_unreachable_replica_dropped_without_close_lets_its_l
     );
     let tb = opened.unwrap();
     assert_eq!(tb.status().await, TenantStatus::Serving);
+}
+
+/// Promise 6, the other side of the same decision: a replica whose `Supervisor` handles are
+/// dropped without `close()` keeps serving (and renewing) the tenants hosts still hold; once the
+/// last `TenantRef` goes too, it stops like a crash and the leases run out.
+#[actix_rt::test]
+async fn review_promise6_a_replica_dropped_without_close_serves_the_tenants_hosts_still_hold() {
+    let fleet = Fleet::real_time(Duration::from_millis(600), Duration::from_millis(100)).await;
+    let a = fleet.replica("replica-a");
+    let t = a.open().await;
+    let ticket = t.admit().await.unwrap();
+    insert(&t, "k-1").await.unwrap();
+    let log = a.log.clone();
+    drop(a);
+    drop(t);
+    // Five lease lengths: the host's ticket still reaches the tenant, so it is still renewed.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let held = ticket.tenant().clone();
+    drop(ticket);
+    insert(&held, "k-2").await.unwrap();
+    assert!(
+        !log.events()
+            .iter()
+            .any(|e| matches!(e, leasehold_actors::Event::ReplicaDropped { .. }))
+    );
+    drop(held);
+    let b = fleet.replica("replica-b");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let opened = within(5_000, "the open elsewhere", b.sup.open(&org(), &tenant())).await;
+    assert_eq!(keys_of(&opened.unwrap()).await, ["k-1", "k-2"]);
+    assert!(
+        log.events()
+            .iter()
+            .any(|e| matches!(e, leasehold_actors::Event::ReplicaDropped { tenants: 1 }))
+    );
 }
 
 /// Hole 9 ("every lease-store operation must be safe when it lands late"). An open whose first

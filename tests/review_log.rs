@@ -2,7 +2,8 @@
 //! ("The change log", "The log tip") that the code under review broke, and was seen failing
 //! before its fix (docs/testing.md, "Review of the change log"); each `rv_held_…` test pins an
 //! attack that held up. `rv3_…` is ignored only for its cost (a segment over 1 GiB): run it by
-//! hand with `cargo test --features "testkit postgres s3" --test review_log -- --ignored`.
+//! hand with `cargo test --features "testkit postgres s3" --test review_log -- --ignored`;
+//! `rv3_small_…` drives the same finding through the runtime with a small `segment_limit`.
 
 mod common;
 
@@ -131,6 +132,47 @@ fn rv3_a_segment_the_writer_encodes_is_one_the_restore_can_decode() {
             );
         }
     }
+}
+
+/// Finding 3, cheaply and end to end (not ignored): with `segment_limit` at its smallest, every
+/// segment the runtime ships is within the limit a reader is given and restores; a batch larger
+/// than half of it is refused before `COMMIT` (never acknowledged, never shipped), and runs that
+/// together pass the limit go as several segments of whole batches.
+#[actix_rt::test]
+async fn rv3_small_every_segment_the_writer_ships_is_within_the_limit_and_restores() {
+    let limit = leasehold_actors::MIN_SEGMENT_LIMIT;
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| c.segment_limit = limit);
+    let t = a.open().await;
+    let refused = t
+        .run(|tx| {
+            tx.execute("CREATE TABLE IF NOT EXISTS bulk (b BLOB)", [])?;
+            tx.execute("INSERT INTO bulk (b) VALUES (randomblob(40000))", [])
+        })
+        .await;
+    assert!(
+        matches!(&refused, Err(e) if e.code() == "LEASEHOLD_BATCH_TOO_LARGE"),
+        "{refused:?}"
+    );
+    for _ in 0..12 {
+        write_pages(&t, 2).await;
+    }
+    insert(&t, "k1").await.unwrap();
+    t.handoff().await.unwrap();
+    for k in fleet.stored_of_tenant().await {
+        if k.ends_with(".seg") {
+            let size = fleet.durable.inner().size(&k).await.unwrap().unwrap();
+            assert!(size <= limit, "{k}: {size} bytes");
+        }
+    }
+    let b = fleet.replica("b");
+    let t2 = b.open().await;
+    assert_eq!(keys_of(&t2).await, ["k1"]);
+    let rows: i64 = t2
+        .run(|tx| tx.query_row("SELECT count(*) FROM bulk", [], |r| r.get(0)))
+        .await
+        .unwrap();
+    assert_eq!(rows, 12);
 }
 
 /// Finding 4: retention deletes segments that are minutes old. The plan drops every segment

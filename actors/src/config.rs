@@ -5,13 +5,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::clock::SharedClock;
+use leasehold::clock::{SharedClock, SharedWallClock};
 use leasehold::durable::SharedDurableStore;
 use leasehold::lease::SharedLeaseStore;
 use leasehold::ledger::LedgerOptions;
-use leasehold::{Error, ReplicaId, SystemClock};
+use leasehold::{Error, ReplicaId, SystemClock, SystemWallClock};
 
 use crate::events::Observer;
+
+mod builder;
+mod env;
+
+pub use builder::RuntimeConfigBuilder;
+pub use env::{ENV_VARS, EnvConfig, EnvVar, parse_bytes, parse_duration};
 
 /// The longest duration any option accepts (one day): anything longer is a unit mistake.
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
@@ -71,10 +77,33 @@ impl Compaction {
     pub fn due(&self, segments: u64, bytes: u64) -> bool {
         segments > 0 && (segments >= self.segments || bytes >= self.bytes)
     }
+
+    /// Whether a shipped segment, which brought the log since the newest image to `segments`
+    /// segments of `bytes` bytes, calls for an image now, given that one was last asked for at
+    /// `asked` (`None`: never since the newest image). Due, and a whole compaction's worth
+    /// (segments or bytes) past the last ask: so a tenant whose images keep failing asks at most
+    /// once per compaction's worth of shipped segments (and at every `snapshot_every`).
+    pub fn due_again(&self, asked: Option<(u64, u64)>, segments: u64, bytes: u64) -> bool {
+        if !self.due(segments, bytes) {
+            return false;
+        }
+        match asked {
+            Some((s, b)) if s <= segments => {
+                segments >= s.saturating_add(self.segments) || bytes >= b.saturating_add(self.bytes)
+            }
+            _ => true,
+        }
+    }
 }
 
+/// The smallest [`RuntimeConfig::segment_limit`]: 64 KiB. A batch may take half of it, which
+/// with the default 4 KiB pages is a handful of pages: small enough for tests to cut many
+/// segments and refuse large batches cheaply, large enough for an ordinary write.
+pub const MIN_SEGMENT_LIMIT: u64 = 64 << 10;
+
 /// Everything a [`crate::Supervisor`] needs. Build it with [`RuntimeConfig::new`], which fills in
-/// the defaults, then change fields; [`RuntimeConfig::validate`] runs at start.
+/// the defaults, then change fields; or with [`RuntimeConfig::builder`]; or from `LEASEHOLD_*`
+/// variables with [`RuntimeConfig::from_env`]. [`RuntimeConfig::validate`] runs at start.
 #[derive(Clone)]
 pub struct RuntimeConfig {
     /// This replica's name, written into every lease it holds.
@@ -87,6 +116,11 @@ pub struct RuntimeConfig {
     pub durable: SharedDurableStore,
     /// The holder's monotonic clock. Default: the system's `CLOCK_MONOTONIC`.
     pub clock: SharedClock,
+    /// The host's wall clock: the time stamped on segments (a point-in-time restore by time
+    /// reads it; stamps are forced to rise along the log, so a host whose clock lags never
+    /// stamps a later write before an earlier one) and on images, and retention's `now`.
+    /// Default: the system's.
+    pub wall_clock: SharedWallClock,
     /// How long a lease runs per acquire or renew. Default 30 s.
     pub ttl: Duration,
     /// How long before its end the holder stops acting on a lease. Default 5 s.
@@ -103,6 +137,19 @@ pub struct RuntimeConfig {
     pub snapshot_every: Option<Duration>,
     /// When a tenant with a change log takes a new image. Default: 1,000 segments or 64 MiB.
     pub compaction: Compaction,
+    /// The most bytes one segment of the change log may take (`Shipped` and `Async`). A run whose
+    /// pages would take more than half of it is refused before `COMMIT` with
+    /// `Error::BatchTooLarge`, a batch of runs is committed once it reaches half of it, and
+    /// committed batches waiting to ship are cut into as many segments as they need, each of
+    /// whole batches — so every batch fits one segment and a restore never stops inside one
+    /// (docs/guarantees.md, "Limits"). Between [`MIN_SEGMENT_LIMIT`] and the codec's limit
+    /// (`leasehold::codec::LIMIT`, 1 GiB), which is the default.
+    pub segment_limit: u64,
+    /// With `Async`: the most bytes a tenant lets wait committed and not yet in the change log
+    /// (pending and in flight). A run is refused with `Error::LogBehind` while this much waits,
+    /// so a crash loses at most this plus one batch (docs/guarantees.md, the numbers). Default
+    /// 64 MiB: eight seconds of the slowest store a deadline allows for.
+    pub async_pending_limit: u64,
     /// How long images and segments stay restorable (point-in-time restore) after a newer image
     /// made them unneeded for the current state; older ones are deleted. Default 24 h.
     pub retain: Duration,
@@ -121,12 +168,39 @@ pub struct RuntimeConfig {
     pub max_open: usize,
     /// The deadline of every lease-store and durable-store call. Default 10 s.
     pub store_deadline: Duration,
+    /// The longest a durable-store put may still land after it was sent: the backend's own
+    /// bound on one put (an `S3Store`'s `S3Limits::op_timeout`, 120 s by default; a directory
+    /// store's put ends with its process). A put of unknown outcome is judged only once it has
+    /// settled, an orphan a crashed process left only once seen for this long, and a forgotten
+    /// tenant is swept once more this long after its forget (docs/guarantees.md, "the erasure
+    /// bound"). Default 120 s; at least `store_deadline`. Set it to the store's own bound.
+    pub put_lifetime: Duration,
+    /// How often the replica reconciles its puts of unknown outcome, looks again at orphan
+    /// candidates, and sweeps the forgotten tenants whose erasure is due (whoever forgot them);
+    /// `None`: only on `Supervisor::reconcile_now`, when a put it let go of was answered, and
+    /// at `close`. Default 30 s.
+    pub reconcile_every: Option<Duration>,
     /// How many arbiters (threads) tenants are placed on. Default: the number of cores.
     pub arbiters: usize,
     /// SQLite options of every ledger.
     pub ledger: LedgerOptions,
     /// Who hears the runtime's events, besides `tracing`. Default: nobody.
     pub observer: Option<Arc<dyn Observer>>,
+    /// Start on a state root that lets the group or others in (refused by default with
+    /// `Error::NotPrivate`: every tenant's ledger lives below it; docs/operations.md, "File
+    /// permissions"). What the runtime creates is private (0700, 0600) either way. Default false.
+    pub accept_shared_permissions: bool,
+    /// The typed messages this replica knows (`Supervisor::send`): every replica of a fleet
+    /// registers the same set. Default: none.
+    pub messages: crate::message::Messages,
+    /// How long the reply of a command sent with an idempotency key is kept: a second delivery
+    /// of the key within this window returns the stored reply without running; a retry later
+    /// than it may run again (docs/guarantees.md, promise 11). Pruned by age, judged by
+    /// `wall_clock`. Default 24 h.
+    pub idempotency_window: Duration,
+    /// The deadline of `Supervisor::send` (and of a request given none): the longest a caller
+    /// waits for a reply, an open, a handoff under way and the output gate included. Default 30 s.
+    pub ask_timeout: Duration,
     /// Deliberate bugs, to prove that the test harnesses catch a broken promise.
     #[cfg(feature = "fault-switches")]
     pub breakage: Breakage,
@@ -145,6 +219,12 @@ pub struct Breakage {
     /// With `Shipped`, acknowledge a batch at its local commit, before its segment is shipped
     /// and the tip moved (breaks the RPO 0 of the change log).
     pub ack_before_tip: bool,
+    /// Answer a query as soon as it has read, without waiting for the log to hold what it saw
+    /// (breaks the output gate, promise 11).
+    pub reply_before_log: bool,
+    /// Run a command sent with an idempotency key without looking for its stored reply
+    /// (breaks exactly-once delivery, promise 11).
+    pub ignore_idempotency_keys: bool,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -158,13 +238,21 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("durability", &self.durability)
             .field("snapshot_every", &self.snapshot_every)
             .field("compaction", &self.compaction)
+            .field("segment_limit", &self.segment_limit)
+            .field("async_pending_limit", &self.async_pending_limit)
             .field("retain", &self.retain)
             .field("local_sweep_every", &self.local_sweep_every)
             .field("drain_timeout", &self.drain_timeout)
             .field("close_concurrency", &self.close_concurrency)
             .field("max_open", &self.max_open)
             .field("store_deadline", &self.store_deadline)
+            .field("put_lifetime", &self.put_lifetime)
+            .field("reconcile_every", &self.reconcile_every)
             .field("arbiters", &self.arbiters)
+            .field("accept_shared_permissions", &self.accept_shared_permissions)
+            .field("messages", &self.messages)
+            .field("idempotency_window", &self.idempotency_window)
+            .field("ask_timeout", &self.ask_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -183,21 +271,30 @@ impl RuntimeConfig {
             leases,
             durable,
             clock: Arc::new(SystemClock),
+            wall_clock: Arc::new(SystemWallClock),
             ttl: Duration::from_secs(30),
             margin: Duration::from_secs(5),
             renew_every: Some(Duration::from_secs(10)),
             durability: Durability::Shipped,
             snapshot_every: Some(Duration::from_secs(60)),
             compaction: Compaction::default(),
+            segment_limit: leasehold::codec::LIMIT as u64,
+            async_pending_limit: 64 << 20,
             retain: Duration::from_secs(24 * 60 * 60),
             local_sweep_every: Some(Duration::from_secs(60)),
             drain_timeout: Duration::from_secs(120),
             close_concurrency: 8,
             max_open: default_max_open(leasehold::paths::open_files_limit(), 8),
             store_deadline: Duration::from_secs(10),
+            put_lifetime: Duration::from_secs(120),
+            reconcile_every: Some(Duration::from_secs(30)),
             arbiters: std::thread::available_parallelism().map_or(2, |n| n.get()),
             ledger: LedgerOptions::default(),
             observer: None,
+            accept_shared_permissions: false,
+            messages: crate::message::Messages::new(),
+            idempotency_window: Duration::from_secs(24 * 60 * 60),
+            ask_timeout: Duration::from_secs(30),
             #[cfg(feature = "fault-switches")]
             breakage: Breakage::default(),
         }
@@ -235,12 +332,33 @@ impl RuntimeConfig {
         if self.compaction.segments == 0 || self.compaction.bytes == 0 {
             return invalid("compaction", "segments and bytes must be at least 1");
         }
+        if !(MIN_SEGMENT_LIMIT..=leasehold::codec::LIMIT as u64).contains(&self.segment_limit) {
+            return invalid(
+                "segment_limit",
+                "must be between 64 KiB and the codec's limit of 1 GiB",
+            );
+        }
+        if self.async_pending_limit == 0 {
+            return invalid("async_pending_limit", "must be at least 1 byte");
+        }
         positive("retain", self.retain)?;
         if let Some(every) = self.local_sweep_every {
             positive("local_sweep_every", every)?;
         }
         positive("drain_timeout", self.drain_timeout)?;
         positive("store_deadline", self.store_deadline)?;
+        positive("put_lifetime", self.put_lifetime)?;
+        if self.put_lifetime < self.store_deadline {
+            return invalid(
+                "put_lifetime",
+                "must be at least store_deadline: a put lives at least as long as its caller waits",
+            );
+        }
+        if let Some(every) = self.reconcile_every {
+            positive("reconcile_every", every)?;
+        }
+        positive("idempotency_window", self.idempotency_window)?;
+        positive("ask_timeout", self.ask_timeout)?;
         if !(1..=10_000).contains(&self.close_concurrency) {
             return invalid("close_concurrency", "must be between 1 and 10000");
         }
@@ -279,13 +397,21 @@ pub const FDS_PER_FLUSH: u64 = 8;
 /// event queues, the lease store's connections, the durable store's calls, the host's own.
 pub const FDS_BASE_RESERVE: u64 = 128;
 
+/// How many queries (`TenantQuery`) of a replica read at once, each on a read connection of its
+/// own (3 descriptors, as a tenant's ledger); more wait for a slot, within their deadline.
+pub const QUERIES_AT_ONCE: usize = 16;
+
+/// Descriptors the read connections of queries may hold at once.
+pub const FDS_QUERY_RESERVE: u64 = QUERIES_AT_ONCE as u64 * FDS_PER_TENANT;
+
 /// The largest number of open tenants that still leaves `close_concurrency` flushes (and as many
-/// snapshots) their descriptors under a descriptor limit of `limit` (`None`: unlimited, which
+/// snapshots) and [`QUERIES_AT_ONCE`] queries their descriptors under a descriptor limit of `limit` (`None`: unlimited, which
 /// caps at 1,000,000). At least 1.
 pub fn default_max_open(limit: Option<u64>, close_concurrency: usize) -> usize {
     let limit = limit.unwrap_or(u64::MAX);
     let flushing = FDS_PER_FLUSH.saturating_mul(2 * close_concurrency as u64);
-    let usable = limit.saturating_sub(FDS_BASE_RESERVE.saturating_add(flushing));
+    let reserve = FDS_BASE_RESERVE.saturating_add(FDS_QUERY_RESERVE);
+    let usable = limit.saturating_sub(reserve.saturating_add(flushing));
     let tenants = (usable / FDS_PER_TENANT).clamp(1, 1_000_000);
     usize::try_from(tenants).unwrap_or(1_000_000)
 }
@@ -384,6 +510,35 @@ mod tests {
             ),
             ("compaction", Box::new(|c| c.compaction.segments = 0)),
             ("retain", Box::new(|c| c.retain = Duration::ZERO)),
+            (
+                "segment_limit",
+                Box::new(|c| c.segment_limit = MIN_SEGMENT_LIMIT - 1),
+            ),
+            (
+                "segment_limit",
+                Box::new(|c| c.segment_limit = leasehold::codec::LIMIT as u64 + 1),
+            ),
+            (
+                "async_pending_limit",
+                Box::new(|c| c.async_pending_limit = 0),
+            ),
+            (
+                "put_lifetime",
+                Box::new(|c| c.put_lifetime = c.store_deadline / 2),
+            ),
+            (
+                "reconcile_every",
+                Box::new(|c| c.reconcile_every = Some(Duration::ZERO)),
+            ),
+            (
+                "idempotency_window",
+                Box::new(|c| c.idempotency_window = Duration::ZERO),
+            ),
+            (
+                "idempotency_window",
+                Box::new(move |c| c.idempotency_window = day),
+            ),
+            ("ask_timeout", Box::new(|c| c.ask_timeout = Duration::ZERO)),
         ];
         for (name, break_it) in cases {
             let mut c = config(dir.path());
@@ -406,9 +561,28 @@ mod tests {
 
     #[test]
     fn the_default_max_open_keeps_a_reserve_for_flushes() {
-        assert_eq!(default_max_open(Some(20_000), 8), (20_000 - 128 - 128) / 3);
+        assert_eq!(
+            default_max_open(Some(20_000), 8),
+            (20_000 - 128 - 48 - 128) / 3
+        );
         assert_eq!(default_max_open(Some(10), 8), 1, "never zero");
         assert_eq!(default_max_open(None, 8), 1_000_000);
+    }
+
+    #[test]
+    fn compaction_is_asked_again_only_a_whole_compaction_later() {
+        let c = Compaction {
+            segments: 10,
+            bytes: 100,
+        };
+        assert!(!c.due_again(None, 3, 99), "not due");
+        assert!(c.due_again(None, 3, 100), "due by bytes, never asked");
+        assert!(c.due_again(None, 10, 5), "due by count, never asked");
+        let asked = Some((3, 100));
+        assert!(!c.due_again(asked, 4, 150), "asked already");
+        assert!(c.due_again(asked, 4, 200), "a compaction's bytes later");
+        assert!(c.due_again(asked, 13, 150), "a compaction's segments later");
+        assert!(c.due_again(Some((50, 900)), 4, 100), "an image came since");
     }
 
     #[test]

@@ -81,6 +81,16 @@ pub enum Event {
         /// The error, as text.
         error: String,
     },
+    /// A run was refused with nothing of it committed, and the tenant serves on: its pages would
+    /// not fit one segment of the change log (`BatchTooLarge`, before `COMMIT`), or an `Async`
+    /// tenant's log is as far behind as it may be (`LogBehind`, before the run ran)
+    /// (docs/guarantees.md, "Limits").
+    BatchRefused {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The error its caller heard, as text.
+        error: String,
+    },
     /// A handoff gave up waiting for admitted work; the tenant serves again.
     DrainTimeout {
         /// `<org>/<tenant>`.
@@ -111,6 +121,23 @@ pub enum Event {
         /// How many objects went.
         objects: usize,
     },
+    /// Objects a replica put (or a crashed process left) that nothing names and nothing can
+    /// name any more were deleted (docs/guarantees.md, "Reconciling puts of unknown outcome").
+    TakenBack {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// How many objects went.
+        objects: usize,
+    },
+    /// A tenure that ended on this replica with a move of unknown outcome was fenced: its lease,
+    /// which may still have been live in the store, was released so that no late move of it
+    /// can land (docs/guarantees.md, "Reconciling puts of unknown outcome").
+    TenureFenced {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The ended tenure.
+        epoch: u64,
+    },
     /// A replica dropped its local copy of a tenant whose tenure is at or below the floor: a
     /// successor forgot the tenant while this replica was stopped, cut off or crashed.
     LocalCopyDropped {
@@ -125,6 +152,30 @@ pub enum Event {
         key: String,
         /// The error, as text.
         error: String,
+    },
+    /// The replica was dropped without `close()` and no handle of it is left (no `Supervisor`,
+    /// no `TenantRef` or `Ticket` a host holds): nothing can reach it, so it stops like a
+    /// crash — renewals stop, its tenants stop without a flush, their leases run out after
+    /// `ttl` (docs/guarantees.md, promise 6).
+    ReplicaDropped {
+        /// How many tenants were open.
+        tenants: usize,
+    },
+    /// A command sent with an idempotency key was delivered again: the reply stored with its
+    /// first delivery was returned and nothing ran (docs/guarantees.md, promise 11).
+    ReplyReplayed {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// The message's name.
+        name: String,
+    },
+    /// A message addressed to a tenant that was leaving this replica (draining, flushing,
+    /// being forgotten) waited for it to leave before it was routed again.
+    MessageWaited {
+        /// `<org>/<tenant>`.
+        key: String,
+        /// How long it waited.
+        waited_ms: u64,
     },
     /// `close` handed off another tenant.
     CloseProgress {
@@ -149,13 +200,19 @@ impl Event {
             Event::SnapshotPublished { .. } => "snapshot_published",
             Event::SnapshotFailed { .. } => "snapshot_failed",
             Event::ShipFailed { .. } => "ship_failed",
+            Event::BatchRefused { .. } => "batch_refused",
             Event::DrainTimeout { .. } => "drain_timeout",
             Event::Released { .. } => "released",
             Event::Forgotten { .. } => "forgotten",
             Event::Swept { .. } => "swept",
+            Event::TakenBack { .. } => "taken_back",
+            Event::TenureFenced { .. } => "tenure_fenced",
             Event::SweepFailed { .. } => "sweep_failed",
             Event::LocalCopyDropped { .. } => "local_copy_dropped",
+            Event::ReplicaDropped { .. } => "replica_dropped",
             Event::CloseProgress { .. } => "close_progress",
+            Event::ReplyReplayed { .. } => "reply_replayed",
+            Event::MessageWaited { .. } => "message_waited",
         }
     }
 }
@@ -214,9 +271,11 @@ impl EventSink {
         }
     }
 
-    /// Emits `event`: to `tracing` now, to the observer when it gets to it.
+    /// Emits `event`: to `tracing` and the metrics it moves now, to the observer when it gets
+    /// to it.
     pub fn emit(&self, event: Event) {
         trace(&event);
+        crate::metrics::on_event(&event);
         let Some(queue) = &self.queue else { return };
         match queue.try_send(Item::Event(event)) {
             Ok(()) => {}
@@ -276,6 +335,9 @@ fn trace(event: &Event) {
             segment,
             error,
         } => tracing::warn!(%key, %segment, %error, "shipping a segment failed; the tenure ends"),
+        Event::BatchRefused { key, error } => {
+            tracing::warn!(%key, %error, "a run was refused; nothing of it was committed")
+        }
         Event::DrainTimeout { key, after_ms } => tracing::warn!(%key, after_ms, "drain timeout"),
         Event::RenewFailed { error } => tracing::warn!(%error, "renewal failed"),
         Event::SweepFailed { key, error } => tracing::warn!(%key, %error, "sweep failed"),
@@ -285,6 +347,10 @@ fn trace(event: &Event) {
             unflushed,
         } => tracing::info!(done, total, unflushed, "close progress"),
         Event::Renewed { leases } => tracing::debug!(leases, "renewed"),
+        Event::ReplicaDropped { tenants } => tracing::warn!(
+            tenants,
+            "the replica was dropped without close() and no handle is left: it stops like a crash"
+        ),
         other => tracing::info!(kind = other.kind(), event = ?other, "leasehold event"),
     }
 }

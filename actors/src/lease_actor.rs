@@ -201,6 +201,7 @@ impl LeaseActor {
         self.in_flight = true;
         let rt = self.rt.clone();
         let sent_at = rt.now_ms();
+        let started = std::time::Instant::now();
         let call = async move {
             let outcomes = rt
                 .leases
@@ -213,7 +214,10 @@ impl LeaseActor {
                 .map(move |(batch, outcomes), act, ctx| {
                     act.in_flight = false;
                     match outcomes {
-                        Ok(outcomes) => act.apply(sent_at, &batch, &outcomes),
+                        Ok(outcomes) => {
+                            crate::metrics::renewed(started.elapsed());
+                            act.apply(sent_at, &batch, &outcomes)
+                        }
                         Err(e) => {
                             let error = Error::from(e);
                             act.rt.events.emit(Event::RenewFailed {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::clock::SharedClock;
+use leasehold::clock::{SharedClock, SharedWallClock};
 use leasehold::deadline::Deadline;
 use leasehold::durable::SharedDurableStore;
 use leasehold::lease::SharedLeaseStore;
@@ -31,6 +31,8 @@ pub(crate) struct Runtime {
     pub(crate) durable: SharedDurableStore,
     /// The holder's monotonic clock.
     pub(crate) clock: SharedClock,
+    /// The host's wall clock: segments' and images' stamps, retention's `now`.
+    pub(crate) wall_clock: SharedWallClock,
     /// Lease duration.
     pub(crate) ttl: Duration,
     /// Safety margin before a lease's end.
@@ -43,6 +45,10 @@ pub(crate) struct Runtime {
     pub(crate) snapshot_every: Option<Duration>,
     /// When a logged tenant takes a new image.
     pub(crate) compaction: crate::config::Compaction,
+    /// The most bytes one segment may take; a batch may take half of it.
+    pub(crate) segment_limit: u64,
+    /// With `Async`: the most bytes committed and not yet shipped before runs are refused.
+    pub(crate) async_pending_limit: u64,
     /// How long unneeded images and segments stay.
     pub(crate) retain: Duration,
     /// Periodic local sweep period, or `None`.
@@ -51,6 +57,12 @@ pub(crate) struct Runtime {
     pub(crate) drain_timeout: Duration,
     /// The deadline of every store call (a put's grows with its payload).
     pub(crate) store_deadline: Duration,
+    /// How often the supervisor runs a reconciliation pass, if at all.
+    pub(crate) reconcile_every: Option<Duration>,
+    /// The replica's ledger of puts of unknown outcome and what its passes need: it outlives
+    /// every tenant actor (and the supervisor), so a put whose work was dropped is still
+    /// reconciled (docs/guarantees.md, "Reconciling puts of unknown outcome").
+    pub(crate) reconcile: crate::reconcile::Cx,
     /// How many tenants `close` hands off at a time.
     pub(crate) close_concurrency: usize,
     /// How many tenants may be open (or opening) at once (docs/guarantees.md, the descriptor
@@ -60,6 +72,15 @@ pub(crate) struct Runtime {
     pub(crate) ledger: LedgerOptions,
     /// Where events go.
     pub(crate) events: EventSink,
+    /// The typed messages this replica knows.
+    pub(crate) messages: crate::message::Messages,
+    /// How long a command's stored reply is kept.
+    pub(crate) idempotency_window: Duration,
+    /// The deadline of a message sent without one.
+    pub(crate) ask_timeout: Duration,
+    /// Read connections of queries open at once, replica-wide (each holds three descriptors:
+    /// docs/guarantees.md, the descriptor ceiling).
+    pub(crate) queries: Arc<tokio::sync::Semaphore>,
     /// The state root's lock: held while anything of this replica lives, so no second replica
     /// starts on the same root (docs/guarantees.md, assumption 5).
     lock: std::sync::Mutex<Option<RootLock>>,
@@ -72,33 +93,60 @@ impl Runtime {
     /// Validates `config`, takes the state root's lock and wraps the stores in deadlines.
     pub(crate) fn new(config: RuntimeConfig) -> Result<Arc<Self>, Error> {
         config.validate()?;
-        let lock = paths::lock_state_root(&config.state_root, config.replica_id.as_str())?;
+        let lock = paths::lock_state_root(
+            &config.state_root,
+            config.replica_id.as_str(),
+            config.accept_shared_permissions,
+        )?;
         let leases: SharedLeaseStore =
             Arc::new(Deadline::new(config.leases, config.store_deadline)?);
         let durable: SharedDurableStore =
             Arc::new(Deadline::new(config.durable, config.store_deadline)?);
+        let events = EventSink::new(config.observer);
+        let reconcile = crate::reconcile::Cx {
+            replica: config.replica_id.clone(),
+            leases: leases.clone(),
+            durable: durable.clone(),
+            clock: config.clock.clone(),
+            events: events.clone(),
+            put_lifetime: config.put_lifetime,
+            reconciler: crate::reconcile::Reconciler::new(),
+        };
         Ok(Arc::new(Self {
             replica: config.replica_id,
             state_root: config.state_root,
-            tips: crate::tips::TipBatcher::new(leases.clone(), config.store_deadline),
+            tips: crate::tips::TipBatcher::new(
+                leases.clone(),
+                config.store_deadline,
+                config.max_open,
+            ),
             leases,
             durable,
             clock: config.clock,
+            wall_clock: config.wall_clock,
             ttl: config.ttl,
             margin: config.margin,
             renew_every: config.renew_every,
             durability: config.durability,
             snapshot_every: config.snapshot_every,
             compaction: config.compaction,
+            segment_limit: config.segment_limit,
+            async_pending_limit: config.async_pending_limit,
             retain: config.retain,
             local_sweep_every: config.local_sweep_every,
             drain_timeout: config.drain_timeout,
             close_concurrency: config.close_concurrency,
             store_deadline: config.store_deadline,
+            reconcile_every: config.reconcile_every,
             max_open: config.max_open,
             lock: std::sync::Mutex::new(Some(lock)),
             ledger: config.ledger,
-            events: EventSink::new(config.observer),
+            events,
+            messages: config.messages,
+            idempotency_window: config.idempotency_window,
+            ask_timeout: config.ask_timeout,
+            queries: Arc::new(tokio::sync::Semaphore::new(crate::config::QUERIES_AT_ONCE)),
+            reconcile,
             #[cfg(feature = "fault-switches")]
             breakage: config.breakage,
         }))
@@ -128,6 +176,22 @@ impl Runtime {
         false
     }
 
+    /// Whether a query answers before the log holds what it saw (a deliberate bug).
+    pub(crate) fn replies_before_log(&self) -> bool {
+        #[cfg(feature = "fault-switches")]
+        return self.breakage.reply_before_log;
+        #[cfg(not(feature = "fault-switches"))]
+        false
+    }
+
+    /// Whether commands run without looking for their stored reply (a deliberate bug).
+    pub(crate) fn ignores_idempotency_keys(&self) -> bool {
+        #[cfg(feature = "fault-switches")]
+        return self.breakage.ignore_idempotency_keys;
+        #[cfg(not(feature = "fault-switches"))]
+        false
+    }
+
     /// Lets go of the state root: a close that left nothing open and nothing erasing calls it,
     /// so a replica started on the same root right after `close()` finds it free.
     pub(crate) fn release_root(&self) {
@@ -136,8 +200,18 @@ impl Runtime {
         }
     }
 
+    /// The replica's ledger of puts of unknown outcome.
+    pub(crate) fn reconciler(&self) -> &crate::reconcile::Reconciler {
+        &self.reconcile.reconciler
+    }
+
     /// The holder's clock, now.
     pub(crate) fn now_ms(&self) -> u64 {
         self.clock.now_ms()
+    }
+
+    /// The host's wall clock, now: milliseconds since the Unix epoch.
+    pub(crate) fn wall_ms(&self) -> u64 {
+        self.wall_clock.unix_ms()
     }
 }

@@ -95,9 +95,15 @@ impl TenantStatus {
 }
 
 /// A tenant's status, shared between its actor (which writes every change) and its handles
-/// (which read it without a message, and after the actor has stopped).
+/// (which read it without a message, and after the actor has stopped); a router waiting for a
+/// tenant to leave is woken at every change.
 #[derive(Debug)]
-pub(crate) struct StatusCell(std::sync::atomic::AtomicU8);
+pub(crate) struct StatusCell {
+    /// The index of the status in [`StatusCell::ALL`].
+    status: std::sync::atomic::AtomicU8,
+    /// Woken at every change.
+    changed: tokio::sync::Notify,
+}
 
 impl StatusCell {
     const ALL: [TenantStatus; 9] = [
@@ -114,7 +120,10 @@ impl StatusCell {
 
     /// A cell reading `status`.
     pub(crate) fn new(status: TenantStatus) -> Self {
-        let cell = Self(std::sync::atomic::AtomicU8::new(0));
+        let cell = Self {
+            status: std::sync::atomic::AtomicU8::new(0),
+            changed: tokio::sync::Notify::new(),
+        };
         cell.set(status);
         cell
     }
@@ -122,14 +131,34 @@ impl StatusCell {
     /// Records `status`.
     pub(crate) fn set(&self, status: TenantStatus) {
         let index = Self::ALL.iter().position(|s| *s == status).unwrap_or(0);
-        self.0
+        self.status
             .store(index as u8, std::sync::atomic::Ordering::Release);
+        self.changed.notify_waiters();
     }
 
     /// The status last recorded.
     pub(crate) fn get(&self) -> TenantStatus {
-        let index = self.0.load(std::sync::atomic::Ordering::Acquire);
+        let index = self.status.load(std::sync::atomic::Ordering::Acquire);
         Self::ALL[usize::from(index) % Self::ALL.len()]
+    }
+
+    /// Waits while the status satisfies `pred`, until `deadline`; returns the status it ended
+    /// with (one that still satisfies `pred` when the deadline came).
+    pub(crate) async fn wait_while(
+        &self,
+        pred: impl Fn(TenantStatus) -> bool,
+        deadline: tokio::time::Instant,
+    ) -> TenantStatus {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the status is read: a change right after the read wakes it.
+            changed.as_mut().enable();
+            let now = self.get();
+            if !pred(now) || tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.get();
+            }
+        }
     }
 }
 

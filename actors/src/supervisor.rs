@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -19,6 +20,7 @@ use futures::future::{BoxFuture, Shared};
 use leasehold::{Error, LeaseKey, OrgId, TenantId};
 use tokio::sync::oneshot;
 
+mod addressing;
 mod close;
 mod local_sweep;
 mod open;
@@ -38,11 +40,15 @@ type SharedOpen = Shared<BoxFuture<'static, Result<TenantRef, Error>>>;
 /// Once `close()` has finished and the last clone is dropped, the replica stops for good: the
 /// lease actor, the local-sweep interval, the arbiter threads and every tenant actor on them,
 /// and the state root's lock is released (docs/guarantees.md, promise 6). A replica dropped
-/// without `close()` keeps serving the tenants hosts still hold.
+/// without `close()` keeps serving the tenants hosts still hold (a `TenantRef` or `Ticket` it
+/// handed out); once no handle of any kind is left, nothing can reach it, and it stops like a
+/// crash: renewals stop, the tenants stop without a flush and their leases run out after `ttl`.
 #[derive(Clone)]
 pub struct Supervisor {
     /// The supervisor actor.
     addr: Addr<SupervisorActor>,
+    /// Carries typed messages to tenant addresses (`crate::router`).
+    pub(crate) router: Arc<crate::router::Router>,
     /// The event sink, for `events_delivered`.
     events: EventSink,
     /// Tells the actor when the last handle goes.
@@ -53,11 +59,51 @@ pub struct Supervisor {
 struct Owner {
     /// The supervisor actor.
     addr: Addr<SupervisorActor>,
+    /// How many tenant handles hosts hold, shared with the actor.
+    host_handles: Arc<AtomicUsize>,
+}
+
+impl Owner {
+    /// `tenant`, counted as a handle the host holds.
+    fn hand_out(&self, tenant: TenantRef) -> TenantRef {
+        tenant.held_by(HostHold::new(self.host_handles.clone(), self.addr.clone()))
+    }
 }
 
 impl Drop for Owner {
     fn drop(&mut self) {
         self.addr.do_send(HandleDropped);
+    }
+}
+
+/// One tenant handle a host holds (a `TenantRef` that `open` or `tenant` handed out, a clone
+/// of it, a `Ticket`): while any lives, a replica whose `Supervisor` handles are gone keeps
+/// serving; when the last goes, the replica hears it.
+pub(crate) struct HostHold {
+    /// How many live, shared with the supervisor actor.
+    count: Arc<AtomicUsize>,
+    /// Told when the count falls to zero.
+    addr: Addr<SupervisorActor>,
+}
+
+impl HostHold {
+    fn new(count: Arc<AtomicUsize>, addr: Addr<SupervisorActor>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self { count, addr }
+    }
+}
+
+impl Clone for HostHold {
+    fn clone(&self) -> Self {
+        Self::new(self.count.clone(), self.addr.clone())
+    }
+}
+
+impl Drop for HostHold {
+    fn drop(&mut self) {
+        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.addr.do_send(HostHandlesDropped);
+        }
     }
 }
 
@@ -69,13 +115,15 @@ impl std::fmt::Debug for Supervisor {
 
 impl Supervisor {
     /// Validates `config` and starts the supervisor, the lease actor and the arbiters tenants
-    /// live on. Call it inside a running actix system (`#[actix::main]`, `actix_rt::System`).
+    /// live on. Call it inside a running actix system (`#[leasehold_actors::main]`, `System`).
     pub fn start(config: RuntimeConfig) -> Result<Self, Error> {
         let arbiters = config.arbiters;
         let rt = Runtime::new(config)?;
         let events = rt.events.clone();
+        let router = Arc::new(crate::router::Router::new(rt.clone()));
         let lease_actor = LeaseActor::new(rt.clone()).start();
         let arbiters = (0..arbiters).map(|_| Arbiter::new()).collect();
+        let host_handles = Arc::new(AtomicUsize::new(0));
         let addr = SupervisorActor {
             rt,
             lease_actor,
@@ -91,13 +139,18 @@ impl Supervisor {
             closed_with: None,
             close_waiters: Vec::new(),
             handle_dropped: false,
+            host_handles: host_handles.clone(),
         }
         .start();
         // Copies a crash left behind of tenants forgotten meanwhile go first.
         addr.do_send(local_sweep::SweepLocal);
-        let owner = Arc::new(Owner { addr: addr.clone() });
+        let owner = Arc::new(Owner {
+            addr: addr.clone(),
+            host_handles,
+        });
         Ok(Self {
             addr,
+            router,
             events,
             _owner: owner,
         })
@@ -113,13 +166,18 @@ impl Supervisor {
         let request = self.addr.send(Open {
             key: LeaseKey::new(org, tenant),
         });
-        async move { request.await.map_err(|_| stopped())? }
+        let owner = self._owner.clone();
+        async move {
+            let tenant = request.await.map_err(|_| stopped())??;
+            Ok(owner.hand_out(tenant))
+        }
     }
 
     /// The handle of a tenant open on this replica, if any.
     pub async fn tenant(&self, org: &OrgId, tenant: &TenantId) -> Option<TenantRef> {
         let key = LeaseKey::new(org, tenant);
-        self.addr.send(Lookup { key }).await.ok().flatten()
+        let found = self.addr.send(Lookup { key }).await.ok().flatten();
+        found.map(|tenant| self._owner.hand_out(tenant))
     }
 
     /// Hands off every open tenant, `close_concurrency` at a time, and waits for forgets under
@@ -137,6 +195,15 @@ impl Supervisor {
     pub async fn renew_now(&self) -> Result<(), Error> {
         let lease_actor = self.addr.send(GetLeaseActor).await.map_err(|_| stopped())?;
         lease_actor.send(RenewNow).await.map_err(|_| stopped())?
+    }
+
+    /// Runs one reconciliation pass now (or waits for the one under way, then runs one): the
+    /// puts of unknown outcome whose work let go of them and whose deadline has passed, the
+    /// orphan candidates due, and the forgotten tenants whose erasure is due, whoever forgot
+    /// them (docs/guarantees.md, "Reconciling puts of unknown outcome"). Runs by itself every
+    /// `reconcile_every`, when a put let go of was answered, and at `close`.
+    pub async fn reconcile_now(&self) -> Result<crate::ReconcileReport, Error> {
+        self.addr.send(ReconcileNow).await.map_err(|_| stopped())
     }
 
     /// Drops this replica's local copies of tenants forgotten elsewhere (their recorded tenure is
@@ -210,6 +277,9 @@ pub struct SupervisorActor {
     close_waiters: Vec<oneshot::Sender<Result<Vec<LeaseKey>, Error>>>,
     /// Set when the last [`Supervisor`] handle was dropped.
     handle_dropped: bool,
+    /// How many tenant handles hosts hold ([`HostHold`]): with no `Supervisor` handle and none
+    /// of these, nothing can reach the replica.
+    host_handles: Arc<AtomicUsize>,
 }
 
 /// A forget under way: its tenure, the signal that it is over, and the tenant's handle.
@@ -223,6 +293,18 @@ impl Actor for SupervisorActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(every) = self.rt.reconcile_every {
+            ctx.run_interval(every, |act, ctx| {
+                let cx = act.rt.reconcile.clone();
+                ctx.spawn(actix::fut::wrap_future(async move {
+                    crate::reconcile::pass::run(&cx, false).await;
+                }));
+            });
+        }
+        // A put let go of is reconciled when it falls due (at once when its answer came and
+        // nothing can name it any more), not only at the next period.
+        let cx = self.rt.reconcile.clone();
+        ctx.spawn(actix::fut::wrap_future(crate::reconcile::run_when_due(cx)));
         if let Some(every) = self.rt.local_sweep_every {
             ctx.run_interval(every, |act, ctx| {
                 ctx.spawn(act.sweep_all_local().map(|swept, _, _| {
@@ -235,6 +317,11 @@ impl Actor for SupervisorActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        // Puts of unknown outcome still held are reconciled a while longer, by a task that
+        // holds only the stores (not the state root, the threads or the tenants).
+        if self.rt.reconciler().unsettled() > 0 {
+            actix::spawn(crate::reconcile::linger(self.rt.reconcile.clone()));
+        }
         // Tenant actors live on the arbiters: they go with them (promise 6).
         self.lease_actor.do_send(StopRenewals);
         self.table.clear();
@@ -250,10 +337,24 @@ impl Actor for SupervisorActor {
 }
 
 impl SupervisorActor {
-    /// Stops the replica once `close` has finished and no handle is left.
+    /// Stops the replica once no `Supervisor` handle is left and either `close` has finished or
+    /// no host holds a tenant handle either (nothing can reach it: it stops like a crash, its
+    /// leases run out after `ttl`; docs/guarantees.md, promise 6).
     fn stop_if_done(&mut self, ctx: &mut Context<Self>) {
         // A forget still erasing keeps the replica up: stopping would cut it off half done.
-        if self.closed && self.handle_dropped && self.forgets.is_empty() {
+        if !self.handle_dropped || !self.forgets.is_empty() {
+            return;
+        }
+        if self.closed {
+            ctx.stop();
+            return;
+        }
+        // A close under way is waited for: its caller may still await it.
+        if !self.closing && self.host_handles.load(Ordering::SeqCst) == 0 {
+            let tenants = self.table.len();
+            self.rt
+                .events
+                .emit(crate::events::Event::ReplicaDropped { tenants });
             ctx.stop();
         }
     }
@@ -263,6 +364,19 @@ impl SupervisorActor {
 #[derive(Message)]
 #[rtype(result = "()")]
 struct HandleDropped;
+
+/// The last tenant handle a host held was dropped.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct HostHandlesDropped;
+
+impl Handler<HostHandlesDropped> for SupervisorActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: HostHandlesDropped, ctx: &mut Context<Self>) {
+        self.stop_if_done(ctx);
+    }
+}
 
 impl Handler<HandleDropped> for SupervisorActor {
     type Result = ();
@@ -291,6 +405,20 @@ struct Lookup {
 #[derive(Message)]
 #[rtype(result = "Result<Vec<LeaseKey>, Error>")]
 struct Close;
+
+/// Runs one reconciliation pass.
+#[derive(Message)]
+#[rtype(result = "crate::ReconcileReport")]
+struct ReconcileNow;
+
+impl Handler<ReconcileNow> for SupervisorActor {
+    type Result = ResponseFuture<crate::ReconcileReport>;
+
+    fn handle(&mut self, _msg: ReconcileNow, _ctx: &mut Context<Self>) -> Self::Result {
+        let cx = self.rt.reconcile.clone();
+        Box::pin(async move { crate::reconcile::pass::run(&cx, false).await })
+    }
+}
 
 /// The lease actor's address.
 #[derive(Message)]
@@ -376,6 +504,10 @@ impl Handler<Open> for SupervisorActor {
                 // The close that began meanwhile hands this tenant off (hole 1, promise 6).
                 let tenant = opened?;
                 return Err(closed_while_opening(tenant.key()));
+            }
+            if opened.is_ok() {
+                // What a crashed process left in this tenant goes once seen long enough.
+                crate::reconcile::orphans::look_soon(&act.rt.reconcile, key.clone());
             }
             if let Ok(tenant) = &opened {
                 let order = act.next_order;

@@ -11,8 +11,10 @@ use leasehold::layout::ImageRef;
 use leasehold::ledger::{LedgerError, LedgerTx};
 use leasehold::{Error, LeaseKey};
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 mod actor;
+mod delivery;
 mod effects;
 pub(crate) mod log;
 pub(crate) mod messages;
@@ -74,6 +76,9 @@ pub struct TenantRef {
     drain_timeout: std::time::Duration,
     /// The status the actor last recorded; the final one once it has stopped.
     ended: Arc<crate::status::StatusCell>,
+    /// Counts this handle as one a host holds (those `open` handed out; the supervisor's own
+    /// have none): a replica whose `Supervisor` handles are gone serves while any is left.
+    _host: Option<crate::supervisor::HostHold>,
 }
 
 impl std::fmt::Debug for TenantRef {
@@ -99,6 +104,15 @@ impl TenantRef {
             addr,
             drain_timeout: rt.drain_timeout,
             ended,
+            _host: None,
+        }
+    }
+
+    /// This handle, counted as one a host holds.
+    pub(crate) fn held_by(self, host: crate::supervisor::HostHold) -> Self {
+        Self {
+            _host: Some(host),
+            ..self
         }
     }
 
@@ -165,7 +179,9 @@ impl TenantRef {
         });
         let key = self.key.clone();
         let addr = self.addr.clone();
-        async move {
+        let span = tracing::info_span!("handoff", key = %self.key, epoch = self.epoch);
+        let started = std::time::Instant::now();
+        let handoff = async move {
             let after_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
             let drain = match tokio::time::timeout_at(deadline, drained_rx).await {
                 Err(_deadline) => {
@@ -188,6 +204,11 @@ impl TenantRef {
                     after_ms: u64::try_from(flush_bound.as_millis()).unwrap_or(u64::MAX),
                 })),
             }
+        };
+        async move {
+            let outcome = handoff.instrument(span).await;
+            crate::metrics::handed_off(outcome.is_ok(), started.elapsed());
+            outcome
         }
     }
 
@@ -207,7 +228,8 @@ impl TenantRef {
         let (reply, answer) = oneshot::channel();
         self.addr.do_send(Forget { reply });
         let key = self.key.clone();
-        async move { answer.await.map_err(|_| closed(&key))? }
+        let span = tracing::info_span!("forget", key = %self.key, epoch = self.epoch);
+        async move { answer.await.map_err(|_| closed(&key))? }.instrument(span)
     }
 
     /// Where the tenant is in its life. A stopped actor reads as the final state it reached.
@@ -226,6 +248,15 @@ impl TenantRef {
     /// without waiting on a busy tenant).
     pub(crate) fn status_now(&self) -> TenantStatus {
         self.ended.get()
+    }
+
+    /// Waits while the tenant's status satisfies `pred`, at most until `deadline`.
+    pub(crate) async fn wait_while_status(
+        &self,
+        pred: impl Fn(TenantStatus) -> bool,
+        deadline: tokio::time::Instant,
+    ) -> TenantStatus {
+        self.ended.wait_while(pred, deadline).await
     }
 
     /// Whether the tenant is serving.

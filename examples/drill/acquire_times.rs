@@ -19,7 +19,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use leasehold::LeaseKey;
 use leasehold::layout::{ImageRef, LogPos};
-use leasehold::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, SharedLeaseStore};
+use leasehold::lease::{
+    LeaseError, LeaseRecord, LeaseStore, RenewOutcome, SharedLeaseStore, TipMove, TipOutcomes,
+};
 
 use crate::protocol::now_ms;
 
@@ -127,6 +129,13 @@ impl LeaseStore for AcquireTimes {
     ) -> Result<LeaseRecord, LeaseError> {
         self.inner.move_tip(key, owner, epoch, from, to).await
     }
+    async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
+        // The backend's own batch (one transaction on SQLite), as the runtime would use it.
+        self.inner.move_tips(moves).await
+    }
+    fn batches_tip_moves(&self) -> bool {
+        self.inner.batches_tip_moves()
+    }
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,
@@ -134,5 +143,22 @@ impl LeaseStore for AcquireTimes {
         epoch: u64,
     ) -> Result<LeaseRecord, LeaseError> {
         self.inner.mark_forgotten(key, owner, epoch).await
+    }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<leasehold::lease::PendingErasure>, LeaseError> {
+        self.inner.erasures_due(settled_for, limit).await
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        self.inner.erasure_done(key, floor).await
+    }
+    async fn list(
+        &self,
+        from: Option<&LeaseKey>,
+        limit: usize,
+    ) -> Result<leasehold::lease::LeasePage, LeaseError> {
+        self.inner.list(from, limit).await
     }
 }

@@ -17,6 +17,12 @@
 //! | `overlapping-tenures`       | 1       | one epoch granted to two processes, or an image taken after a later tenure acquired   |
 //! | `refused-write-present`     | 1       | a write refused with a definite error (fenced, draining, …) is read back              |
 //! | `leak`                      | —       | a replica process that closed and dropped its supervisor holds more threads or file descriptors than before it started (fails the run only with `--fail-on-leak`) |
+//! | `unreadable-at-end`         | 3, 6    | a fresh replica cannot open or read a tenant at the end: its acknowledged writes are out of reach |
+//! | `unexplained-tenure-end`    | 6       | a tenure ended with no handoff, forget or close asked of it and no fault on its replica ([`crate::explained`]) |
+//! | `image-overdue`             | storage | compaction due and not taken in time ([`crate::compaction`]) |
+//! | `orphan-object`, `storage-bound` | 5, storage | what the stores hold at the end, after the last retention ([`crate::storage`]) |
+//! | `pitr-*`                    | log     | a point-in-time restore refused inside the window, failed, or not the history's state ([`crate::pitr`]) |
+//! | `damage-served`, `damage-not-typed` | log | the open after a damaged segment ([`crate::damage`]) |
 //!
 //! ("log": docs/guarantees.md, the change log.) A write answered `LEASEHOLD_UNSHIPPED` (its
 //! segment did not reach the log in time) has an unknown outcome, like a timeout: it may be read
@@ -28,9 +34,10 @@
 //! end in a flushed handoff, is "lost within the declared tail" when its time bound holds:
 //! allowed, counted, and the longest such tail is reported against the bound.
 //!
-//! One known gap can be tolerated (`--tolerate stale-local-copy`): a replica whose tenure was
-//! lost (a zombie, a crash) keeps its local copy until its next open of that tenant, also when
-//! a successor forgot the tenant meanwhile. It is then reported, not failed.
+//! Known gaps can be tolerated (`--tolerate`, [`crate::gaps`]): `stale-local-copy` (a replica
+//! whose tenure was lost keeps its local copy until its next open of that tenant, also when a
+//! successor forgot the tenant meanwhile), and one per hole of the change-log review today's
+//! runtime shows. They are then reported, not failed.
 //!
 //! ## Clocks, per backend
 //!
@@ -127,6 +134,12 @@ pub struct Report {
     pub leaks_reported: Vec<Violation>,
     /// How the tenures ended.
     pub endings: Endings,
+    /// Tenures that ended, and what explained them (`unexplained-tenure-end`).
+    pub ends: crate::explained::Ends,
+    /// What the live tenants hold at the end, summed (`crate::storage`).
+    pub held: crate::storage::Held,
+    /// Point-in-time restores judged, and those not judged.
+    pub pitr: crate::pitr::judge::PitrCounts,
 }
 
 /// How the tenures of the run ended.
@@ -165,10 +178,11 @@ fn endings(rec: &Record) -> Endings {
 }
 
 /// The earliest acquisition of any later tenure of the same tenant, per tenure.
-struct Successors(HashMap<(u32, u64), (u64, u64)>);
+pub struct Successors(HashMap<(u32, u64), (u64, u64)>);
 
 impl Successors {
-    fn new(tenures: &BTreeMap<(u32, u64), Tenure>) -> Self {
+    /// The successors of every tenure of `tenures`.
+    pub fn new(tenures: &BTreeMap<(u32, u64), Tenure>) -> Self {
         let mut next: HashMap<(u32, u64), (u64, u64)> = HashMap::new();
         let mut best: HashMap<u32, (u64, u64)> = HashMap::new();
         for (&(tenant, epoch), tenure) in tenures.iter().rev() {
@@ -186,7 +200,7 @@ impl Successors {
     }
 
     /// `(epoch, acquired by)` of the earliest-acquired later tenure of `(tenant, epoch)`.
-    fn of(
+    pub fn of(
         &self,
         tenant: u32,
         epoch: u64,
@@ -214,8 +228,15 @@ fn ending(tenure: Option<&Tenure>) -> &'static str {
     }
 }
 
-/// Judges `rec` against `fin`, losses by `rules`.
-pub fn evaluate(rec: &Record, fin: &Final, tolerance: Tolerance, rules: LossRules) -> Report {
+/// Judges `rec` against `fin`, losses by `rules`; `retain` is the replicas' when the run set
+/// one (the storage bound).
+pub fn evaluate(
+    rec: &Record,
+    fin: &Final,
+    tolerance: Tolerance,
+    rules: LossRules,
+    retain: Option<std::time::Duration>,
+) -> Report {
     let mut report = Report {
         endings: endings(rec),
         tail_bound_ms: rules.bound_ms,
@@ -243,10 +264,23 @@ pub fn evaluate(rec: &Record, fin: &Final, tolerance: Tolerance, rules: LossRule
         }
     }
     check_tenures(rec, &successors, &mut report);
+    check_unreadable(rec, fin, &mut report);
     check_forgotten(rec, fin, &mut report);
     check_local_files(rec, fin, tolerance, &mut report);
     store_rules::check_graceful(rec, &mut report);
     store_rules::check_closed_tenures(rec, &mut report);
+    report.ends = crate::explained::check_tenure_ends(rec, &mut report);
+    crate::explained::check_overdue(rec, &mut report);
+    crate::storage::check(fin, retain, &mut report);
+    let runs: Vec<crate::pitr::PitrRun> = rec
+        .pitr_runs
+        .iter()
+        .chain(&fin.pitr_runs)
+        .cloned()
+        .collect();
+    let (found, counts) = crate::pitr::judge(rec, fin, &runs, rules.mode);
+    report.violations.extend(found);
+    report.pitr = counts;
     store_rules::check_flags(rec, &mut report);
     store_rules::check_leaks(rec, tolerance.fail_on_leak, &mut report);
     report
@@ -439,6 +473,28 @@ fn check_tenures(rec: &Record, succ: &Successors, report: &mut Report) {
     }
 }
 
+/// `unreadable-at-end`: a tenant the fresh replica could not open or read at the end keeps its
+/// acknowledged writes out of reach (no segment is damaged then: the drill puts back every
+/// segment it damaged before the end).
+fn check_unreadable(rec: &Record, fin: &Final, report: &mut Report) {
+    for (&tenant, why) in &fin.unreadable {
+        let acked = rec
+            .writes
+            .iter()
+            .filter(|w| w.tenant == tenant && matches!(w.outcome, Outcome::Ok { .. }))
+            .count();
+        report.violations.push(Violation {
+            rule: "unreadable-at-end",
+            tenant: Some(tenant),
+            at: 0,
+            detail: format!(
+                "a fresh replica could not open t{tenant} at the end ({acked} acknowledged writes \
+                 out of reach): {why}"
+            ),
+        });
+    }
+}
+
 fn check_forgotten(rec: &Record, fin: &Final, report: &mut Report) {
     for (&tenant, &floor) in &fin.floors {
         if floor == 0 {
@@ -460,8 +516,9 @@ fn check_forgotten(rec: &Record, fin: &Final, report: &mut Report) {
                 tenant: Some(tenant),
                 at: forgotten_at(rec, tenant, floor),
                 detail: format!(
-                    "t{tenant} has floor {floor} yet {} objects at or below it remain: {:?}",
+                    "t{tenant} has floor {floor} yet {} objects at or below it remain {}: {:?}",
                     dead.len(),
+                    crate::gaps::leftover_tag(&dead),
                     dead.iter().take(4).collect::<Vec<_>>()
                 ),
             });

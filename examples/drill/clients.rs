@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::{Cluster, OpenError, WRITE_TIMEOUT};
+use crate::cluster::{Cluster, OpenError, WRITE_TIMEOUT, next_id};
 use crate::history::Outcome;
-use crate::protocol::now_ms;
+use crate::protocol::{Op, now_ms};
 use crate::rng::Rng;
 
 /// Runs client `client` of `tenant` until `end_ms` (driver clock).
@@ -43,6 +43,44 @@ pub async fn run(cluster: Arc<Cluster>, tenant: u32, client: u32, seed: u64, end
             }
         }
         tokio::time::sleep(rng.millis(4, 14)).await;
+    }
+}
+
+/// The large-batch client of `tenant`: every `every` (±50 %) one run carrying a blob of `mib`
+/// MiB (one segment of about that size, `Op::WriteBlob`) through the tenant's owner, until
+/// `end_ms`. Its writes are judged like every other; with a slow store
+/// (`--store-mib-per-sec`) each segment's put and every later restore meet sized deadlines.
+pub async fn run_large(
+    cluster: Arc<Cluster>,
+    tenant: u32,
+    mib: u32,
+    every: Duration,
+    seed: u64,
+    end_ms: u64,
+) {
+    let mut rng = Rng::new(seed ^ 0xb16_b10b ^ u64::from(tenant));
+    let every_ms = every.as_millis() as u64;
+    // A blob's put, at the slowest rate the runtime's deadlines assume (8 MiB/s), and slack.
+    let limit = WRITE_TIMEOUT + Duration::from_secs(2 * u64::from(mib).div_ceil(8) + 2);
+    let mut n = 0u64;
+    while now_ms() < end_ms {
+        tokio::time::sleep(rng.millis(every_ms / 2, every_ms * 3 / 2)).await;
+        let Some(slot) = cluster.owner(tenant) else {
+            continue; // the small clients open it
+        };
+        let Some(proc) = cluster.live(slot) else {
+            continue;
+        };
+        n += 1;
+        let key = format!("t{tenant}-big-{n:06}");
+        let id = next_id();
+        cluster.history.invoke(id, tenant, &key, &proc.label, false);
+        let op = Op::WriteBlob { tenant, key, mib };
+        let result = proc.call_with(id, op, limit).await;
+        let outcome = cluster.history.complete(id, &result);
+        if !matches!(outcome, Outcome::Ok { .. }) {
+            cluster.clear_owner_if(tenant, slot);
+        }
     }
 }
 

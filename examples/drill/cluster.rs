@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::BreakSwitch;
 use crate::backend::{Backend, Stores};
+use crate::history::acts::LeaveKind;
 use crate::history::{CallError, History, Outcome};
 use crate::protocol::{Answer, Line, Op, Request};
 
@@ -73,6 +74,8 @@ pub struct Spawn {
     pub slot: Option<usize>,
     /// How many times this slot was started before.
     pub generation: u32,
+    /// Retention, compaction and slow backends of the run.
+    pub tuning: crate::tuning::Tuning,
 }
 
 /// One running replica process.
@@ -90,6 +93,8 @@ pub struct Proc {
     gone: Arc<AtomicBool>,
     /// The child, to kill and reap.
     child: tokio::sync::Mutex<Child>,
+    /// The run's history: every handoff, forget and close sent is recorded there.
+    history: Arc<History>,
 }
 
 impl Proc {
@@ -117,6 +122,7 @@ impl Proc {
             .arg(spec.mode.as_arg())
             .arg("--async-every-ms")
             .arg(spec.async_every_ms.to_string());
+        cmd.args(spec.tuning.to_args());
         for switch in &spec.breakage {
             cmd.arg("--break").arg(switch.as_arg());
         }
@@ -143,6 +149,7 @@ impl Proc {
             pending: Arc::default(),
             gone: Arc::default(),
             child: tokio::sync::Mutex::new(child),
+            history: history.clone(),
         });
         tokio::spawn(read_lines(
             lines,
@@ -162,6 +169,16 @@ impl Proc {
 
     /// Sends `op` as request `id` and waits at most `limit` for the reply.
     pub async fn call_with(&self, id: u64, op: Op, limit: Duration) -> Result<Answer, CallError> {
+        let leave = match op {
+            Op::Handoff { tenant } => Some((Some(tenant), LeaveKind::Handoff)),
+            Op::Forget { tenant } => Some((Some(tenant), LeaveKind::Forget)),
+            Op::Close => Some((None, LeaveKind::Close)),
+            _ => None,
+        };
+        if let Some((tenant, kind)) = leave {
+            // Before it is sent: the tenure it ends may end before the answer comes.
+            self.history.leave(&self.label, tenant, kind);
+        }
         let line = serde_json::to_string(&Request { id, op }).map_err(|_| CallError::NotSent)?;
         let (reply, answer) = oneshot::channel();
         lock(&self.pending).insert(id, reply);
@@ -331,6 +348,11 @@ pub struct Cluster {
     pub open_locks: Vec<tokio::sync::Mutex<()>>,
     /// The run's stores, unwrapped: the driver lists them right after a forget.
     pub stores: Stores,
+    /// How long after a forget nothing of the forgotten epochs may be left, puts that land
+    /// late included (`--erasure-bound-ms`).
+    pub erasure_bound: Duration,
+    /// The replicas' `retain`, when the run sets one (where the restores' window starts).
+    pub retain: Option<Duration>,
 }
 
 /// How long an open may take (acquire, fetch and install an image).
@@ -361,10 +383,12 @@ impl Cluster {
             slots,
             history,
             tenants: template.tenants,
+            retain: template.tuning.retain(),
             template,
             owners: Mutex::new(HashMap::new()),
             open_locks,
             stores,
+            erasure_bound: Duration::from_secs(2),
         }
     }
 

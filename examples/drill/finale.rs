@@ -19,15 +19,19 @@ use leasehold::LeaseStore;
 use leasehold::clock::duration_ms;
 use leasehold::durable::DurableStore;
 
+use crate::audit::{self, Plan};
 use crate::backend::Stores;
 use crate::cluster::{BoxError, Cluster, OPEN_TIMEOUT, Proc};
-use crate::protocol::{self, Answer, LeaseFault, Op, StoreFault, now_ms};
+use crate::protocol::{self, Answer, LeaseFault, Mode, Op, StoreFault, now_ms};
 
 /// What is left at the end of a run.
 #[derive(Debug, Default)]
 pub struct Final {
     /// Every idempotency key the fresh replica read, per tenant.
     pub keys: HashMap<u32, HashSet<String>>,
+    /// Tenants the fresh replica could not open or read, with its last answer: their
+    /// acknowledged writes are unreachable (`unreadable-at-end`).
+    pub unreadable: HashMap<u32, String>,
     /// Each tenant's floor, from the lease store.
     pub floors: HashMap<u32, u64>,
     /// Each tenant's durable objects.
@@ -36,10 +40,14 @@ pub struct Final {
     pub local_dirs: Vec<(usize, u32, Vec<String>)>,
     /// What could not be gathered (the drill failed, not the runtime).
     pub problems: Vec<String>,
+    /// What the stores hold of each tenant after the last retention (`crate::storage`).
+    pub storage: HashMap<u32, crate::storage::TenantStore>,
+    /// The point-in-time restores of the end (`crate::pitr`).
+    pub pitr_runs: Vec<crate::pitr::PitrRun>,
 }
 
 /// Stops the faults, closes the replicas, and gathers [`Final`].
-pub async fn collect(c: &Arc<Cluster>, stores: &Stores) -> Result<Final, BoxError> {
+pub async fn collect(c: &Arc<Cluster>, stores: &Stores, plan: &Plan) -> Result<Final, BoxError> {
     let h = &c.history;
     for i in 0..c.slots.len() {
         if c.is_stopped(i) {
@@ -59,6 +67,10 @@ pub async fn collect(c: &Arc<Cluster>, stores: &Stores) -> Result<Final, BoxErro
             h.unimpair(&proc.label);
         }
     }
+    // Every put that may still land lands now, while its process lives; then nothing at or
+    // below a floor may be left, before any open sweeps it.
+    tokio::time::sleep(plan.settle()).await;
+    audit::erasure_before_reopen(c, stores).await;
     let closes = (0..c.slots.len()).map(|i| close_slot(c, i));
     for line in futures::future::join_all(closes)
         .await
@@ -80,7 +92,10 @@ pub async fn collect(c: &Arc<Cluster>, stores: &Stores) -> Result<Final, BoxErro
             Ok(keys) => {
                 fin.keys.insert(tenant, keys.into_iter().collect());
             }
-            Err(e) => fin.problems.push(format!("t{tenant}: {e}")),
+            Err(e) if checker.is_gone() => fin.problems.push(format!("t{tenant}: {e}")),
+            Err(e) => {
+                fin.unreadable.insert(tenant, e);
+            }
         }
     }
     for tenant in 0..c.tenants {
@@ -88,10 +103,34 @@ pub async fn collect(c: &Arc<Cluster>, stores: &Stores) -> Result<Final, BoxErro
         fin.floors
             .insert(tenant, record.map_or(0, |record| record.floor));
     }
+    let mut readable: Vec<u32> = fin.keys.keys().copied().collect();
+    readable.sort_unstable();
     wait_for_sweeps(c, &checker, &fin.floors).await;
+    println!(
+        "[{:6.1}s] every tenant read; images and retention",
+        h.elapsed(now_ms())
+    );
+    let retention_ran = if plan.mode == Mode::Images {
+        Default::default()
+    } else {
+        audit::compact_all(c, &checker, &readable).await
+    };
     let closed = checker.call(Op::Close, Duration::from_secs(20)).await;
     crate::faults::judge_close(c, &checker.label, &closed);
     checker.shutdown(Duration::from_secs(5)).await;
+    fin.storage = audit::storage(stores, c.tenants, &retention_ran).await;
+    println!(
+        "[{:6.1}s] stores listed; point-in-time restores",
+        h.elapsed(now_ms())
+    );
+    let started = now_ms();
+    fin.pitr_runs = audit::restores_at_end(c, stores, &readable, plan).await;
+    println!(
+        "[{:6.1}s] end audit done ({} restores in {} ms)",
+        h.elapsed(now_ms()),
+        fin.pitr_runs.len(),
+        now_ms() - started
+    );
     list_leftovers(c, stores.durable.as_ref(), &mut fin).await?;
     Ok(fin)
 }

@@ -15,8 +15,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+pub use crate::leaks::Resources;
 use crate::protocol::{Answer, Line, is_definite_refusal, now_ms};
 pub use crate::watcher::{Cover, CoverKind};
+
+pub mod acts;
 
 /// The impairment key of a fault that may impair every replica (a process stopped while it holds
 /// the shared lease store's lock).
@@ -166,32 +169,6 @@ pub struct GracefulFailure {
     pub what: String,
 }
 
-/// What a replica process reported about its resources after its close and drop.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Resources {
-    /// Threads before its supervisor started.
-    pub threads_before: u64,
-    /// Threads after the close and drop (tokio's idle blocking-pool threads not counted).
-    pub threads_after: u64,
-    /// Names of the threads counted after that were not there before.
-    pub new_threads: Vec<String>,
-    /// Open file descriptors before its supervisor started.
-    pub fds_before: u64,
-    /// Open file descriptors after the close and drop.
-    pub fds_after: u64,
-    /// Tenant actors still alive, when the runtime can tell (it cannot yet: `None`).
-    pub live_tenant_actors: Option<u64>,
-}
-
-impl Resources {
-    /// Whether anything is left over.
-    pub fn leaked(&self) -> bool {
-        self.threads_after > self.threads_before
-            || self.fds_after > self.fds_before
-            || self.live_tenant_actors.is_some_and(|n| n > 0)
-    }
-}
-
 /// Everything recorded, as the checker reads it.
 #[derive(Debug, Clone, Default)]
 pub struct Record {
@@ -207,6 +184,9 @@ pub struct Record {
     pub timeline: Vec<Note>,
     /// `(replica, tenant)` pairs whose sweep finished or failed.
     pub sweeps: HashSet<(String, u32)>,
+    /// Per `(replica, tenant)`: how many sweeps (dead epochs or retention) finished or failed,
+    /// and whether the last one finished.
+    pub sweep_counts: HashMap<(String, u32), (u32, bool)>,
     /// Images that could not be published.
     pub snapshot_failures: u64,
     /// What the drill itself failed to do (not the runtime's fault).
@@ -230,6 +210,18 @@ pub struct Record {
     pub tips_read: u64,
     /// Resource reports of replica processes that closed: `(replica, report)`.
     pub resources: Vec<(String, Resources)>,
+    /// Handoffs, forgets and closes the driver asked for, answered or not.
+    pub leaves: Vec<acts::Leave>,
+    /// Segments the driver damaged, and when it put them back.
+    pub damages: Vec<acts::Damage>,
+    /// Per tenant: the log tips the store watcher read, each with when.
+    pub tips_seen: HashMap<u32, Vec<acts::TipSeen>>,
+    /// What the end audit found: storage, erasure, point-in-time restores.
+    pub audit: acts::AuditCounts,
+    /// Point-in-time restores run during the run (the end's are judged with them).
+    pub pitr_runs: Vec<crate::pitr::PitrRun>,
+    /// Compactions the store watcher found overdue (`crate::compaction`).
+    pub overdue: Vec<crate::compaction::Overdue>,
 }
 
 /// Counters for progress lines.
@@ -522,12 +514,25 @@ impl History {
             }
             Line::Swept { tenant, objects } => {
                 r.sweeps.insert((replica.to_string(), tenant));
+                let count = r
+                    .sweep_counts
+                    .entry((replica.to_string(), tenant))
+                    .or_default();
+                *count = (count.0 + 1, objects.is_some());
                 (tenant, format!("{replica}: swept dead epochs: {objects:?}"))
             }
             Line::SnapshotFailed { .. } => {
                 r.snapshot_failures += 1;
                 return;
             }
+            Line::ShipFailed {
+                tenant,
+                ref segment,
+                ref error,
+            } => (
+                tenant,
+                format!("{replica}: could not ship {segment}: {error}"),
+            ),
             Line::Resources { ref report } => {
                 r.resources.push((replica.to_string(), report.clone()));
                 let text = format!("{replica}: resources after close and drop: {report:?}");

@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use crate::history::Resources;
 use crate::protocol::now_ms;
 
 /// Thread names of tokio's blocking pool (`comm` keeps 15 bytes; the name changed across tokio
@@ -97,5 +96,31 @@ impl Baseline {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// What a replica process reported about its resources after its close and drop.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Resources {
+    /// Threads before its supervisor started.
+    pub threads_before: u64,
+    /// Threads after the close and drop (tokio's idle blocking-pool threads not counted).
+    pub threads_after: u64,
+    /// Names of the threads counted after that were not there before.
+    pub new_threads: Vec<String>,
+    /// Open file descriptors before its supervisor started.
+    pub fds_before: u64,
+    /// Open file descriptors after the close and drop.
+    pub fds_after: u64,
+    /// Tenant actors still alive, when the runtime can tell (it cannot yet: `None`).
+    pub live_tenant_actors: Option<u64>,
+}
+
+impl Resources {
+    /// Whether anything is left over.
+    pub fn leaked(&self) -> bool {
+        self.threads_after > self.threads_before
+            || self.fds_after > self.fds_before
+            || self.live_tenant_actors.is_some_and(|n| n > 0)
     }
 }

@@ -123,6 +123,17 @@ pub enum Op {
         /// The event's idempotency key, unique over the run.
         key: String,
     },
+    /// Append one event whose idempotency key is `key` to an open tenant, in the same run as a
+    /// blob of `mib` MiB of seeded bytes put in the host table `drill_blobs` (one of three rows,
+    /// replaced in turn): a large batch, one segment of about that size.
+    WriteBlob {
+        /// The tenant.
+        tenant: u32,
+        /// The event's idempotency key, unique over the run.
+        key: String,
+        /// The blob's size in MiB.
+        mib: u32,
+    },
     /// Open a tenant here (acquire its lease, restore its head).
     Open {
         /// The tenant.
@@ -288,6 +299,16 @@ pub enum Line {
     Resources {
         /// The counts.
         report: crate::history::Resources,
+    },
+    /// A segment of the change log could not be shipped: the tenure ends (reported for the
+    /// timeline; the checker judges tenure ends from the stores and the driver's own acts).
+    ShipFailed {
+        /// The tenant.
+        tenant: u32,
+        /// The segment, `e<epoch>/log-<seq>`.
+        segment: String,
+        /// Why, as text.
+        error: String,
     },
     /// An image could not be published.
     SnapshotFailed {

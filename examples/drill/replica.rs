@@ -14,24 +14,26 @@
 //! stdin closes (the driver is done or gone) or after `--lifetime-secs`.
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use leasehold::lease::SharedLeaseStore;
 use leasehold::ledger::NewEvent;
 use leasehold::testkit::{FaultyLeaseStore, FaultyStore};
 use leasehold::{Error, LeaseStore, OrgId, ReplicaId, TenantId};
-use leasehold_actors::{Breakage, Event, Observer, RuntimeConfig, Supervisor, TenantRef};
+use leasehold_actors::{Breakage, RuntimeConfig, Supervisor, TenantRef};
 use tokio::io::AsyncBufReadExt;
 
 use crate::acquire_times::AcquireTimes;
 use crate::backend::{self, Backend};
 use crate::cluster::BoxError;
 use crate::protocol::{self, Answer, LeaseFault, Line, NOT_OPEN, Op, Request, StoreFault, now_ms};
+
+mod observe;
+
+use observe::{Forwarder, Output};
 
 /// How the driver starts a replica (`drill replica …`).
 #[derive(Debug, Clone, clap::Args)]
@@ -67,126 +69,9 @@ pub struct ReplicaArgs {
     /// The process ends after this long whatever happens.
     #[arg(long, default_value_t = 3_600)]
     pub lifetime_secs: u64,
-}
-
-/// What the writer thread takes.
-enum Out {
-    /// One line to print.
-    Line(String),
-    /// Answer when every line before it is printed.
-    Flush(mpsc::SyncSender<()>),
-}
-
-/// The replica's stdout: one writer thread, one line per message, flushed at once.
-#[derive(Clone)]
-struct Output(mpsc::Sender<Out>);
-
-impl Output {
-    fn start() -> Self {
-        let (tx, rx) = mpsc::channel::<Out>();
-        std::thread::spawn(move || {
-            let stdout = std::io::stdout();
-            for item in rx {
-                match item {
-                    Out::Line(text) => {
-                        let mut lock = stdout.lock();
-                        if writeln!(lock, "{text}")
-                            .and_then(|()| lock.flush())
-                            .is_err()
-                        {
-                            return;
-                        }
-                    }
-                    Out::Flush(done) => {
-                        let _ = done.send(());
-                    }
-                }
-            }
-        });
-        Self(tx)
-    }
-
-    fn send(&self, line: &Line) {
-        match serde_json::to_string(line) {
-            Ok(text) => {
-                let _ = self.0.send(Out::Line(text));
-            }
-            Err(e) => eprintln!("drill replica: cannot encode a line: {e}"),
-        }
-    }
-
-    /// Waits (at most two seconds) until every line sent so far is printed.
-    fn flush(&self) {
-        let (tx, rx) = mpsc::sync_channel(1);
-        if self.0.send(Out::Flush(tx)).is_ok() {
-            let _ = rx.recv_timeout(Duration::from_secs(2));
-        }
-    }
-}
-
-/// Forwards the runtime's events about tenants to stdout.
-struct Forwarder {
-    /// Where lines go.
-    out: Output,
-    /// Lease key → tenant number.
-    tenants: HashMap<String, u32>,
-}
-
-impl Observer for Forwarder {
-    fn on_event(&self, event: &Event) {
-        let tenant = |key: &str| self.tenants.get(key).copied();
-        let line = match event {
-            Event::Opened { key, epoch, .. } => tenant(key).map(|tenant| Line::Opened {
-                tenant,
-                epoch: *epoch,
-            }),
-            Event::SnapshotPublished {
-                key,
-                image,
-                taken_at_ms,
-            } => tenant(key).map(|tenant| Line::Published {
-                tenant,
-                epoch: image.epoch,
-                seq: image.seq,
-                taken_at: *taken_at_ms,
-            }),
-            Event::Released {
-                key,
-                epoch,
-                flushed,
-            } => tenant(key).map(|tenant| Line::Released {
-                tenant,
-                epoch: *epoch,
-                flushed: *flushed,
-            }),
-            Event::Lost { key, epoch } => tenant(key).map(|tenant| Line::Lost {
-                tenant,
-                epoch: *epoch,
-            }),
-            Event::Forgotten { key, floor } => tenant(key).map(|tenant| Line::Forgotten {
-                tenant,
-                floor: *floor,
-            }),
-            Event::Swept { key, objects } => tenant(key).map(|tenant| Line::Swept {
-                tenant,
-                objects: Some(*objects),
-            }),
-            Event::SweepFailed { key, .. } => tenant(key).map(|tenant| Line::Swept {
-                tenant,
-                objects: None,
-            }),
-            Event::SnapshotFailed { key, error } => {
-                tenant(key).map(|tenant| Line::SnapshotFailed {
-                    tenant,
-                    error: error.clone(),
-                })
-            }
-            _ => None,
-        };
-        if let Some(line) = line {
-            self.out.send(&line);
-        }
-    }
+    /// Retention, compaction and slow backends, as the driver was given them.
+    #[command(flatten)]
+    pub tuning: crate::tuning::Tuning,
 }
 
 /// The replica's state, shared by the tasks serving requests.
@@ -237,14 +122,25 @@ fn breakage(switches: &[crate::BreakSwitch]) -> Breakage {
         skip_commit_check: switches.contains(&crate::BreakSwitch::SkipCommitCheck),
         skip_final_image: switches.contains(&crate::BreakSwitch::SkipFinalImage),
         ack_before_tip: switches.contains(&crate::BreakSwitch::AckBeforeTip),
+        ..Breakage::default()
     }
 }
 
 async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     let stores = backend::open(args.backend, &args.run_dir, &args.run_name).await?;
     let acquired = AcquireTimes::new(stores.leases.clone());
-    let lease_faults = FaultyLeaseStore::new(Arc::new(acquired.clone()));
-    let late = crate::late_puts::LatePuts::new(stores.durable);
+    let tuning = &args.tuning;
+    let mut leases: SharedLeaseStore = Arc::new(acquired.clone());
+    if tuning.lease_delay_ms > 0 {
+        let delay = Duration::from_millis(tuning.lease_delay_ms);
+        leases = Arc::new(crate::throttle::SlowLeases::new(leases, delay));
+    }
+    let lease_faults = FaultyLeaseStore::new(leases);
+    let mut durable = stores.durable;
+    if let Some(rate) = tuning.store_mib_per_sec {
+        durable = Arc::new(crate::throttle::Link::new(durable, rate));
+    }
+    let late = crate::late_puts::LatePuts::new(durable, tuning.delete_one_by_one);
     let store = FaultyStore::new(Arc::new(late.clone()));
     let org = protocol::org()?;
     let tenants = (0..args.tenants)
@@ -266,7 +162,10 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     config.durability = args
         .durability
         .durability(Duration::from_millis(args.async_every_ms));
-    config.compaction.segments = protocol::COMPACT_SEGMENTS;
+    config.compaction.segments = tuning.compact_segments();
+    if let Some(retain) = tuning.retain() {
+        config.retain = retain;
+    }
     config.drain_timeout = protocol::DRAIN_TIMEOUT;
     config.store_deadline = protocol::STORE_DEADLINE;
     config.arbiters = 2;
@@ -329,6 +228,20 @@ async fn read_requests(replica: Rc<Replica>) {
     }
 }
 
+/// `mib` MiB of bytes no codec shrinks, seeded by `key` (SplitMix64).
+fn blob_bytes(key: &str, mib: u32) -> Vec<u8> {
+    let seed = key
+        .bytes()
+        .fold(0x5eed_u64, |n, b| n.rotate_left(7) ^ u64::from(b));
+    let mut rng = crate::rng::Rng::new(seed);
+    let words = (mib as usize) * 1024 * 1024 / 8;
+    let mut bytes = Vec::with_capacity(words * 8);
+    for _ in 0..words {
+        bytes.extend_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    bytes
+}
+
 fn failed(e: &Error) -> Answer {
     let owner = match e {
         Error::LeaseHeld { owner, .. } => Some(owner.clone()),
@@ -353,6 +266,7 @@ impl Replica {
     async fn handle(&self, op: Op) -> Answer {
         let outcome = match op {
             Op::Write { tenant, key } => self.write(tenant, key).await,
+            Op::WriteBlob { tenant, key, mib } => self.write_blob(tenant, key, mib).await,
             Op::Open { tenant } => self.open(tenant).await,
             Op::Handoff { tenant } => self.handoff(tenant).await,
             Op::Forget { tenant } => self.forget(tenant).await,
@@ -401,6 +315,40 @@ impl Replica {
             .run(move |ledger| {
                 let run_at = now_ms();
                 ledger.insert_event(&NewEvent::new("drill.write", key))?;
+                Ok(run_at)
+            })
+            .await;
+        let ack_at = now_ms();
+        let run_at = ran.map_err(|e| failed(&e))?;
+        Ok(Answer::Written {
+            epoch,
+            run_at,
+            ack_at,
+        })
+    }
+
+    /// One run: a blob of `mib` MiB into `drill_blobs` (one of three rows, chosen by the key, so
+    /// the ledger holds at most three blobs) and the event `key`.
+    async fn write_blob(&self, tenant: u32, key: String, mib: u32) -> Result<Answer, Answer> {
+        let handle = self.lookup(tenant).await?;
+        let epoch = handle.epoch();
+        let blob = blob_bytes(&key, mib);
+        let row = key
+            .bytes()
+            .fold(0u64, |n, b| n.wrapping_mul(31).wrapping_add(u64::from(b)))
+            % 3;
+        let ran = handle
+            .run(move |ledger| {
+                let run_at = now_ms();
+                ledger.execute(
+                    "CREATE TABLE IF NOT EXISTS drill_blobs (id INTEGER PRIMARY KEY, data BLOB)",
+                    [],
+                )?;
+                ledger.execute(
+                    "INSERT OR REPLACE INTO drill_blobs (id, data) VALUES (?1, ?2)",
+                    rusqlite::params![row as i64, blob],
+                )?;
+                ledger.insert_event(&NewEvent::new("drill.blob", key))?;
                 Ok(run_at)
             })
             .await;

@@ -102,7 +102,7 @@ pub fn tenure_end(tenure: Option<&Tenure>, successor_hi: Option<u64>, now: u64) 
 }
 
 /// Whether a fault touched `replica` between `from` and `to`.
-fn impaired_between(rec: &Record, replica: &str, from: u64, to: u64) -> bool {
+pub fn impaired_between(rec: &Record, replica: &str, from: u64, to: u64) -> bool {
     intervals(rec, replica).any(|&(start, end)| start <= to && end.is_none_or(|end| end >= from))
 }
 

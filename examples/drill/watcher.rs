@@ -39,6 +39,7 @@ use leasehold::lease::LeaseRecord;
 
 use crate::backend::Stores;
 use crate::history::History;
+use crate::history::acts::{TipSeen, wall_ms};
 use crate::protocol::{self, now_ms};
 
 /// How often every head is read.
@@ -59,6 +60,10 @@ struct TenantView {
     last_tip: Option<(u64, LogPos)>,
     /// The last tip whose log was restored and read, and when.
     tip_read: Option<(LogPos, u64)>,
+    /// The head whose manifest was read: `(epoch, seq)`, its log position's seq, its size.
+    head: Option<((u64, u64), u64, u64)>,
+    /// Whether compaction is due, and since when (`crate::compaction`).
+    due: crate::compaction::DueTracker,
 }
 
 /// Runs until `stop` is set; every finding goes to the history.
@@ -66,6 +71,7 @@ pub async fn run(
     stores: Stores,
     history: Arc<History>,
     tenants: u32,
+    compact: u64,
     scratch: PathBuf,
     stop: Arc<AtomicBool>,
 ) {
@@ -77,7 +83,7 @@ pub async fn run(
     while !stop.load(Ordering::SeqCst) {
         for tenant in 0..tenants {
             let view = views.entry(tenant).or_default();
-            if let Err(e) = poll(&stores, &history, tenant, view, &scratch).await {
+            if let Err(e) = poll(&stores, &history, tenant, compact, view, &scratch).await {
                 history.note(Some(tenant), format!("store watcher: {e}"));
             }
         }
@@ -90,10 +96,12 @@ async fn poll(
     stores: &Stores,
     history: &History,
     tenant: u32,
+    compact: u64,
     view: &mut TenantView,
     scratch: &std::path::Path,
 ) -> Result<(), String> {
     let key = protocol::lease_key(tenant).map_err(|e| e.to_string())?;
+    let (start, wall_start) = (now_ms(), wall_ms());
     let record = stores
         .leases
         .read(&key)
@@ -104,12 +112,23 @@ async fn poll(
         return Ok(());
     };
     if let Some(tip) = record.tip {
+        history.tip_seen(
+            tenant,
+            TipSeen {
+                floor: record.floor,
+                tip,
+                start,
+                done: seen_at,
+                wall_start,
+            },
+        );
         watch_tip(
             stores, history, tenant, view, &record, tip, seen_at, scratch,
         )
         .await?;
     }
-    let Some(head) = record.head else {
+    let Some(head) = record.head.clone() else {
+        judge_due(history, tenant, compact, view, &record, seen_at);
         return Ok(());
     };
     let now = (head.epoch, head.seq);
@@ -134,14 +153,57 @@ async fn poll(
             break;
         }
         match read_image(stores, history, tenant, &key, &image, seen_at, scratch).await {
-            Ok(base) => next = base,
+            Ok(Some(read)) => {
+                if at == now {
+                    view.head = Some((at, read.log.map_or(0, |p| p.seq), read.size));
+                }
+                next = read.base;
+            }
+            Ok(None) => break,
             Err(e) => {
                 view.known.remove(&at); // read again on the next poll
                 return Err(e);
             }
         }
     }
+    judge_due(history, tenant, compact, view, &record, seen_at);
     Ok(())
+}
+
+/// Follows whether compaction is due for `tenant` (`crate::compaction`) and records an image
+/// found overdue.
+fn judge_due(
+    history: &History,
+    tenant: u32,
+    compact: u64,
+    view: &mut TenantView,
+    record: &LeaseRecord,
+    now: u64,
+) {
+    let Some(tip) = record.tip else {
+        return;
+    };
+    let (head_log, head_bytes) = match (&record.head, view.head) {
+        (None, _) => (0, 0),
+        (Some(h), Some((at, log, bytes))) if (h.epoch, h.seq) == at => (log, bytes),
+        _ => return, // a head whose manifest was not read yet
+    };
+    if let Some(overdue) = view
+        .due
+        .observe(tenant, now, tip, head_log, head_bytes, compact)
+    {
+        history.overdue(overdue);
+    }
+}
+
+/// What the store watcher learned from one image's manifest.
+struct ImageRead {
+    /// The image it was built on.
+    base: Option<ImageRef>,
+    /// The log position it holds.
+    log: Option<LogPos>,
+    /// Its size in bytes.
+    size: u64,
 }
 
 /// Flags a tip below the last one read under the same floor, and restores the log at a new tip
@@ -204,7 +266,8 @@ async fn watch_tip(
     Ok(())
 }
 
-/// Fetches one image, records the keys it covers, returns its base.
+/// Fetches one image, records the keys it covers, returns what its manifest says; `None` when
+/// it was swept.
 async fn read_image(
     stores: &Stores,
     history: &History,
@@ -213,7 +276,7 @@ async fn read_image(
     image: &ImageRef,
     seen_at: u64,
     scratch: &std::path::Path,
-) -> Result<Option<ImageRef>, String> {
+) -> Result<Option<ImageRead>, String> {
     let (epoch, seq) = (image.epoch, image.seq);
     let manifest = stores
         .durable
@@ -248,11 +311,15 @@ async fn read_image(
         seen_at,
     };
     history.covered(tenant, cover, keys?);
-    Ok(manifest.base)
+    Ok(Some(ImageRead {
+        base: manifest.base,
+        log: manifest.log,
+        size: manifest.size,
+    }))
 }
 
 /// The idempotency keys of the ledger at `path` (a scratch copy).
-fn keys_of_file(path: &std::path::Path) -> Result<Vec<String>, String> {
+pub fn keys_of_file(path: &std::path::Path) -> Result<Vec<String>, String> {
     // A scratch copy, opened read-write: a WAL-mode image cannot be opened read-only alone.
     let db = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
     let mut stmt = db

@@ -43,6 +43,10 @@ lh_require_tools() {
         echo "missing curl: apt-get install curl" >&2
         missing=1
     fi
+    if ! command -v openssl >/dev/null; then
+        echo "missing openssl (the test cluster's TLS certificate): apt-get install openssl" >&2
+        missing=1
+    fi
     if [[ $(id -u) == 0 ]] && ! id postgres >/dev/null 2>&1; then
         echo "running as root but there is no 'postgres' user to run the server as:" \
             "apt-get install postgresql-15 creates it" >&2
@@ -74,7 +78,31 @@ lh_as_pg() {
     fi
 }
 
-# Starts a throwaway cluster: trust auth on loopback, no fsync. Exports LEASEHOLD_TEST_PG_URL.
+# The test cluster's TLS: a throwaway certificate authority ($1/ca.crt, the root a client
+# trusts) and a server certificate it signed for 127.0.0.1 and localhost ($1/server.crt,
+# $1/server.key of mode 600, the server's).
+lh_pg_cert() {
+    local dir="$1"
+    {
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=leasehold test CA" \
+            -keyout "$dir/ca.key" -out "$dir/ca.crt" &&
+            openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+                -keyout "$dir/server.key" -out "$dir/server.csr" &&
+            printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n' \
+                >"$dir/server.ext" &&
+            openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+                -CAcreateserial -days 2 -extfile "$dir/server.ext" -out "$dir/server.crt"
+    } >"$LH_TMP/openssl.log" 2>&1 || { cat "$LH_TMP/openssl.log" >&2; return 1; }
+    chmod 600 "$dir/server.key" "$dir/ca.key"
+    chmod 644 "$dir/server.crt" "$dir/ca.crt"
+    if [[ $(id -u) == 0 ]]; then
+        chown postgres:postgres "$dir/server.key" "$dir/server.crt"
+    fi
+}
+
+# Starts a throwaway cluster: trust auth on loopback, no fsync, TLS on (a server
+# certificate signed by a throwaway CA; plain connections are still accepted). Exports
+# LEASEHOLD_TEST_PG_URL and LEASEHOLD_TEST_PG_CA (the root a client trusts for verify-full).
 lh_pg_start() {
     lh_tmp_init
     local dir="$LH_TMP/pg"
@@ -85,16 +113,19 @@ lh_pg_start() {
     fi
     lh_as_pg "$LH_PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust --no-sync \
         >"$LH_TMP/initdb.log" 2>&1 || { cat "$LH_TMP/initdb.log" >&2; return 1; }
+    lh_pg_cert "$dir"
+    local tls="-c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key"
     local attempt port
     for attempt in 1 2 3; do
         port="$(lh_free_port)"
         if lh_as_pg "$LH_PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 \
-            -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/sock -c fsync=off -c max_connections=200" \
+            -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/sock -c fsync=off -c max_connections=200 $tls" \
             start >/dev/null; then
             LH_PG_DIR="$dir"
             LH_PG_PORT="$port"
             export LEASEHOLD_TEST_PG_URL="postgres://postgres@127.0.0.1:$port/postgres"
-            lh_log "postgres up on 127.0.0.1:$port"
+            export LEASEHOLD_TEST_PG_CA="$dir/ca.crt"
+            lh_log "postgres up on 127.0.0.1:$port (TLS on, root certificate $dir/ca.crt)"
             return 0
         fi
         lh_log "postgres did not start on port $port (attempt $attempt); server log:"

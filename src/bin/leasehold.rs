@@ -1,182 +1,169 @@
-//! `leasehold`, the operator command line.
+//! `leasehold`, the operator command line (feature `cli`), on every backend: a SQLite lease file
+//! or a PostgreSQL table for the leases, a durable directory or an S3 bucket for the images and
+//! segments. Verbs: `leases`, `inspect`, `verify`, `sweep`, `forget`, `restore`. Text by
+//! default; `--json` prints one JSON document per invocation (the contract and the exit statuses
+//! are in docs/operations.md, "The operator command"). Every command opens existing stores only.
 //!
-//! - `leasehold sweep` deletes what superseded owners uploaded into dead epochs (at or below each
-//!   tenant's floor), for every tenant of a durable store — also tenants never opened again,
-//!   which the runtime's sweep-on-open never reaches (docs/guarantees.md, promise 5). It goes
-//!   page by page, each store call under `--store-deadline-ms`, and shows its progress.
-//! - `leasehold lease` prints a tenant's lease record: owner, epoch, expiry, floor, head.
-//!
-//! Stores: the embedded defaults (a SQLite lease file, a durable directory), or a fleet's
-//! (`--pg-url` with the `postgres` feature, `--s3-bucket` with the `s3` feature). Every flag of a
-//! fleet store can also come from the environment (`LEASEHOLD_PG_URL`, `LEASEHOLD_S3_BUCKET`, …;
-//! see `--help`). See docs/operations.md.
+//! Layout (`src/bin/leasehold/`): `args.rs` the command line, `parse.rs` and `time.rs` what its
+//! words mean (pure), `stores.rs` opening the stores, `cmd/` one file per verb, `report.rs` the
+//! shared pieces of the reports, `exit.rs` the exit statuses, `progress.rs` progress on stderr.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use leasehold::LeaseKey;
-use leasehold::deadline::Deadline;
-use leasehold::durable::SharedDurableStore;
-use leasehold::durable::dir::DirStore;
-use leasehold::lease::SharedLeaseStore;
-use leasehold::lease::sqlite::SqliteLeaseStore;
-use leasehold::sweep::sweep_store;
+use clap::Parser;
+use leasehold::clock::{SystemWallClock, WallClock};
 
-/// Operator commands for leasehold's stores.
-#[derive(Debug, Parser)]
-#[command(name = "leasehold", version, about)]
-struct Cli {
-    /// The SQLite lease file (when no `--pg-url` is given).
-    #[arg(long, global = true, default_value = "leases.db")]
-    leases: PathBuf,
-    /// The durable directory (when no `--s3-bucket` is given).
-    #[arg(long, global = true, default_value = "durable")]
-    durable: PathBuf,
-    /// The PostgreSQL lease store, `postgres://user[:password]@host:port/db`.
-    #[cfg(feature = "postgres")]
-    #[arg(long, global = true, env = "LEASEHOLD_PG_URL", hide_env_values = true)]
-    pg_url: Option<String>,
-    /// The PostgreSQL lease table.
-    #[cfg(feature = "postgres")]
-    #[arg(long, global = true, env = "LEASEHOLD_PG_TABLE", default_value = leasehold::lease::postgres::DEFAULT_TABLE)]
-    pg_table: String,
-    /// The S3 bucket of the durable store.
-    #[cfg(feature = "s3")]
-    #[arg(long, global = true, env = "LEASEHOLD_S3_BUCKET")]
-    s3_bucket: Option<String>,
-    /// The key prefix inside the bucket: `""` or whole segments ending with `/`.
-    #[cfg(feature = "s3")]
-    #[arg(long, global = true, env = "LEASEHOLD_S3_PREFIX", default_value = "")]
-    s3_prefix: String,
-    /// The S3 endpoint (an S3-compatible server); without it, the usual AWS variables
-    /// (`AWS_ENDPOINT_URL`, `AWS_REGION`, credentials, …) decide.
-    #[cfg(feature = "s3")]
-    #[arg(long, global = true, env = "LEASEHOLD_S3_ENDPOINT")]
-    s3_endpoint: Option<String>,
-    /// The region, with `--s3-endpoint`.
-    #[cfg(feature = "s3")]
-    #[arg(long, global = true, env = "AWS_REGION", default_value = "us-east-1")]
-    s3_region: String,
-    /// How long one store call may take, in milliseconds (a listing page, a delete, a read).
-    #[arg(long, global = true, default_value_t = 30_000)]
-    store_deadline_ms: u64,
-    /// What to do.
-    #[command(subcommand)]
-    command: Command,
-}
+#[path = "leasehold/args.rs"]
+mod args;
+#[path = "leasehold/cmd.rs"]
+mod cmd;
+#[path = "leasehold/exit.rs"]
+mod exit;
+#[path = "leasehold/parse.rs"]
+mod parse;
+#[path = "leasehold/progress.rs"]
+mod progress;
+#[path = "leasehold/report.rs"]
+mod report;
+#[path = "leasehold/stores.rs"]
+mod stores;
+#[path = "leasehold/time.rs"]
+mod time;
 
-/// The commands.
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Delete every object at or below each tenant's floor.
-    Sweep,
-    /// Print the lease record of `<org>/<tenant>`.
-    Lease {
-        /// The tenant's key, `<org>/<tenant>`.
-        key: String,
-    },
-}
+use args::{Cli, Command};
+use cmd::Outcome;
+use exit::{Exit, Failure};
 
-type Failure = Box<dyn std::error::Error>;
-
-impl Cli {
-    /// The deadline of every store call.
-    fn deadline(&self) -> Duration {
-        Duration::from_millis(self.store_deadline_ms)
+/// Runs the verb the command line names.
+async fn run(cli: &Cli) -> Result<Outcome, Failure> {
+    let now_unix_ms = SystemWallClock.unix_ms();
+    let json = cli.json;
+    if let Command::Restore { to, .. } = &cli.command {
+        // A bad destination touches nothing: refused before any store is opened.
+        leasehold::log::check_destination(to).map_err(|e| Failure::usage(e.to_string()))?;
     }
-
-    /// The lease store the flags name, behind the deadline.
-    async fn lease_store(&self) -> Result<SharedLeaseStore, Failure> {
-        #[cfg(feature = "postgres")]
-        if let Some(url) = &self.pg_url {
-            use leasehold::lease::postgres::PostgresLeaseStore;
-            let store = PostgresLeaseStore::connect(url, &self.pg_table).await?;
-            return Ok(Arc::new(Deadline::new(store, self.deadline())?));
-        }
-        let store = SqliteLeaseStore::open(&self.leases)?;
-        Ok(Arc::new(Deadline::new(store, self.deadline())?))
-    }
-
-    /// The durable store the flags name, behind the deadline.
-    fn durable_store(&self) -> Result<SharedDurableStore, Failure> {
-        #[cfg(feature = "s3")]
-        if let Some(bucket) = &self.s3_bucket {
-            let store = self.s3_store(bucket)?;
-            return Ok(Arc::new(Deadline::new(store, self.deadline())?));
-        }
-        let store = DirStore::open(&self.durable)?;
-        Ok(Arc::new(Deadline::new(store, self.deadline())?))
-    }
-
-    /// The S3 store of `bucket`: explicit with `--s3-endpoint` (keys from `AWS_ACCESS_KEY_ID`
-    /// and `AWS_SECRET_ACCESS_KEY` if set, else the credential chain), else from the usual AWS
-    /// variables.
-    #[cfg(feature = "s3")]
-    fn s3_store(&self, bucket: &str) -> Result<leasehold::durable::s3::S3Store, Failure> {
-        use leasehold::durable::s3::{S3Config, S3Store};
-        let Some(endpoint) = &self.s3_endpoint else {
-            return Ok(S3Store::from_env(bucket, &self.s3_prefix)?);
-        };
-        Ok(S3Store::new(S3Config {
-            endpoint: Some(endpoint.clone()),
-            region: self.s3_region.clone(),
-            bucket: bucket.to_owned(),
-            prefix: self.s3_prefix.clone(),
-            access_key_id: std::env::var("AWS_ACCESS_KEY_ID").ok(),
-            secret_access_key: std::env::var("AWS_SECRET_ACCESS_KEY").ok(),
-            allow_http: endpoint.starts_with("http://"),
-        })?)
-    }
-}
-
-async fn run(cli: Cli) -> Result<(), Failure> {
-    let leases = cli.lease_store().await?;
-    match &cli.command {
-        Command::Sweep => {
-            let durable = cli.durable_store()?;
-            eprintln!("listing the tenants of the durable store");
-            let report = sweep_store(durable.as_ref(), leases.as_ref(), |done, total| {
-                if done == total || done % 100 == 0 {
-                    eprintln!("swept {done}/{total} tenants");
-                }
-            })
-            .await?;
-            println!(
-                "{} tenants looked at, {} swept, {} objects deleted, {} foreign keys left alone",
-                report.tenants, report.swept_tenants, report.objects, report.foreign_keys
-            );
-        }
-        Command::Lease { key } => {
-            let key = LeaseKey::parse(key)?;
-            match leases.read(&key).await? {
-                Some(record) => println!("{record:#?}"),
-                None => println!("{key}: never acquired"),
+    let leases = stores::lease_store(cli).await?;
+    if let Command::Leases { from, limit } = &cli.command {
+        let print = |text: &str| {
+            if !json {
+                print!("{text}");
             }
+        };
+        return cmd::leases::run(leases.as_ref(), from.clone(), *limit, now_unix_ms, print).await;
+    }
+    let durable = stores::durable_store(cli).await?;
+    let (leases, durable) = (leases.as_ref(), durable.as_ref());
+    match &cli.command {
+        Command::Leases { .. } => unreachable!("handled above"),
+        Command::Inspect { tenant } => {
+            cmd::inspect::run(leases, durable, tenant, now_unix_ms).await
+        }
+        Command::Verify { tenant } => cmd::verify::run(leases, durable, tenant.as_ref()).await,
+        Command::Sweep {
+            tenant,
+            dry_run,
+            put_lifetime,
+        } => {
+            let args = cmd::sweep::SweepArgs {
+                tenant: tenant.clone(),
+                dry_run: *dry_run,
+                put_lifetime: *put_lifetime,
+            };
+            cmd::sweep::run(leases, durable, &args).await
+        }
+        Command::Forget {
+            tenant,
+            put_lifetime,
+            no_wait,
+        } => {
+            let waiting = |left: std::time::Duration| {
+                eprintln!(
+                    "waiting {} for puts sent before the forget to land (--put-lifetime), then sweeping again; --no-wait leaves that to the fleet",
+                    time::words(left)
+                );
+            };
+            cmd::forget::run(leases, durable, tenant, *put_lifetime, *no_wait, waiting).await
+        }
+        Command::Restore { tenant, to, at } => {
+            cmd::restore::run(leases, durable, tenant, to, *at).await
         }
     }
-    Ok(())
+}
+
+/// Logs of the library on stderr, `RUST_LOG` deciding (default: warnings).
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The `--json` document of a failure.
+fn failure_json(f: &Failure) -> serde_json::Value {
+    serde_json::json!({
+        "error": {
+            "code": f.code,
+            "exit": f.exit.status(),
+            "status": f.exit.name(),
+            "message": f.message,
+        }
+    })
+}
+
+/// Prints a failure (one JSON document on stdout with `--json`, always a line on stderr) and
+/// gives its exit status.
+fn fail(f: &Failure, json: bool) -> ExitCode {
+    if json {
+        println!("{}", failure_json(f));
+    }
+    eprintln!("leasehold: {}", f.message);
+    ExitCode::from(f.exit.status())
+}
+
+/// A command line clap refused: its own message, or one JSON document with `--json`.
+fn refused_line(e: clap::Error, json: bool) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if !json {
+        let _ = e.print();
+        return ExitCode::from(Exit::Usage.status());
+    }
+    let text = e.render().to_string();
+    let first = text.lines().next().unwrap_or("bad command line");
+    let message = first.trim_start_matches("error: ").to_owned();
+    fail(&Failure::usage(message), true)
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let raw: Vec<OsString> = std::env::args_os().collect();
+    let json = raw.iter().any(|a| a == "--json");
+    let cli = match Cli::try_parse_from(&raw) {
+        Ok(cli) => cli,
+        Err(e) => return refused_line(e, json),
+    };
+    init_logs();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leasehold: cannot start: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(&Failure::usage(format!("cannot start: {e}")), cli.json),
     };
-    match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("leasehold: {e}");
-            ExitCode::FAILURE
+    match runtime.block_on(run(&cli)) {
+        Ok(outcome) => {
+            if cli.json {
+                println!("{}", outcome.json);
+            } else {
+                print!("{}", outcome.human);
+            }
+            ExitCode::from(outcome.exit.status())
         }
+        Err(f) => fail(&f, cli.json),
     }
 }

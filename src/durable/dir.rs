@@ -48,8 +48,10 @@ pub const STAGED_KEY_BYTES: usize = 200;
 const LINK_ATTEMPTS: usize = 8;
 
 mod listing;
+mod open;
 
 use listing::{list_blocking, list_page_blocking};
+pub use open::DirOptions;
 
 /// Numbers the staging files of this process.
 static STAGED_COUNT: AtomicU64 = AtomicU64::new(0);
@@ -62,20 +64,6 @@ pub struct DirStore {
 }
 
 impl DirStore {
-    /// Opens the store at `root`, creating the directory and its staging directory if missing,
-    /// and removing staging files older than [`STALE_STAGING`].
-    pub fn open(root: &Path) -> Result<Self, StoreError> {
-        const OP: &str = "open";
-        fs::create_dir_all(root).map_err(|e| io_at(OP, root, &e))?;
-        let root = fs::canonicalize(root).map_err(|e| io_at(OP, root, &e))?;
-        let staging = root.join(STAGING_DIR);
-        if !ensure_dir(OP, &staging)? {
-            return Err(refused_at(OP, &staging, "vanished while it was made"));
-        }
-        remove_stale_staging(&staging, STALE_STAGING)?;
-        Ok(Self { root })
-    }
-
     /// The root directory, resolved.
     pub fn root(&self) -> &Path {
         &self.root
@@ -94,6 +82,12 @@ impl DurableStore for DirStore {
         check_key(key)?;
         let (root, key) = (self.root.clone(), key.to_owned());
         blocking("get", move || get_blocking(&root, &key)).await
+    }
+
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        check_key(key)?;
+        let (root, key) = (self.root.clone(), key.to_owned());
+        blocking("size", move || size_blocking(&root, &key)).await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
@@ -231,14 +225,15 @@ fn sync_dir_if_present(op: &'static str, dir: &Path) -> Result<bool, StoreError>
     }
 }
 
-/// Makes `dir` exist as a real directory (not a symlink), fsyncing its parent if it was
-/// created. False if its parent vanished meanwhile (a concurrent delete pruned it).
+/// Makes `dir` exist as a real directory (not a symlink; created 0700), fsyncing its parent if
+/// it was created. False if its parent vanished meanwhile (a concurrent delete pruned it).
 fn ensure_dir(op: &'static str, dir: &Path) -> Result<bool, StoreError> {
-    match fs::create_dir(dir) {
-        Ok(()) => match dir.parent() {
+    match crate::private::create_dir(dir) {
+        Ok(true) => match dir.parent() {
             Some(parent) => sync_dir_if_present(op, parent),
             None => Ok(true),
         },
+        Ok(false) => check_real_dir(op, dir),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => check_real_dir(op, dir),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
         Err(e) => Err(io_at(op, dir, &e)),
@@ -294,11 +289,8 @@ impl Staged {
         bytes: &[u8],
     ) -> Result<Self, StoreError> {
         let path = staging.join(staging_name(key));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| io_at(op, &path, &e))?;
+        // Private (0600): the object is this inode once linked under its key.
+        let mut file = crate::private::create_new_file(&path).map_err(|e| io_at(op, &path, &e))?;
         let staged = Staged { path };
         file.write_all(bytes)
             .and_then(|()| file.sync_all())
@@ -443,6 +435,21 @@ fn get_blocking(root: &Path, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
     file.read_to_end(&mut bytes)
         .map_err(|e| io_at(OP, &path, &e))?;
     Ok(Some(bytes))
+}
+
+/// The length of the file of `key`, without following a symlink.
+fn size_blocking(root: &Path, key: &str) -> Result<Option<u64>, StoreError> {
+    const OP: &str = "size";
+    if inspect(OP, root, key)? != Found::File {
+        return Ok(None);
+    }
+    let path = path_of(root, key);
+    match fs::symlink_metadata(&path) {
+        Ok(m) if m.is_file() => Ok(Some(m.len())),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_at(OP, &path, &e)),
+    }
 }
 
 fn delete_blocking(root: &Path, key: &str) -> Result<(), StoreError> {

@@ -96,6 +96,28 @@ impl PutsInFlight {
     }
 }
 
+impl PutsInFlight {
+    /// How many registered puts are of exactly `key`.
+    pub fn running_key(&self, key: &str) -> usize {
+        self.keys.borrow().values().filter(|k| *k == key).count()
+    }
+
+    /// Waits until no registered put is of exactly `key`, for at most `limit`: running out is
+    /// [`StoreError::Timeout`] (`settle_puts`).
+    pub async fn settle_key(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
+        super::check_key(key)?;
+        let mut watching = self.keys.subscribe();
+        let settled = watching.wait_for(|keys| !keys.values().any(|k| k == key));
+        match tokio::time::timeout(limit, settled).await {
+            Ok(_) => Ok(()),
+            Err(_elapsed) => Err(StoreError::Timeout {
+                op: "settle_puts",
+                after_ms: duration_ms(limit),
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +142,31 @@ mod tests {
         drop(theirs);
         assert_eq!(puts.settle("", limit).await, Ok(()));
         assert!(puts.settle("acme", limit).await.is_err(), "a bad prefix");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn settling_one_key_waits_for_that_key_only() {
+        let puts = PutsInFlight::new();
+        let segment = puts.enter("acme/t1/e00000001/log-000000000002.seg");
+        let image = puts.enter("acme/t1/e00000001/snap-000001.db");
+        let limit = Duration::from_secs(1);
+        assert_eq!(puts.running_key("acme/t1/e00000001/snap-000001.db"), 1);
+        assert!(
+            puts.settle_key("acme/t1/e00000001/snap-000001.db", limit)
+                .await
+                .is_err()
+        );
+        drop(image);
+        assert_eq!(
+            puts.settle_key("acme/t1/e00000001/snap-000001.db", limit)
+                .await,
+            Ok(()),
+            "the segment of the same tenure still runs and is not waited for"
+        );
+        assert!(
+            puts.settle_key("acme/t1/", limit).await.is_err(),
+            "not a key"
+        );
+        drop(segment);
     }
 }

@@ -4,6 +4,7 @@
 //! ```text
 //! put_if_absent   one PUT with If-None-Match: *        412 / 304 / 409 -> Put::AlreadyExists
 //! get             GET                                   404 -> None
+//! size            HEAD                                  404 -> None
 //! list_page       ListObjectsV2 with start-after        raw keys; what is no store key is skipped
 //! list            list_page until the end, sorted       keys below the store's own prefix
 //! delete          DELETE                                a missing key is not an error
@@ -23,7 +24,7 @@
 //! `put_if_absent` is a single conditional `PUT`: multipart uploads have no conditional create
 //! in `object_store`, and an object must appear whole or not at all. S3 caps a single `PUT` at
 //! 5 GiB ([`S3_MAX_PUT_BYTES`]); a larger image is refused before any request with
-//! [`StoreError::Backend`]. The bytes are also held in memory for the call, so the practical
+//! [`StoreError::TooLarge`] (a definite refusal: nothing was sent). The bytes are also held in memory for the call, so the practical
 //! bound is the replica's memory. Larger images would be split into numbered part objects, each
 //! created by its own `put_if_absent`, with the manifest listing the parts and their digests:
 //! the manifest stays the one object whose presence (and the head in the lease store) publishes
@@ -263,12 +264,11 @@ impl DurableStore for S3Store {
         check_key(key)?;
         let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
         if size > self.limits.max_object_bytes {
-            return Err(StoreError::Backend {
+            return Err(StoreError::TooLarge {
                 op: "put_if_absent",
-                message: format!(
-                    "{key} is {size} bytes; one conditional PUT takes at most {} bytes",
-                    self.limits.max_object_bytes
-                ),
+                key: key.to_string(),
+                bytes: size,
+                limit: self.limits.max_object_bytes,
             });
         }
         let path = self.path(key)?;
@@ -303,6 +303,19 @@ impl DurableStore for S3Store {
             match found.bytes().await {
                 Ok(bytes) => Ok(Some(bytes.to_vec())),
                 Err(e) => Err(s3_error("get", &self.limits, e)),
+            }
+        })
+        .await
+    }
+
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        check_key(key)?;
+        let path = self.path(key)?;
+        self.bounded("size", async {
+            match self.inner.head(&path).await {
+                Ok(meta) => Ok(Some(meta.size)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(s3_error("size", &self.limits, e)),
             }
         })
         .await

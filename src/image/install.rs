@@ -80,11 +80,8 @@ fn remove_sidecars(ledger_path: &Path) -> Result<(), ImageError> {
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), ImageError> {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|e| io_error("create", path, &e))?;
+    let mut file =
+        crate::private::create_new_file(path).map_err(|e| io_error("create", path, &e))?;
     file.write_all(bytes)
         .map_err(|e| io_error("write", path, &e))?;
     file.sync_all().map_err(|e| io_error("fsync", path, &e))

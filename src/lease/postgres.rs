@@ -16,7 +16,12 @@
 //!                 WHERE live(owner, epoch) AND epoch > floor AND image.epoch = epoch
 //! move_tip        UPDATE … SET tip = CASE tip = from THEN to ELSE tip
 //!                 WHERE live(owner, epoch) AND epoch > floor             RETURNING …
-//! mark_forgotten  UPDATE … SET floor = epoch, head = NULL, tip = NULL WHERE live(owner, epoch)
+//! move_tips       the same, for many keys: UPDATE … FROM unnest($keys, $owners, …) AS m
+//!                 (one statement per round of distinct keys: postgres/tips.rs)
+//! mark_forgotten  UPDATE … SET floor = epoch, head = NULL, tip = NULL,
+//!                 forgotten_at = clock_timestamp(), erasure_floor = epoch WHERE live(owner, epoch)
+//! erasures_due    SELECT key, erasure_floor … WHERE forgotten_at <= clock_timestamp() - settle
+//! erasure_done    UPDATE … SET erasure_floor = NULL WHERE key AND erasure_floor = floor
 //! ```
 //!
 //! **Late landings** (docs/guarantees.md). `statement_timeout` starts when the server *reads* a
@@ -58,15 +63,19 @@ use crate::durable::StoreError;
 use crate::error::Error;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
-use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
+use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, TipMove, TipOutcomes};
 
 mod errors;
+mod listing;
+mod migrate;
 mod pool;
 mod sql;
+mod tips;
+pub mod tls;
 
-use errors::{Login, login_error, not_held, pg_error, pool_error};
+use errors::{Login, not_held, pool_error};
 use pool::{Checkout, build_pool};
-use sql::{COLUMNS, Statements, attempt_param, get, record, to_i64, ttl_param};
+use sql::{Statements, attempt_param, get, record, to_i64, ttl_param};
 
 /// The table used when the operator names none.
 pub const DEFAULT_TABLE: &str = "leasehold_leases";
@@ -147,7 +156,8 @@ pub fn create_table_sql(table: &str) -> Result<String, Error> {
 }
 
 /// The statement that brings a lease table made by an older build up to date: it adds the
-/// `attempt` column and the log tip's `tip_epoch` and `tip_seq`
+/// `attempt` column, the log tip's `tip_epoch` and `tip_seq`, and the pending erasure's
+/// `forgotten_at` and `erasure_floor`
 /// (`ALTER TABLE … ADD COLUMN IF NOT EXISTS …`; running it twice is harmless).
 /// [`PostgresLeaseStore::connect`] runs it itself when its role owns the table; a replica role
 /// with only `SELECT, INSERT, UPDATE` needs an operator to run it first.
@@ -204,6 +214,23 @@ impl PostgresLeaseStore {
 
     /// [`PostgresLeaseStore::connect`] with explicit pool size and deadlines.
     pub async fn connect_with(url: &str, table: &str, opts: PgOptions) -> Result<Self, Error> {
+        Self::connect_as(url, table, opts, true).await
+    }
+
+    /// Connects to an **existing** lease table, as an operator command does: a table that is
+    /// absent is [`Error::StoreMissing`] and one made by an older build (without the columns
+    /// [`upgrade_table_sql`] adds) is [`Error::InvalidOption`] (`table`); neither is created nor
+    /// changed.
+    pub async fn connect_existing(url: &str, table: &str, opts: PgOptions) -> Result<Self, Error> {
+        Self::connect_as(url, table, opts, false).await
+    }
+
+    async fn connect_as(
+        url: &str,
+        table: &str,
+        opts: PgOptions,
+        create: bool,
+    ) -> Result<Self, Error> {
         check_table_name(table)?;
         opts.check()?;
         let (pool, login) = build_pool(url, &opts)?;
@@ -214,90 +241,19 @@ impl PostgresLeaseStore {
             opts,
             login,
         };
-        store.migrate().await?;
+        store.migrate(create).await?;
         Ok(store)
+    }
+
+    /// The URL's `sslmode`: whether the connections are encrypted, and what is checked of the
+    /// server's certificate (docs/operations.md, "TLS").
+    pub fn sslmode(&self) -> tls::SslMode {
+        self.login.sslmode
     }
 
     /// The table this store keeps its leases in.
     pub fn table(&self) -> &str {
         &self.table
-    }
-
-    /// Creates the table if it is absent and adds the `attempt` and tip columns to a table made
-    /// before they existed (under an advisory lock, so replicas starting together do not race on the
-    /// catalog), then checks its shape with a query that reads no row. A refused login is its own
-    /// error; a table that cannot serve is [`Error::InvalidOption`] (`table`).
-    async fn migrate(&self) -> Result<(), Error> {
-        let steps = async {
-            let client = self.pool.get().await;
-            let client = client.map_err(|e| login_error("migrate", e, &self.login))?;
-            let mut lease = Checkout::new(client);
-            self.create_or_upgrade(&mut lease)
-                .await
-                .map_err(|e| self.not_a_lease_table(e))?;
-            lease.keep();
-            Ok(())
-        };
-        match tokio::time::timeout(self.opts.op_timeout, steps).await {
-            Ok(done) => done,
-            Err(_) => Err(Error::Store(StoreError::Timeout {
-                op: "migrate",
-                after_ms: duration_ms(self.opts.op_timeout),
-            })),
-        }
-    }
-
-    async fn create_or_upgrade(&self, lease: &mut Checkout) -> Result<(), StoreError> {
-        let shape_check = format!(
-            "SELECT {COLUMNS}, l.attempt FROM \"{}\" AS l LIMIT 0",
-            self.table
-        );
-        let lock_name = format!("leasehold.migrate.{}", self.table);
-        let quoted = format!("\"{}\"", self.table);
-        let db = |e: tokio_postgres::Error| pg_error("migrate", &e);
-        let client = lease.client()?;
-        let tx = client.transaction().await.map_err(db)?;
-        let lock = "SELECT pg_advisory_xact_lock(hashtext($1))";
-        tx.execute(lock, &[&lock_name]).await.map_err(db)?;
-        let shape = "SELECT to_regclass($1) IS NOT NULL, (SELECT count(*) = 3 FROM pg_attribute \
-            WHERE attrelid = to_regclass($1) AND NOT attisdropped \
-              AND attname IN ('attempt', 'tip_epoch', 'tip_seq'))";
-        let row = tx.query_one(shape, &[&quoted]).await.map_err(db)?;
-        let exists: bool = row.try_get(0).map_err(db)?;
-        let up_to_date: bool = row.try_get(1).map_err(db)?;
-        if !exists {
-            tx.batch_execute(&self.sql.create).await.map_err(db)?;
-        } else if !up_to_date {
-            let added = tx.batch_execute(&self.sql.add_columns).await;
-            added.map_err(|e| match pg_error("migrate", &e) {
-                StoreError::Backend { op, message } => StoreError::Backend {
-                    op,
-                    message: format!(
-                        "it lacks the attempt or log tip columns and they cannot be added \
-                         ({message}); have its owner run: {}",
-                        self.sql.add_columns
-                    ),
-                },
-                other => other,
-            })?;
-        }
-        tx.commit().await.map_err(db)?;
-        client.query(&shape_check, &[]).await.map_err(db)?;
-        Ok(())
-    }
-
-    /// A statement the server refused while setting up the table means the table cannot serve.
-    fn not_a_lease_table(&self, e: StoreError) -> Error {
-        match e {
-            StoreError::Backend { message, .. } => Error::InvalidOption {
-                name: "table",
-                reason: format!(
-                    "{:?} cannot serve as the lease table: {message}",
-                    self.table
-                ),
-            },
-            other => Error::from(other),
-        }
     }
 
     /// Runs `fut` within [`PgOptions::op_timeout`]; running out is [`StoreError::Timeout`].
@@ -525,27 +481,15 @@ impl LeaseStore for PostgresLeaseStore {
         from: Option<LogPos>,
         to: LogPos,
     ) -> Result<LeaseRecord, LeaseError> {
-        check_tip_step(key, epoch, from, to)?;
-        let op = "move_tip";
-        let (to_epoch, to_seq) = (to_i64(op, to.epoch)?, to_i64(op, to.seq)?);
-        let from_epoch = from.map(|f| to_i64(op, f.epoch)).transpose()?;
-        let from_seq = from.map(|f| to_i64(op, f.seq)).transpose()?;
-        let extra: [&(dyn ToSql + Sync); 4] = [&to_epoch, &to_seq, &from_epoch, &from_seq];
-        let sql = &self.sql.move_tip;
-        let after = self
-            .compare_and_set(op, sql, (key, owner, epoch), &extra)
-            .await?;
-        // The statement moves the tip only from `from`; it is at `to` exactly when it moved now
-        // or a move of this tenure had landed before (a retry).
-        if after.tip == Some(to) {
-            return Ok(after);
-        }
-        Err(LeaseError::TipMoved {
-            key: key.to_string(),
-            tip: after.tip,
-            from,
-            to,
-        })
+        tips::move_tip(self, (key, owner, epoch), from, to).await
+    }
+
+    fn batches_tip_moves(&self) -> bool {
+        true
+    }
+
+    async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
+        tips::move_tips(self, moves).await
     }
 
     async fn mark_forgotten(
@@ -558,49 +502,47 @@ impl LeaseStore for PostgresLeaseStore {
         self.compare_and_set("mark_forgotten", sql, (key, owner, epoch), &[])
             .await
     }
+
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<crate::lease::PendingErasure>, LeaseError> {
+        let op = "erasures_due";
+        let (settle_ms, limit) = (ttl_param(settled_for), to_i64(op, limit as u64)?);
+        let rows = self
+            .rows(op, &self.sql.erasures_due, &[&settle_ms, &limit])
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let key = LeaseKey::parse(&get::<String>(op, row, 0)?).map_err(|e| {
+                    StoreError::Backend {
+                        op,
+                        message: format!("a key in the lease table does not parse: {e}"),
+                    }
+                })?;
+                let floor = u64::try_from(get::<i64>(op, row, 1)?).unwrap_or(0);
+                Ok(crate::lease::PendingErasure { key, floor })
+            })
+            .collect()
+    }
+
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        let floor = to_i64("erasure_done", floor)?;
+        let sql = &self.sql.erasure_done;
+        self.rows("erasure_done", sql, &[&key.as_str(), &floor])
+            .await?;
+        Ok(())
+    }
+
+    async fn list(
+        &self,
+        from: Option<&LeaseKey>,
+        limit: usize,
+    ) -> Result<crate::lease::LeasePage, LeaseError> {
+        listing::list(self, from, limit).await
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_names_are_plain_lowercase_identifiers() {
-        for good in ["leases", "_x", "a1_b2", &"a".repeat(63)] {
-            assert_eq!(check_table_name(good), Ok(()), "{good}");
-        }
-        for bad in [
-            "",
-            "1abc",
-            "Leases",
-            "a-b",
-            "a.b",
-            "a;drop",
-            "a\"b",
-            &"a".repeat(64),
-        ] {
-            assert!(
-                matches!(
-                    check_table_name(bad),
-                    Err(Error::InvalidOption { name: "table", .. })
-                ),
-                "{bad:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn options_that_cannot_work_are_refused() {
-        let zero_pool = PgOptions {
-            pool_size: 0,
-            ..PgOptions::default()
-        };
-        assert!(zero_pool.check().is_err());
-        let zero_deadline = PgOptions {
-            op_timeout: Duration::from_micros(10),
-            ..PgOptions::default()
-        };
-        assert!(zero_deadline.check().is_err());
-        assert_eq!(PgOptions::default().check(), Ok(()));
-    }
-}
+mod tests;

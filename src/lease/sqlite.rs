@@ -27,13 +27,15 @@
 //! ```text
 //! leases(key PRIMARY KEY, owner, epoch, expires_at_ms, boot_id, released, floor,
 //!        head_epoch, head_seq, head_sha256, attempt,
-//!        tip_epoch, tip_seq)                          -- PRAGMA user_version = 3
+//!        tip_epoch, tip_seq)                          -- PRAGMA user_version = 4
+//! erasures(key PRIMARY KEY, floor, forgotten_at_ms, boot_id)     -- pending erasures
 //! ```
 //!
 //! Schema 1 lacked `attempt` (the id of the acquire that started the tenure, so that a retry of
 //! that acquire recognises its own success), schema 2 the log tip (`tip_epoch`, `tip_seq`,
-//! docs/guarantees.md, "The log tip"); opening an older file adds the missing columns
-//! (`ALTER TABLE … ADD COLUMN`) and keeps its rows.
+//! docs/guarantees.md, "The log tip"), schema 3 the pending erasures (`sqlite/erasures.rs`);
+//! opening an older file adds what is missing (`ALTER TABLE … ADD COLUMN`, `CREATE TABLE`) and
+//! keeps its rows.
 
 use std::fmt;
 use std::path::Path;
@@ -42,15 +44,25 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::types::Type;
-use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::clock::{SharedClock, SystemClock, duration_ms};
 use crate::durable::StoreError;
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
-use crate::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
+use crate::lease::{
+    LeaseError, LeasePage, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step, page_limit,
+};
 
+mod erasures;
+mod listing;
+mod open;
+mod plumbing;
 mod rules;
+
+pub use open::LeaseFileOptions;
+
+use plumbing::{store_error, with_retries};
 
 use rules::{
     Decision, LeaseRow, StoreTime, Tenure, advance_tip, extend, forget, hand_back, move_head, take,
@@ -75,7 +87,7 @@ pub const MAX_ATTEMPTS: u32 = 3;
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// The schema version this build writes and reads (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS leases (
     key           TEXT PRIMARY KEY NOT NULL,
@@ -152,8 +164,10 @@ impl fmt::Debug for SqliteLeaseStore {
 }
 
 impl SqliteLeaseStore {
-    /// Opens (creating if needed) the lease file at `path`, judging expiry by the host's
-    /// `CLOCK_MONOTONIC` in the current boot. Blocks briefly while it opens the file.
+    /// Opens (creating if needed: the file 0600, its missing directories 0700) the lease file at
+    /// `path`, judging expiry by the host's `CLOCK_MONOTONIC` in the current boot; an existing
+    /// file that lets the group or others in is refused ([`LeaseFileOptions`]). Blocks briefly
+    /// while it opens the file.
     pub fn open(path: &Path) -> Result<Self, LeaseError> {
         Self::open_with(path, Arc::new(SystemClock), current_boot_id())
     }
@@ -161,7 +175,24 @@ impl SqliteLeaseStore {
     /// Opens the lease file at `path` with an injected clock and boot id (tests move the clock
     /// by hand and simulate reboots). Every store sharing a file must read the same clock.
     pub fn open_with(path: &Path, clock: SharedClock, boot_id: String) -> Result<Self, LeaseError> {
-        let conn = open_connection(path)?;
+        Self::open_with_options(path, clock, boot_id, LeaseFileOptions::default())
+    }
+
+    /// Opens the lease file at `path` as `options` say (whether to create it, whether to
+    /// accept one that lets the group or others in), with the host's `CLOCK_MONOTONIC` in the
+    /// current boot, as [`SqliteLeaseStore::open`] does.
+    pub fn open_existing(path: &Path, options: LeaseFileOptions) -> Result<Self, LeaseError> {
+        Self::open_with_options(path, Arc::new(SystemClock), current_boot_id(), options)
+    }
+
+    /// [`SqliteLeaseStore::open_with`] as `options` say.
+    pub fn open_with_options(
+        path: &Path,
+        clock: SharedClock,
+        boot_id: String,
+        options: LeaseFileOptions,
+    ) -> Result<Self, LeaseError> {
+        let conn = open::open_connection(path, options)?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
             clock,
@@ -383,6 +414,7 @@ impl LeaseStore for SqliteLeaseStore {
         .await
     }
 
+    /// Raises the floor and records the pending erasure in one transaction.
     async fn mark_forgotten(
         &self,
         key: &LeaseKey,
@@ -390,108 +422,61 @@ impl LeaseStore for SqliteLeaseStore {
         epoch: u64,
     ) -> Result<LeaseRecord, LeaseError> {
         let tenure = Tenure::new(owner, epoch);
-        self.transition("mark_forgotten", key, tenure, forget).await
+        let key = key.as_str().to_owned();
+        self.write("mark_forgotten", move |conn, at| {
+            let row = load(conn, &key)?;
+            match forget(row.as_ref(), &tenure, at) {
+                Ok(next) => {
+                    save(conn, &key, &next)?;
+                    erasures::record(conn, &key, next.floor, at)?;
+                    Ok(Ok(next.record(&key)))
+                }
+                Err(refusal) => Ok(Err(refusal.into_error(&key, &tenure))),
+            }
+        })
+        .await
+    }
+
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<crate::lease::PendingErasure>, LeaseError> {
+        let settled_ms = duration_ms(settled_for);
+        self.write("erasures_due", move |conn, at| {
+            Ok(Ok(erasures::due(conn, at, settled_ms, limit)?))
+        })
+        .await
+    }
+
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        let key = key.as_str().to_owned();
+        self.write("erasure_done", move |conn, _at| {
+            Ok(Ok(erasures::done(conn, &key, floor)?))
+        })
+        .await
+    }
+
+    /// One statement (a snapshot), judged by the store's clock read beside it.
+    async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError> {
+        let from = from.map(|k| k.as_str().to_owned());
+        let (clock, boot_id) = (Arc::clone(&self.clock), Arc::clone(&self.boot_id));
+        self.blocking("list", move |conn| {
+            let page = with_retries(|| {
+                let at = StoreTime {
+                    now_ms: clock.now_ms(),
+                    boot_id: Arc::clone(&boot_id),
+                };
+                listing::page(conn, from.as_deref(), page_limit(limit), &at)
+            });
+            page.map_err(|e| store_error("list", &e))?
+        })
+        .await
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // SQLite plumbing
-
-/// Opens the file, switches it to WAL with full syncs, and creates the schema if absent.
-fn open_connection(path: &Path) -> Result<Connection, StoreError> {
-    let fail = |e: rusqlite::Error| store_error("open", &e);
-    let mut conn = Connection::open(path).map_err(fail)?;
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
-    let mode: String = with_retries(|| {
-        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-    })
-    .map_err(fail)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Backend {
-            op: "open",
-            message: format!(
-                "{}: journal_mode is {mode:?}, WAL is required",
-                path.display()
-            ),
-        });
-    }
-    conn.pragma_update(None, "synchronous", "FULL")
-        .map_err(fail)?;
-    with_retries(|| create_schema(&mut conn)).map_err(fail)??;
-    Ok(conn)
-}
-
-/// Creates the table in one immediate transaction; refuses a file of a newer schema.
-fn create_schema(conn: &mut Connection) -> rusqlite::Result<Result<(), StoreError>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
-    if version > SCHEMA_VERSION {
-        return Ok(Err(StoreError::Backend {
-            op: "open",
-            message: format!(
-                "the lease file has schema {version}; this build knows {SCHEMA_VERSION}"
-            ),
-        }));
-    }
-    if version <= 0 {
-        tx.execute_batch(SCHEMA)?;
-    }
-    if version == 1 {
-        tx.execute_batch(MIGRATE_1_TO_2)?;
-    }
-    if (1..=2).contains(&version) {
-        tx.execute_batch(MIGRATE_2_TO_3)?;
-    }
-    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-    tx.commit()?;
-    Ok(Ok(()))
-}
-
-/// Runs `attempt` until it succeeds, fails with something other than busy/locked, or
-/// [`MAX_ATTEMPTS`] are used up.
-fn with_retries<T>(mut attempt: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
-    let mut tries = 1;
-    loop {
-        match attempt() {
-            Err(e) if is_busy(&e) && tries < MAX_ATTEMPTS => {
-                std::thread::sleep(RETRY_PAUSE * tries);
-                tries += 1;
-            }
-            other => return other,
-        }
-    }
-}
-
-fn is_busy(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-    )
-}
-
-/// Maps a SQLite error to the store error a caller can act on.
-fn store_error(op: &'static str, e: &rusqlite::Error) -> StoreError {
-    match e.sqlite_error_code() {
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Unavailable {
-            op,
-            message: format!("the lease file stayed locked after {MAX_ATTEMPTS} attempts: {e}"),
-        },
-        Some(
-            ErrorCode::CannotOpen
-            | ErrorCode::SystemIoFailure
-            | ErrorCode::DiskFull
-            | ErrorCode::PermissionDenied
-            | ErrorCode::ReadOnly,
-        ) => StoreError::Io {
-            op,
-            message: e.to_string(),
-        },
-        _ => StoreError::Backend {
-            op,
-            message: e.to_string(),
-        },
-    }
-}
 
 fn load(conn: &Connection, key: &str) -> rusqlite::Result<Option<LeaseRow>> {
     conn.prepare_cached(SELECT_ROW)?
@@ -587,77 +572,4 @@ fn renew_one(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::rules::{LAST_MS, ends_at};
-    use super::*;
-
-    #[test]
-    fn expiries_saturate_at_what_sqlite_can_store() {
-        let at = StoreTime {
-            now_ms: 5,
-            boot_id: "boot-1".into(),
-        };
-        assert_eq!(ends_at(u64::MAX, &at), LAST_MS);
-        assert!(
-            sql_int(u64::MAX).is_err(),
-            "an out-of-range value is refused, never wrapped"
-        );
-    }
-
-    fn sqlite_failure(code: std::ffi::c_int) -> rusqlite::Error {
-        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
-    }
-
-    #[test]
-    fn busy_and_locked_become_unavailable_and_file_errors_become_io() {
-        use rusqlite::ffi::{SQLITE_BUSY, SQLITE_CORRUPT, SQLITE_IOERR, SQLITE_LOCKED};
-        let unavailable = |e| matches!(e, StoreError::Unavailable { op: "acquire", .. });
-        assert!(unavailable(store_error(
-            "acquire",
-            &sqlite_failure(SQLITE_BUSY)
-        )));
-        assert!(unavailable(store_error(
-            "acquire",
-            &sqlite_failure(SQLITE_LOCKED)
-        )));
-        let io = store_error("renew", &sqlite_failure(SQLITE_IOERR));
-        assert!(matches!(io, StoreError::Io { op: "renew", .. }));
-        let corrupt = store_error("read", &sqlite_failure(SQLITE_CORRUPT));
-        assert!(matches!(corrupt, StoreError::Backend { op: "read", .. }));
-    }
-
-    #[test]
-    fn retries_stop_after_max_attempts() {
-        let mut calls = 0;
-        let busy = with_retries(|| -> rusqlite::Result<()> {
-            calls += 1;
-            Err(sqlite_failure(rusqlite::ffi::SQLITE_BUSY))
-        });
-        assert!(busy.is_err());
-        assert_eq!(calls, MAX_ATTEMPTS);
-    }
-
-    #[test]
-    fn p4_a_commit_of_the_lease_file_is_synced_before_it_returns() {
-        // WAL with synchronous=NORMAL may lose the last commits on power loss; a tip move must
-        // be as durable as the directory store's fsynced put (docs/guarantees.md, "The log tip").
-        let dir = tempfile::tempdir().unwrap();
-        let conn = open_connection(&dir.path().join("leases.db")).unwrap();
-        let mode: String = conn
-            .pragma_query_value(None, "journal_mode", |r| r.get(0))
-            .unwrap();
-        let sync: i64 = conn
-            .pragma_query_value(None, "synchronous", |r| r.get(0))
-            .unwrap();
-        assert_eq!(
-            (mode.as_str(), sync),
-            ("wal", 2),
-            "WAL with synchronous=FULL"
-        );
-    }
-
-    #[test]
-    fn the_boot_id_is_never_empty() {
-        assert!(!current_boot_id().is_empty());
-    }
-}
+mod tests;

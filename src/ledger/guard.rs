@@ -7,7 +7,14 @@
 //! - `ATTACH` and `DETACH`: a bracket reaches its own ledger only;
 //! - every pragma that is not on the read-only lists below, and a read-only one given a value;
 //! - `UPDATE`, `DELETE`, `DROP` and `ALTER` of the append-only `events` table, and any write
-//!   to `sqlite_sequence` (which would make `seq` values come back).
+//!   to `sqlite_sequence` (which would make `seq` values come back);
+//! - any use of the runtime's own tables, named `_leasehold_…` (the stored replies of
+//!   idempotent messages, `_leasehold_replies`): reading, writing, dropping or altering them,
+//!   an index or trigger on them, or a table, view or index of that name — a host that could
+//!   write a stored reply could forge the answer to a retried command.
+//!
+//! A **read-only** guard ([`HostGuard::read_only`], the read connection of a query) refuses,
+//! besides, everything that is not a read: every write, every `CREATE`, `DROP` and `ALTER`.
 //!
 //! `VACUUM` never reaches the authorizer, so [`refuse_unguarded`] refuses it by its keyword.
 //! The runtime's own statements run with the guard down.
@@ -64,16 +71,29 @@ const READ_PRAGMAS: &[&str] = &[
 /// The table whose rows are never changed or removed by host code.
 const EVENTS: &str = "events";
 
+/// The prefix of the runtime's own tables (`_leasehold_replies`): host code never touches them.
+pub(crate) const RUNTIME_PREFIX: &str = "_leasehold_";
+
 /// Whether host code is running, and why the authorizer refused its last statement.
 #[derive(Debug, Default)]
 pub(crate) struct HostGuard {
     /// True while host code runs.
     active: AtomicBool,
+    /// A query's guard: only reads pass.
+    read_only: bool,
     /// What the authorizer refused last, for the error message.
     refusal: Mutex<Option<String>>,
 }
 
 impl HostGuard {
+    /// The guard of a query's read connection: everything but a read is refused.
+    pub(super) fn read_only() -> Self {
+        Self {
+            read_only: true,
+            ..Self::default()
+        }
+    }
+
     /// Raises the guard before host code runs.
     pub(super) fn enter(&self) {
         self.remember(None);
@@ -90,7 +110,11 @@ impl HostGuard {
         if !self.active.load(Ordering::SeqCst) {
             return Authorization::Allow;
         }
-        match refusal_of(action) {
+        let refused = match self.read_only {
+            true => read_refusal(action),
+            false => refusal_of(action),
+        };
+        match refused {
             None => Authorization::Allow,
             Some(why) => {
                 self.remember(Some(why));
@@ -120,6 +144,9 @@ impl HostGuard {
 pub(super) fn refusal_of(action: &AuthAction<'_>) -> Option<String> {
     const CONTROL: &str =
         "transaction control belongs to the runtime; host code runs inside its bracket";
+    if let Some(why) = runtime_table_refusal(action) {
+        return Some(why);
+    }
     match *action {
         AuthAction::Transaction { operation } => {
             Some(format!("{}: {CONTROL}", transaction_word(operation)))
@@ -150,6 +177,91 @@ pub(super) fn refusal_of(action: &AuthAction<'_>) -> Option<String> {
         AuthAction::AlterTable { table_name, .. } => events_refusal("ALTER TABLE", table_name),
         _ => None,
     }
+}
+
+/// Why a query (a read-only bracket) may not perform `action`: anything [`refusal_of`] refuses,
+/// and anything that is not a read.
+pub(super) fn read_refusal(action: &AuthAction<'_>) -> Option<String> {
+    if let Some(why) = refusal_of(action) {
+        return Some(why);
+    }
+    match action {
+        AuthAction::Select
+        | AuthAction::Read { .. }
+        | AuthAction::Function { .. }
+        | AuthAction::Recursive
+        | AuthAction::Pragma { .. } => None,
+        other => Some(format!(
+            "{other:?}: a query only reads; writes belong to commands (TenantMessage)"
+        )),
+    }
+}
+
+/// Whether `name` is one of the runtime's own tables (or an index, view or trigger named so).
+fn is_runtime(name: &str) -> bool {
+    name.len() >= RUNTIME_PREFIX.len()
+        && name[..RUNTIME_PREFIX.len()].eq_ignore_ascii_case(RUNTIME_PREFIX)
+}
+
+/// Why `action` would touch one of the runtime's own tables, if it would.
+fn runtime_table_refusal(action: &AuthAction<'_>) -> Option<String> {
+    let names: &[&str] = match *action {
+        AuthAction::Read { table_name, .. }
+        | AuthAction::Insert { table_name }
+        | AuthAction::Update { table_name, .. }
+        | AuthAction::Delete { table_name }
+        | AuthAction::DropTable { table_name }
+        | AuthAction::DropTempTable { table_name }
+        | AuthAction::AlterTable { table_name, .. }
+        | AuthAction::CreateTable { table_name }
+        | AuthAction::CreateTempTable { table_name }
+        | AuthAction::Analyze { table_name }
+        | AuthAction::CreateVtable { table_name, .. }
+        | AuthAction::DropVtable { table_name, .. } => &[table_name],
+        AuthAction::CreateIndex {
+            index_name,
+            table_name,
+        }
+        | AuthAction::CreateTempIndex {
+            index_name,
+            table_name,
+        }
+        | AuthAction::DropIndex {
+            index_name,
+            table_name,
+        }
+        | AuthAction::DropTempIndex {
+            index_name,
+            table_name,
+        } => &[index_name, table_name],
+        AuthAction::CreateTrigger {
+            trigger_name,
+            table_name,
+        }
+        | AuthAction::CreateTempTrigger {
+            trigger_name,
+            table_name,
+        }
+        | AuthAction::DropTrigger {
+            trigger_name,
+            table_name,
+        }
+        | AuthAction::DropTempTrigger {
+            trigger_name,
+            table_name,
+        } => &[trigger_name, table_name],
+        AuthAction::CreateView { view_name }
+        | AuthAction::CreateTempView { view_name }
+        | AuthAction::DropView { view_name }
+        | AuthAction::DropTempView { view_name } => &[view_name],
+        AuthAction::Reindex { index_name } => &[index_name],
+        _ => &[],
+    };
+    names.iter().find(|n| is_runtime(n)).map(|name| {
+        format!(
+            "{name}: the runtime's own table (stored replies of idempotent messages); host code cannot read or change it"
+        )
+    })
 }
 
 fn transaction_word(op: TransactionOperation) -> &'static str {
@@ -300,6 +412,82 @@ mod tests {
         assert_eq!(refusal_of(&other), None);
         assert!(refusal_of(&del).is_some());
         assert!(refusal_of(&seq).is_some());
+    }
+
+    #[test]
+    fn the_runtimes_own_tables_are_out_of_host_codes_reach() {
+        let touch = [
+            AuthAction::Read {
+                table_name: "_leasehold_replies",
+                column_name: "reply",
+            },
+            AuthAction::Insert {
+                table_name: "_LEASEHOLD_replies",
+            },
+            AuthAction::Update {
+                table_name: "_leasehold_replies",
+                column_name: "reply",
+            },
+            AuthAction::Delete {
+                table_name: "_leasehold_replies",
+            },
+            AuthAction::DropTable {
+                table_name: "_leasehold_replies",
+            },
+            AuthAction::CreateTrigger {
+                trigger_name: "t",
+                table_name: "_leasehold_replies",
+            },
+            AuthAction::DropIndex {
+                index_name: "_leasehold_replies_at",
+                table_name: "_leasehold_replies",
+            },
+            AuthAction::CreateTable {
+                table_name: "_leasehold_mine",
+            },
+        ];
+        for action in &touch {
+            assert!(refusal_of(action).is_some(), "{action:?}");
+            assert!(read_refusal(action).is_some(), "{action:?}");
+        }
+        let own = AuthAction::Read {
+            table_name: "accounts",
+            column_name: "cents",
+        };
+        assert_eq!(refusal_of(&own), None);
+        assert_eq!(read_refusal(&own), None);
+    }
+
+    #[test]
+    fn a_query_only_reads() {
+        let writes = [
+            AuthAction::Insert {
+                table_name: "accounts",
+            },
+            AuthAction::Update {
+                table_name: "accounts",
+                column_name: "cents",
+            },
+            AuthAction::Delete {
+                table_name: "accounts",
+            },
+            AuthAction::CreateTable {
+                table_name: "report",
+            },
+            AuthAction::CreateTempTable {
+                table_name: "scratch",
+            },
+        ];
+        for action in &writes {
+            assert_eq!(refusal_of(action), None, "a command may: {action:?}");
+            assert!(
+                read_refusal(action).is_some(),
+                "a query may not: {action:?}"
+            );
+        }
+        assert_eq!(read_refusal(&AuthAction::Select), None);
+        assert_eq!(read_refusal(&pragma("user_version", None)), None);
+        assert!(read_refusal(&pragma("user_version", Some("3"))).is_some());
     }
 
     #[test]

@@ -66,12 +66,11 @@ pub fn apply(path: &Path, sums: &mut PageSums, seg: &Segment) -> Result<(), LogE
 }
 
 fn write_pages(path: &Path, seg: &Segment) -> Result<(), LogError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| LogError::io("open", path, &e))?;
+    let file =
+        crate::private::file_options(OpenOptions::new().write(true).create(true).truncate(false))
+            .open(path)
+            .map_err(|e| LogError::io("open", path, &e))?;
+    crate::private::make_private(&file).map_err(|e| LogError::io("chmod", path, &e))?;
     let size = u64::from(seg.header.page_size);
     for page in &seg.pages {
         let at = u64::from(page.pgno - 1) * size;

@@ -84,6 +84,11 @@ impl WalCursor {
         &self.page_one
     }
 
+    /// How many pages the next changes carry from before the capture began.
+    pub fn carried_pages(&self) -> u64 {
+        self.carry.as_ref().map_or(0, |c| c.pages.len() as u64)
+    }
+
     /// Ships `changes` (made before the capture began) with the next changes taken.
     pub fn carry(&mut self, changes: Changes) {
         self.carry = Some(changes);

@@ -16,6 +16,16 @@
 //! their headers and dropped; those between the image and the target are held until applied
 //! (bounded by compaction, like [`super::restore`]).
 //!
+//! **Across changes of durability mode.** An image of a tenure without a log (`beyond_log`)
+//! holds writes no segment carries; a later log continues from it (its first segment was cut
+//! from that image's state). So the image a walk starts from must hold the state the oldest
+//! segment it keeps was cut from (its sum, `sum_before`): at the target itself, an image of
+//! the log's state (never `beyond_log`); below a kept segment, any image at that position
+//! whose pages sum to what the segment was cut from — an image beyond the log, right after a
+//! change of mode. A walk never steps from a segment to one whose state it was not cut from: a
+//! later log whose image beyond the log is gone is refused (`OutsideRetention`), never served
+//! from the wrong state (docs/guarantees.md, point-in-time restore).
+//!
 //! Bad input touches nothing: the destination is checked before any store call, the file is
 //! built beside it under a temporary name and linked into place only when complete. The file
 //! is the database alone: no `-wal` beside it.
@@ -24,7 +34,7 @@ use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::{LogError, Segment, apply};
+use super::{LogError, PageSums, Segment, apply};
 use crate::durable::DurableStore;
 use crate::ids::LeaseKey;
 use crate::image::install::{sync_dir, with_suffix};
@@ -93,7 +103,10 @@ pub async fn restore_to(
 /// or whose directory does not exist ([`LogError::Destination`]); a target newer than the tip,
 /// off the chain, older than the oldest retained segment or with no image at or before it
 /// ([`LogError::OutsideRetention`]). A segment that fails its checks is [`LogError::Corrupt`] or
-/// [`LogError::OutOfChain`], and the partial file is removed.
+/// [`LogError::OutOfChain`], and the partial file is removed. Runs in a span `restore_to` with
+/// the tenant's `key`, the tip's `epoch` and the `target`.
+#[tracing::instrument(name = "restore_to", skip_all, fields(key = %key,
+    epoch = tip.map(|t| t.epoch), target = %target))]
 pub async fn restore_to_from(
     store: &dyn DurableStore,
     key: &LeaseKey,
@@ -119,7 +132,10 @@ pub async fn restore_to_from(
     let plan = walk(store, key, tip, floor, target, &images).await?;
     let built = tokio::task::spawn_blocking({
         let (dest, tmp) = (dest.to_path_buf(), tmp.clone());
-        move || build(&plan, &tmp, &dest).map(|file| (plan, file))
+        move || {
+            let image = plan.image.as_ref().map(|(_, bytes)| bytes.as_slice());
+            build(image, &plan.segments, &tmp, &dest).map(|file| (plan, file))
+        }
     })
     .await
     .map_err(|e| LogError::Io(format!("the restore's blocking task failed: {e}")))?;
@@ -131,6 +147,78 @@ pub async fn restore_to_from(
         position: plan.position,
         image: plan.image.as_ref().map(|(m, _)| m.image_ref()),
         segments: plan.segments.len(),
+        size: file.size,
+        sha256: file.sha256,
+    })
+}
+
+/// Checks a restore's destination as [`restore_to`] does before it asks any store: refused
+/// ([`LogError::Destination`]) when it exists, has a `-wal` or `-journal` beside it, or its
+/// directory does not exist. Nothing is touched.
+pub fn check_destination(dest: &Path) -> Result<(), LogError> {
+    check_dest(dest).map(|_| ())
+}
+
+/// What [`restore_latest`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatestReport {
+    /// The log position the file holds: the tip, or the image's own without a tip; `None` for
+    /// a tenant without a log.
+    pub position: Option<LogPos>,
+    /// The image it started from (the head, or a base when the head failed its checks).
+    pub image: Option<ImageRef>,
+    /// How many segments were applied on top of the image.
+    pub segments: usize,
+    /// The file's size in bytes.
+    pub size: u64,
+    /// SHA-256 of the file, 64 lowercase hex characters.
+    pub sha256: String,
+}
+
+/// Restores the newest state of `key` — what an open would restore: its head image and the log
+/// up to the tip ([`super::fetch_log`]), every piece checked — into a new plain SQLite file at
+/// `dest`, with the refusals of [`restore_to_from`]: the destination is checked before any store
+/// call, the file is built beside it and linked into place only when complete. A tenant with
+/// no record, or with neither an image nor a log, is [`LogError::OutsideRetention`] (nothing to
+/// restore), and nothing is written.
+pub async fn restore_latest(
+    store: &dyn DurableStore,
+    leases: &dyn crate::LeaseStore,
+    key: &LeaseKey,
+    dest: &Path,
+) -> Result<LatestReport, LogError> {
+    let tmp = check_dest(dest)?;
+    let record = leases.read(key).await?;
+    let Some(record) = record.filter(|r| r.head.is_some() || r.tip.is_some()) else {
+        return Err(LogError::OutsideRetention {
+            target: "the latest state".into(),
+            reason: format!("{key} has no image and no log"),
+        });
+    };
+    let head = record.head.as_ref();
+    let fetched = super::fetch_log(store, key, head, record.tip, record.floor).await?;
+    let image = fetched.image.as_ref().map(|(m, _)| m.image_ref());
+    let position = fetched
+        .tip
+        .or_else(|| fetched.image.as_ref().and_then(|(m, _)| m.log));
+    let segments = fetched.segments.len();
+    let built = tokio::task::spawn_blocking({
+        let (dest, tmp) = (dest.to_path_buf(), tmp.clone());
+        move || {
+            let image = fetched.image.as_ref().map(|(_, bytes)| bytes.as_slice());
+            build(image, &fetched.segments, &tmp, &dest)
+        }
+    })
+    .await
+    .map_err(|e| LogError::Io(format!("the restore's blocking task failed: {e}")))?;
+    if built.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    let file = built?;
+    Ok(LatestReport {
+        position,
+        image,
+        segments,
         size: file.size,
         sha256: file.sha256,
     })
@@ -220,20 +308,41 @@ fn manifest_of(key: &LeaseKey, object: &str) -> Option<(u64, u64)> {
     Some((epoch, digits.parse().ok()?))
 }
 
-/// The newest image among `images` whose `log` is `at` that fetches and verifies.
+/// The state a restore needs an image at a position to hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holds {
+    /// The log's state at the position (the target itself): an image not beyond its log.
+    Log,
+    /// The state whose sum is this: the one the segment after the position was cut from. After a
+    /// change of durability mode that is an image beyond its log (a tenure without a log wrote
+    /// it, and the next log continued from it), otherwise the log's state.
+    Sum(u64),
+}
+
+/// The newest image among `images` whose `log` is `at`, that fetches, verifies and holds what
+/// `holds` asks for.
 async fn image_at(
     store: &dyn DurableStore,
     key: &LeaseKey,
     images: &[Manifest],
     at: Option<LogPos>,
+    holds: Holds,
 ) -> Result<Option<(Manifest, Vec<u8>)>, LogError> {
-    for m in images.iter().filter(|m| m.log == at && !m.beyond_log) {
+    let fits = |m: &&Manifest| m.log == at && (holds != Holds::Log || !m.beyond_log);
+    for m in images.iter().filter(fits) {
         let ikey = image_key(key, m.epoch, m.seq);
-        if let Some(bytes) = store.get_sized(&ikey, m.size).await?
-            && verify(m, &bytes).is_ok()
-        {
-            return Ok(Some((m.clone(), bytes)));
+        let Some(bytes) = store.get_sized(&ikey, m.size).await? else {
+            continue;
+        };
+        if verify(m, &bytes).is_err() {
+            continue;
         }
+        if let Holds::Sum(sum) = holds
+            && PageSums::of_bytes(&bytes).map(|s| s.total()) != Ok(sum)
+        {
+            continue;
+        }
+        return Ok(Some((m.clone(), bytes)));
     }
     Ok(None)
 }
@@ -252,8 +361,14 @@ async fn walk(
         reason,
     };
     let mut found: Option<LogPos> = None;
-    let mut kept = Vec::new();
+    let mut kept: Vec<Segment> = Vec::new();
     let mut pos = tip;
+    // What an image at `pos` must hold: the target's own state, or the state the oldest kept
+    // segment was cut from.
+    let holds = |kept: &[Segment]| {
+        kept.last()
+            .map_or(Holds::Log, |s| Holds::Sum(s.header.sum_before))
+    };
     let image = loop {
         if found.is_none()
             && let Target::Position(p) = target
@@ -267,7 +382,7 @@ async fn walk(
             }
         }
         if found.is_some()
-            && let Some(image) = image_at(store, key, images, Some(pos)).await?
+            && let Some(image) = image_at(store, key, images, Some(pos), holds(&kept)).await?
         {
             break Some(image);
         }
@@ -286,12 +401,21 @@ async fn walk(
             && seg.header.created_at_ms <= unix_ms
         {
             found = Some(pos);
-            if let Some(image) = image_at(store, key, images, Some(pos)).await? {
+            if let Some(image) = image_at(store, key, images, Some(pos), Holds::Log).await? {
                 break Some(image);
             }
         }
         let prev = seg.header.prev;
         if found.is_some() {
+            if let Holds::Sum(sum) = holds(&kept)
+                && seg.header.sum_after != sum
+            {
+                // A change of durability mode: the later log continued from an image a tenure
+                // without a log took here, not from this segment's state.
+                return Err(outside(format!(
+                    "the segment after {pos} continues from an image beyond the log at {pos} that is not retained (or fails its checks)"
+                )));
+            }
             kept.push(seg);
         }
         match prev {
@@ -302,7 +426,16 @@ async fn walk(
                 )));
             }
             // The start of the log: an image taken without a log, or an empty database.
-            None => break image_at(store, key, images, None).await?,
+            None => match image_at(store, key, images, None, holds(&kept)).await? {
+                Some(image) => break Some(image),
+                None if holds(&kept) == Holds::Sum(PageSums::empty().total()) => break None,
+                None => {
+                    return Err(outside(
+                        "the log's first segment continues from an image that is not retained (or fails its checks)"
+                            .to_string(),
+                    ));
+                }
+            },
         }
     };
     let position = found.ok_or_else(|| outside("the target was not found".to_string()))?;
@@ -314,20 +447,23 @@ async fn walk(
     })
 }
 
-/// Writes the plan's image into `tmp`, applies its segments, fsyncs, and links it to `dest`.
-fn build(plan: &Plan, tmp: &Path, dest: &Path) -> Result<crate::image::ImageFile, LogError> {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(tmp)
-        .map_err(|e| LogError::io("create", tmp, &e))?;
-    if let Some((_, bytes)) = &plan.image {
+/// Writes `image` (none: an empty database) into `tmp` (0600), applies `segments`, fsyncs, and
+/// links it to `dest`.
+fn build(
+    image: Option<&[u8]>,
+    segments: &[Segment],
+    tmp: &Path,
+    dest: &Path,
+) -> Result<crate::image::ImageFile, LogError> {
+    let mut file =
+        crate::private::create_new_file(tmp).map_err(|e| LogError::io("create", tmp, &e))?;
+    if let Some(bytes) = image {
         file.write_all(bytes)
             .map_err(|e| LogError::io("write", tmp, &e))?;
     }
     drop(file);
     let mut sums = super::restore::sums_of(tmp)?;
-    for seg in &plan.segments {
+    for seg in segments {
         apply(tmp, &mut sums, seg)?;
     }
     let sealed = seal(tmp)?;

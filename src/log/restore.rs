@@ -19,10 +19,15 @@
 //!
 //! **Memory:** the fetched segments are held until they are applied. Compaction bounds how many
 //! lie between the head image and the tip (docs/guarantees.md, the storage bound).
+//!
+//! **Sizes:** every segment's get has a deadline grown with its size, asked of the store first
+//! (a segment's size is in no manifest), and a restore fetches at most [`FETCH_BYTES`] at once
+//! (or one larger segment alone), so segments sharing one slow link still arrive in time.
 
 use std::path::Path;
 
 use super::{LogError, PageSums, Segment, apply, finish};
+use crate::deadline::MIN_PUT_BYTES_PER_SEC;
 use crate::durable::DurableStore;
 use crate::ids::LeaseKey;
 use crate::image::{Manifest, fetch_restorable, install_empty, install_image};
@@ -105,13 +110,27 @@ fn step_to(pos: LogPos, floor: u64) -> Result<Option<LogPos>, String> {
     Ok(Some(pos))
 }
 
-/// How many segments a restore fetches at once.
-pub const FETCH_WINDOW: u64 = 16;
+/// The most bytes of segments a restore fetches at once: what the slowest link a deadline allows
+/// for ([`MIN_PUT_BYTES_PER_SEC`], 8 MiB/s) moves in one second. One segment larger than this is
+/// fetched alone.
+pub const FETCH_BYTES: u64 = MIN_PUT_BYTES_PER_SEC;
+
+/// The most positions whose size a restore asks at once (a size carries no payload; the bound
+/// keeps the requests of one restore few).
+pub const FETCH_SIZES: u64 = 64;
 
 /// Segments fetched ahead of the walk: the positions just below the one asked for, in the same
-/// epoch, fetched together. The walk still takes only what `prev` names, so a segment fetched
-/// ahead is used only if it is on the chain; none lies above the position asked for, nor in
-/// another epoch.
+/// epoch, fetched together in one *wave*. The walk still takes only what `prev` names, so a
+/// segment fetched ahead is used only if it is on the chain; none lies above the position asked
+/// for, nor in another epoch.
+///
+/// A wave is sized by bytes, not by count: the sizes of up to [`FETCH_SIZES`] positions are
+/// asked first ([`DurableStore::size`]), then the segments are fetched together while their
+/// bytes stay within [`FETCH_BYTES`] (at least the one asked for), each with a deadline grown by
+/// the bytes of the **whole wave** ([`DurableStore::get_sized`]): the wave's gets share one
+/// link, and on a link of at least 8 MiB/s the wave's bytes are through within that time
+/// however the link is shared among them. The wave's bytes are decoded and checked on a
+/// blocking thread, never on the caller's (an open runs beside the lease renewals).
 #[derive(Default)]
 struct Prefetched {
     /// Fetched and not yet taken: the segment, `None` when missing, or why it failed.
@@ -119,8 +138,8 @@ struct Prefetched {
 }
 
 impl Prefetched {
-    /// The segment at `pos`, fetching it with up to [`FETCH_WINDOW`] − 1 positions below it (not
-    /// below `lowest`) at once when it was not fetched already.
+    /// The segment at `pos`, fetching it in a wave with the positions below it (not below
+    /// `lowest`) when it was not fetched already.
     async fn take(
         &mut self,
         store: &dyn DurableStore,
@@ -131,7 +150,7 @@ impl Prefetched {
         if let Some(found) = self.by_pos.remove(&pos) {
             return found;
         }
-        let from = pos.seq.saturating_sub(FETCH_WINDOW - 1).max(lowest).max(1);
+        let from = pos.seq.saturating_sub(FETCH_SIZES - 1).max(lowest).max(1);
         let window: Vec<LogPos> = (from..=pos.seq)
             .rev()
             .map(|seq| LogPos {
@@ -139,25 +158,105 @@ impl Prefetched {
                 seq,
             })
             .collect();
-        let fetched =
-            futures::future::join_all(window.iter().map(|p| fetch_segment(store, key, *p))).await;
-        for (p, found) in window.into_iter().zip(fetched) {
+        let keys: Vec<String> = window.iter().map(|p| segment_key(key, *p)).collect();
+        let sized = futures::future::join_all(keys.iter().map(|k| store.size(k))).await;
+        let mut sizes = Vec::new();
+        for (p, size) in window.into_iter().zip(sized) {
+            match size {
+                Ok(Some(bytes)) => sizes.push((p, bytes)),
+                // The position asked for: missing, or the store failed.
+                Ok(None) if sizes.is_empty() => return Ok(None),
+                Err(e) if sizes.is_empty() => return Err(e.into()),
+                // A position below it that is missing (the chain may step to an older epoch)
+                // or whose size failed: fetched when the walk asks for it, if it does.
+                _ => break,
+            }
+        }
+        let wave = wave_of(&sizes);
+        for (p, found) in fetch_wave(store, key, wave).await? {
             self.by_pos.insert(p, found);
         }
         self.by_pos.remove(&pos).unwrap_or(Ok(None))
     }
 }
 
-/// The segment at `pos`, decoded and checked; `None` when it is missing.
+/// The first positions of `sizes` (the one asked for first) whose bytes stay within
+/// [`FETCH_BYTES`], at least one; and their bytes.
+fn wave_of(sizes: &[(LogPos, u64)]) -> (Vec<LogPos>, u64) {
+    let mut bytes = 0u64;
+    let mut wave = Vec::new();
+    for (p, size) in sizes {
+        if !wave.is_empty() && bytes.saturating_add(*size) > FETCH_BYTES {
+            break;
+        }
+        bytes = bytes.saturating_add(*size);
+        wave.push(*p);
+    }
+    (wave, bytes)
+}
+
+/// Fetches the segments of one wave at once, each get given the time of the wave's `bytes`, then
+/// decodes and checks them on a blocking thread. A segment that failed to fetch other than the
+/// first is left out (fetched again if the walk asks for it).
+async fn fetch_wave(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    (wave, bytes): (Vec<LogPos>, u64),
+) -> Result<Vec<(LogPos, Result<Option<Segment>, LogError>)>, LogError> {
+    let keys: Vec<String> = wave.iter().map(|p| segment_key(key, *p)).collect();
+    let got = futures::future::join_all(keys.iter().map(|k| store.get_sized(k, bytes))).await;
+    let fetched: Vec<_> = wave
+        .into_iter()
+        .zip(got)
+        .enumerate()
+        .filter(|(i, (_, got))| *i == 0 || got.is_ok())
+        .map(|(_, item)| item)
+        .collect();
+    let key = key.clone();
+    decode_off_thread(move || {
+        fetched
+            .into_iter()
+            .map(|(p, got)| (p, decode_found(got, &key, p)))
+            .collect()
+    })
+    .await
+}
+
+/// Runs `decode` (SHA-256 and decoding of segments: CPU work in proportion to their bytes) on a
+/// blocking thread.
+async fn decode_off_thread<T: Send + 'static>(
+    decode: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, LogError> {
+    tokio::task::spawn_blocking(decode)
+        .await
+        .map_err(|e| LogError::Io(format!("the decoding task failed: {e}")))
+}
+
+/// A fetched segment decoded and checked; `None` when it was missing.
+fn decode_found(
+    got: Result<Option<Vec<u8>>, crate::durable::StoreError>,
+    key: &LeaseKey,
+    pos: LogPos,
+) -> Result<Option<Segment>, LogError> {
+    match got? {
+        Some(bytes) => Segment::decode(&bytes, key, pos).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The segment at `pos`, decoded and checked; `None` when it is missing. Its get is given the
+/// time of its size, asked first; it is decoded on a blocking thread.
 pub(crate) async fn fetch_segment(
     store: &dyn DurableStore,
     key: &LeaseKey,
     pos: LogPos,
 ) -> Result<Option<Segment>, LogError> {
-    match store.get(&segment_key(key, pos)).await? {
-        Some(bytes) => Segment::decode(&bytes, key, pos).map(Some),
-        None => Ok(None),
-    }
+    let Some(size) = store.size(&segment_key(key, pos)).await? else {
+        return Ok(None);
+    };
+    let got = store.get_sized(&segment_key(key, pos), size).await;
+    let key = key.clone();
+    decode_off_thread(move || decode_found(got, &key, pos)).await?
 }
 
 /// Fetches what a restore needs for a tenant whose lease record names `head`, `tip` and
@@ -166,6 +265,9 @@ pub(crate) async fn fetch_segment(
 /// up to `tip`, walked back by `prev`. A missing segment is [`LogError::Corrupt`] naming its
 /// key; a chain that does not lead to the image's position, a step to the floor or below, or a
 /// tip below the image's position is [`LogError::OutOfChain`]. Reads only; touches nothing.
+/// Runs in a span `restore` with the tenant's `key` and the `epoch` of the tip (or the head).
+#[tracing::instrument(name = "restore", skip_all, fields(key = %key,
+    epoch = tip.map(|t| t.epoch).or(head.map(|h| h.epoch))))]
 pub async fn fetch_log(
     store: &dyn DurableStore,
     key: &LeaseKey,
@@ -309,6 +411,23 @@ mod tests {
         assert_eq!(walk_step(None, None, 0), Ok(None));
         assert_eq!(walk_step(p(1, 4), p(1, 3), 0), Ok(p(1, 4)));
         assert_eq!(walk_step(p(1, 4), None, 0), Ok(p(1, 4)));
+    }
+
+    #[test]
+    fn a_wave_is_bounded_by_bytes_and_takes_at_least_the_position_asked_for() {
+        let at = |seq| LogPos { epoch: 1, seq };
+        let mib = 1 << 20;
+        let sizes = [(at(9), 3 * mib), (at(8), 3 * mib), (at(7), 3 * mib)];
+        assert_eq!(wave_of(&sizes), (vec![at(9), at(8)], 6 * mib));
+        let small: Vec<_> = (1..=64).rev().map(|seq| (at(seq), 4096)).collect();
+        assert_eq!(
+            wave_of(&small).0.len(),
+            64,
+            "small segments: as many as were sized"
+        );
+        let huge = [(at(5), 40 * mib), (at(4), 1)];
+        assert_eq!(wave_of(&huge), (vec![at(5)], 40 * mib), "a large one alone");
+        assert_eq!(wave_of(&[]), (vec![], 0));
     }
 
     #[test]

@@ -71,6 +71,33 @@ pub struct Segment {
 /// The length of the SHA-256 appended to every encoded segment.
 pub const CHECKSUM_LEN: usize = 32;
 
+/// What each page adds to an encoded segment besides its bytes: its number (4 bytes) and the
+/// length of its bytes (8).
+pub const ENCODED_PER_PAGE: u64 = 12;
+
+/// The longest lease key a segment can name: two ids of at most [`crate::ids::MAX_ID_LEN`] bytes
+/// and the `/` between them.
+const MAX_KEY_LEN: u64 = 2 * crate::ids::MAX_ID_LEN as u64 + 1;
+
+/// The bytes of the encoded segment ([`Segment::encode`], its SHA-256 included) of the tenant
+/// whose key is `key_len` bytes long, with a `prev` or not, carrying `pages` pages of
+/// `page_size` bytes: the codec's fixed-width fields, the key, the page count, each page, the
+/// checksum. Pinned against [`Segment::encode`] by a test.
+pub fn encoded_len(key_len: u64, prev: bool, page_size: u32, pages: u64) -> u64 {
+    // format, key (length + bytes), pos, prev (tag + pos), page_size, db_pages, the two sums,
+    // created_at_ms; then the page count.
+    let header = 4 + (8 + key_len) + 16 + (1 + if prev { 16 } else { 0 }) + 4 + 4 + 8 + 8 + 8;
+    let each = ENCODED_PER_PAGE.saturating_add(u64::from(page_size));
+    (header + 8 + CHECKSUM_LEN as u64).saturating_add(pages.saturating_mul(each))
+}
+
+/// The most bytes an encoded segment of `pages` pages of `page_size` bytes takes, whoever the
+/// tenant ([`encoded_len`] with the longest key and a `prev`): what a writer compares with its
+/// segment limit before a batch commits (docs/guarantees.md, "Limits").
+pub fn encoded_bound(page_size: u32, pages: u64) -> u64 {
+    encoded_len(MAX_KEY_LEN, true, page_size, pages)
+}
+
 impl Segment {
     /// The segment at `pos` of `key`, applying to `prev`, holding `changes` (its pages in
     /// ascending page number, as the map keeps them), cut at `created_at_ms`.

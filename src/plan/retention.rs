@@ -2,11 +2,16 @@
 //! the images' manifests, the lease record and `now` (docs/guarantees.md, the storage bound).
 //!
 //! - The **head** image always stays, and every image younger than `retain`; of the images
-//!   older than `retain`, the newest (the head, if it is one of them) stays as the **base** of
-//!   the window (a point-in-time restore to any moment of the window starts from it or a younger
-//!   one). Every other image goes, with its manifest.
-//! - A segment of the chain stays unless it lies at or below the base's log position: those are
-//!   in every kept image, and no moment of the window lies before the base. Without a base
+//!   older than `retain` on the chain, the newest that holds the log's state at its position
+//!   (not `beyond_log`) stays as the **base** of the window (a point-in-time restore to any
+//!   moment of the window starts from it or a younger one), and so does, at each position at or
+//!   above it where old images beyond their log lie, the newest of them: a later log may have
+//!   continued from it (a mode change), and the moments after it start there. Every other image
+//!   goes, with its manifest.
+//! - A segment of the chain stays unless it lies below the base's log position: those are in
+//!   every kept image, and no moment of the window lies before the base. The base's own segment
+//!   stays, so that the next run still finds the base on the chain (it is judged by that
+//!   segment) and keeps it: a plan applied again keeps what it kept. Without a base
 //!   (every image younger than `retain`), every segment stays: a moment of the window may lie
 //!   before the oldest image, and a point-in-time restore then starts from the log's beginning.
 //! - A segment that is not on the chain goes: one of an older tenure above the tip (a zombie's
@@ -61,6 +66,27 @@ fn log_seq(image: &ImageInfo) -> u64 {
     image.log.map_or(0, |p| p.seq)
 }
 
+/// Of the old images on the chain, those a restore to a moment of the window may have to start
+/// from besides the base: at each position at or above the base's (every position, without a
+/// base) where images beyond their log lie, the newest of them. A tenure with a log that
+/// restored such an image cut its first segment from it (the head it restored: heads only move
+/// forward, so the newest there, unless a newer one's publish failed — that one is taken back by
+/// the replica that put it), so the moments after that position start from it, not from the log
+/// before it (docs/guarantees.md, point-in-time restore across modes).
+fn switch_images<'a>(old: &[&'a ImageInfo], base_seq: Option<u64>) -> Vec<&'a ImageInfo> {
+    let mut newest: BTreeMap<u64, &ImageInfo> = BTreeMap::new();
+    for image in old.iter().filter(|i| i.beyond_log) {
+        if base_seq.is_some_and(|b| log_seq(image) < b) {
+            continue;
+        }
+        let slot = newest.entry(log_seq(image)).or_insert(image);
+        if (image.epoch, image.seq) > (slot.epoch, slot.seq) {
+            *slot = image;
+        }
+    }
+    newest.into_values().collect()
+}
+
 /// The keys retention deletes, sorted.
 pub fn retention_plan(input: &RetentionInput<'_>) -> Vec<String> {
     let key = input.key;
@@ -91,15 +117,22 @@ pub fn retention_plan(input: &RetentionInput<'_>) -> Vec<String> {
         None => true,
         Some(p) => head.and_then(|h| h.log) == Some(p) || newest_at.get(&p.seq) == Some(&p.epoch),
     };
-    let base = images
+    let old: Vec<&ImageInfo> = images
         .iter()
-        .filter(|i| i.created_at_ms < cutoff && !i.beyond_log && log_seq(i) <= head_seq)
-        .filter(|i| on_chain(i))
+        .filter(|i| i.created_at_ms < cutoff && log_seq(i) <= head_seq && on_chain(i))
+        .copied()
+        .collect();
+    let base = old
+        .iter()
+        .filter(|i| !i.beyond_log)
         .max_by_key(|i| (log_seq(i), i.created_at_ms, i.epoch, i.seq))
         .copied();
+    let switches = switch_images(&old, base.map(log_seq));
     let kept: Vec<&ImageInfo> = images
         .iter()
-        .filter(|i| is_head(i) || i.created_at_ms >= cutoff || base == Some(**i))
+        .filter(|i| {
+            is_head(i) || i.created_at_ms >= cutoff || base == Some(**i) || switches.contains(i)
+        })
         .copied()
         .collect();
     let mut doomed = Vec::new();
@@ -109,15 +142,18 @@ pub fn retention_plan(input: &RetentionInput<'_>) -> Vec<String> {
             doomed.push(manifest_key(key, image.epoch, image.seq));
         }
     }
-    // Segments at or below the window's base are in every kept image, and no moment of the
-    // window lies before it. Without a base (every image is younger than `retain`, or there is
-    // none) a moment of the window may lie before the oldest image: every segment stays.
+    // Segments below the window's base are in every kept image, and no moment of the window
+    // lies before it. The segment at the base's own position stays: it is what shows the next
+    // run that the base is on the chain (without it, that run would take the base for an image
+    // off the chain and delete it), and a restore to a time just after the base reads its stamp.
+    // Without a base (every image is younger than `retain`, or there is none) a moment of the
+    // window may lie before the oldest image: every segment stays.
     let covered = base.map_or(0, log_seq).min(head_seq);
     let tip = input.tip.map_or(0, |t| t.seq);
     for p in segments {
         let zombie_above_tip = p.seq > tip && p.epoch < input.holder_epoch;
         let overshipped = p.seq <= tip && newest_at.get(&p.seq).is_some_and(|&e| e > p.epoch);
-        let covered_by_images = p.seq <= covered && p.seq <= tip;
+        let covered_by_images = p.seq < covered && p.seq <= tip;
         if zombie_above_tip || overshipped || covered_by_images {
             doomed.push(crate::layout::segment_key(key, p));
         }
@@ -129,219 +165,6 @@ pub fn retention_plan(input: &RetentionInput<'_>) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ids::{OrgId, TenantId};
-    use crate::layout::segment_key;
-
-    fn key() -> LeaseKey {
-        LeaseKey::new(&OrgId::new("acme").unwrap(), &TenantId::new("t1").unwrap())
-    }
-
-    fn pos(epoch: u64, seq: u64) -> LogPos {
-        LogPos { epoch, seq }
-    }
-
-    fn image(epoch: u64, seq: u64, log: u64, created: u64) -> ImageInfo {
-        ImageInfo {
-            epoch,
-            seq,
-            log: (log > 0).then_some(pos(epoch, log)),
-            created_at_ms: created,
-            beyond_log: false,
-        }
-    }
-
-    fn listing(images: &[ImageInfo], segments: &[LogPos]) -> Vec<String> {
-        let mut keys: Vec<String> = images
-            .iter()
-            .flat_map(|i| {
-                [
-                    image_key(&key(), i.epoch, i.seq),
-                    manifest_key(&key(), i.epoch, i.seq),
-                ]
-            })
-            .collect();
-        keys.extend(segments.iter().map(|p| segment_key(&key(), *p)));
-        keys.push("acme/t1/stray.json".into());
-        keys
-    }
-
-    const HOUR: u64 = 3_600_000;
-
-    /// The plan for the tenant holding `images` and `segments` (listed with a stray key),
-    /// with `head`, `tip`, `(holder_epoch, floor)` and `(now_ms, retain_ms)`.
-    fn plan_of(
-        images: &[ImageInfo],
-        segments: &[LogPos],
-        head: Option<(u64, u64)>,
-        tip: Option<LogPos>,
-        (holder_epoch, floor): (u64, u64),
-        (now_ms, retain_ms): (u64, u64),
-    ) -> Vec<String> {
-        let listed = listing(images, segments);
-        retention_plan(&RetentionInput {
-            key: &key(),
-            listed: &listed,
-            images,
-            head,
-            tip,
-            holder_epoch,
-            floor,
-            now_ms,
-            retain_ms,
-        })
-    }
-
-    #[test]
-    fn old_images_go_except_the_head_and_the_base_of_the_window_and_so_do_the_segments_they_cover()
-    {
-        // Images at log 10 (old), 20 (old: the window's base), 30 (young, head).
-        let images = [
-            image(2, 1, 10, HOUR),
-            image(2, 2, 20, 2 * HOUR),
-            image(2, 3, 30, 30 * HOUR),
-        ];
-        let segments: Vec<LogPos> = (1..=35).map(|s| pos(2, s)).collect();
-        let plan = plan_of(
-            &images,
-            &segments,
-            Some((2, 3)),
-            Some(pos(2, 35)),
-            (2, 0),
-            (30 * HOUR, 24 * HOUR),
-        );
-        let mut want = vec![image_key(&key(), 2, 1), manifest_key(&key(), 2, 1)];
-        want.extend((1..=20).map(|s| segment_key(&key(), pos(2, s))));
-        want.sort();
-        assert_eq!(plan, want);
-    }
-
-    #[test]
-    fn an_image_whose_log_never_reached_its_position_is_never_the_base() {
-        // Found in review: epoch 2's image U at (2, 11) was uploaded, but segment (2, 11) never
-        // shipped; epoch 3 went on from 10 and its head N holds (3, 10)... then (3, 11) shipped.
-        // U is older than `retain`; were it the base, (3, 11) — which the head needs — would go.
-        let u = ImageInfo {
-            epoch: 2,
-            seq: 5,
-            log: Some(pos(2, 11)),
-            created_at_ms: HOUR,
-            beyond_log: false,
-        };
-        let n = ImageInfo {
-            epoch: 3,
-            seq: 1,
-            log: Some(pos(2, 10)),
-            created_at_ms: 30 * HOUR,
-            beyond_log: false,
-        };
-        let mut segments: Vec<LogPos> = (1..=10).map(|s| pos(2, s)).collect();
-        segments.push(pos(3, 11));
-        let images = [u, n];
-        let plan = plan_of(
-            &images,
-            &segments,
-            Some((3, 1)),
-            Some(pos(3, 11)),
-            (3, 0),
-            (30 * HOUR, 24 * HOUR),
-        );
-        assert!(
-            !plan.contains(&segment_key(&key(), pos(3, 11))),
-            "the head needs (3, 11): {plan:?}"
-        );
-    }
-
-    #[test]
-    fn an_image_beyond_its_log_is_never_the_base() {
-        let old = ImageInfo {
-            beyond_log: true,
-            ..image(2, 1, 20, HOUR)
-        };
-        let images = [old, image(2, 2, 30, 30 * HOUR)];
-        let segments: Vec<LogPos> = (1..=30).map(|s| pos(2, s)).collect();
-        let plan = plan_of(
-            &images,
-            &segments,
-            Some((2, 2)),
-            Some(pos(2, 30)),
-            (2, 0),
-            (30 * HOUR, 24 * HOUR),
-        );
-        assert!(
-            plan.iter().all(|k| !k.ends_with(".seg")),
-            "no base: every segment stays: {plan:?}"
-        );
-    }
-
-    #[test]
-    fn while_every_image_is_younger_than_retain_every_segment_stays() {
-        let images = [image(2, 1, 10, 29 * HOUR), image(2, 2, 20, 30 * HOUR)];
-        let segments: Vec<LogPos> = (1..=25).map(|s| pos(2, s)).collect();
-        let plan = plan_of(
-            &images,
-            &segments,
-            Some((2, 2)),
-            Some(pos(2, 25)),
-            (2, 0),
-            (30 * HOUR, 24 * HOUR),
-        );
-        assert!(
-            plan.is_empty(),
-            "a moment 29 h ago needs segments 1..10: {plan:?}"
-        );
-    }
-
-    #[test]
-    fn without_an_image_every_segment_of_the_chain_stays() {
-        let segments: Vec<LogPos> = (1..=5).map(|s| pos(1, s)).collect();
-        let plan = plan_of(
-            &[],
-            &segments,
-            None,
-            Some(pos(1, 5)),
-            (1, 0),
-            (100 * HOUR, HOUR),
-        );
-        assert!(plan.is_empty(), "{plan:?}");
-    }
-
-    #[test]
-    fn segments_off_the_chain_go_and_the_live_tenures_segment_in_flight_stays() {
-        // Epoch 3 shipped up to 10 and a late 11; epoch 4 went on from 10 to 12; a zombie of
-        // epoch 3 also landed 13; epoch 4's 13 is in flight.
-        let mut segments: Vec<LogPos> = (1..=10).map(|s| pos(3, s)).collect();
-        segments.extend([pos(3, 11), pos(4, 11), pos(4, 12), pos(3, 13), pos(4, 13)]);
-        let plan = plan_of(&[], &segments, None, Some(pos(4, 12)), (4, 0), (HOUR, HOUR));
-        assert_eq!(
-            plan,
-            vec![
-                segment_key(&key(), pos(3, 11)),
-                segment_key(&key(), pos(3, 13))
-            ]
-        );
-    }
-
-    #[test]
-    fn nothing_at_or_below_the_floor_and_nothing_outside_the_layout_is_chosen() {
-        let images = [image(1, 1, 3, 0), image(2, 1, 5, 0)];
-        let segments: Vec<LogPos> = vec![pos(1, 1), pos(1, 2), pos(1, 3), pos(2, 4), pos(2, 5)];
-        let plan = plan_of(
-            &images,
-            &segments,
-            Some((2, 1)),
-            Some(pos(2, 5)),
-            (2, 1),
-            (100 * HOUR, HOUR),
-        );
-        assert_eq!(
-            plan,
-            vec![
-                segment_key(&key(), pos(2, 4)),
-                segment_key(&key(), pos(2, 5))
-            ],
-            "the head holds 5: its segments go; epoch 1 is the floor's sweep's"
-        );
-    }
-}
+mod tests;
+#[cfg(test)]
+mod window;

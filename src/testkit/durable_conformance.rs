@@ -77,7 +77,37 @@ pub async fn durable_store_conformance(store: &dyn DurableStore, ns: &str) {
     conformance_delete_prefix_takes_whole_segments(store, ns).await;
     conformance_bad_keys_are_refused_everywhere(store, ns).await;
     conformance_concurrent_puts_have_one_winner(store, ns).await;
+    conformance_settle_put_of_a_key_with_no_put_running_answers(store, ns).await;
     conformance_delete_prefix_clears_a_namespace(store, ns).await;
+}
+
+/// `settle_put` of a key whose put has returned (or that was never put) answers at once, even
+/// with no time to wait; a key that breaks the rules is refused. The runtime's reconciliation
+/// asks it before it judges a put (docs/guarantees.md, "Reconciling puts of unknown outcome").
+pub async fn conformance_settle_put_of_a_key_with_no_put_running_answers(
+    store: &dyn DurableStore,
+    ns: &str,
+) {
+    const RULE: &str = "settle_put of a key with no put running answers at once";
+    let key = format!("{ns}/settle/a");
+    create(store, RULE, &key, b"x").await;
+    let none = std::time::Duration::ZERO;
+    ok(
+        RULE,
+        "settle_put of a landed key",
+        store.settle_put(&key, none).await,
+    );
+    let never = format!("{ns}/settle/never");
+    ok(
+        RULE,
+        "settle_put of a key never put",
+        store.settle_put(&never, none).await,
+    );
+    expect_invalid(
+        RULE,
+        "settle_put of a prefix",
+        store.settle_put(&format!("{ns}/settle/"), none).await,
+    );
 }
 
 /// Put then get returns the same bytes: empty, small and 1 MiB objects.
@@ -103,6 +133,13 @@ pub async fn conformance_put_get_round_trips(store: &dyn DurableStore, ns: &str)
             ),
             None => broken(RULE, format_args!("{key:?} is missing right after its put")),
         }
+        let size = ok(RULE, format_args!("size {key:?}"), store.size(&key).await);
+        expect_eq(
+            RULE,
+            format_args!("the size of {key:?}"),
+            size,
+            Some(bytes.len() as u64),
+        );
     }
 }
 
@@ -141,6 +178,11 @@ pub async fn conformance_get_missing_is_none(store: &dyn DurableStore, ns: &str)
         prefix,
         None,
     );
+    for name in ["missing/nothing", "missing/sub"] {
+        let key = format!("{ns}/{name}");
+        let size = ok(RULE, format_args!("size {key:?}"), store.size(&key).await);
+        expect_eq(RULE, format_args!("size of {key:?}"), size, None);
+    }
 }
 
 /// `list` returns full keys, sorted, under whole segments only.
@@ -452,6 +494,7 @@ pub async fn conformance_bad_keys_are_refused_everywhere(store: &dyn DurableStor
             store.put_if_absent(&key, b"bad".to_vec()).await,
         );
         expect_invalid(RULE, format_args!("get {key:?}"), store.get(&key).await);
+        expect_invalid(RULE, format_args!("size {key:?}"), store.size(&key).await);
         expect_invalid(
             RULE,
             format_args!("delete {key:?}"),

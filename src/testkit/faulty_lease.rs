@@ -53,11 +53,17 @@ pub enum LeaseOp {
     MoveTip,
     /// [`LeaseStore::mark_forgotten`].
     MarkForgotten,
+    /// [`LeaseStore::erasures_due`].
+    ErasuresDue,
+    /// [`LeaseStore::erasure_done`].
+    ErasureDone,
+    /// [`LeaseStore::list`].
+    List,
 }
 
 impl LeaseOp {
     /// Every operation.
-    pub const ALL: [LeaseOp; 8] = [
+    pub const ALL: [LeaseOp; 11] = [
         LeaseOp::Read,
         LeaseOp::Acquire,
         LeaseOp::Renew,
@@ -66,6 +72,9 @@ impl LeaseOp {
         LeaseOp::PublishHead,
         LeaseOp::MoveTip,
         LeaseOp::MarkForgotten,
+        LeaseOp::ErasuresDue,
+        LeaseOp::ErasureDone,
+        LeaseOp::List,
     ];
 
     /// The method's name, as it appears in [`StoreError`]s (`"publish_head"`, …).
@@ -79,6 +88,9 @@ impl LeaseOp {
             LeaseOp::PublishHead => "publish_head",
             LeaseOp::MoveTip => "move_tip",
             LeaseOp::MarkForgotten => "mark_forgotten",
+            LeaseOp::ErasuresDue => "erasures_due",
+            LeaseOp::ErasureDone => "erasure_done",
+            LeaseOp::List => "list",
         }
     }
 
@@ -480,5 +492,27 @@ impl LeaseStore for FaultyLeaseStore {
             s.mark_forgotten(&key, &owner, epoch).await
         })
         .await
+    }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<crate::lease::PendingErasure>, LeaseError> {
+        let call = self.inner.erasures_due(settled_for, limit);
+        self.call(LeaseOp::ErasuresDue, call).await
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        let key = key.clone();
+        self.call_or_hold(LeaseOp::ErasureDone, move |s| async move {
+            s.erasure_done(&key, floor).await
+        })
+        .await
+    }
+    async fn list(
+        &self,
+        from: Option<&LeaseKey>,
+        limit: usize,
+    ) -> Result<crate::lease::LeasePage, LeaseError> {
+        self.call(LeaseOp::List, self.inner.list(from, limit)).await
     }
 }

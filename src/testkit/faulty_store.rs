@@ -17,7 +17,8 @@
 //!   `faulty_store/late.rs`) is held right after the outage check: answered [`StoreError::Timeout`] at once or
 //!   hung in its call, it lands when the test says so ([`FaultyStore::land_late_puts`]);
 //! - a *pace* ([`FaultyStore::set_pace`]) makes listings and reads take (tokio) time in
-//!   proportion to what they return, so deadlines meet big tenants and big images.
+//!   proportion to what they return, alone or sharing one link, so deadlines meet big tenants,
+//!   big images and many segments fetched at once.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -52,6 +53,8 @@ pub enum StoreOp {
     Put,
     /// `get`.
     Get,
+    /// `size`.
+    Size,
     /// `list`.
     List,
     /// `delete`.
@@ -66,6 +69,7 @@ impl StoreOp {
         match self {
             StoreOp::Put => "put_if_absent",
             StoreOp::Get => "get",
+            StoreOp::Size => "size",
             StoreOp::List => "list",
             StoreOp::Delete => "delete",
             StoreOp::DeletePrefix => "delete_prefix",
@@ -99,6 +103,9 @@ pub struct Pace {
     pub per_listed_key: Duration,
     /// Added to a `get` or `get_sized` per MiB it returns, in proportion.
     pub per_mib_read: Duration,
+    /// Reads share one link: each waits for the reads before it to be through (first come,
+    /// first served), as gets over one slow network do; otherwise each read is paced alone.
+    pub shared_link: bool,
 }
 
 impl Pace {
@@ -131,6 +138,8 @@ struct Faults {
     late_tracked: PutsInFlight,
     /// How long listings and reads take.
     pace: Mutex<Pace>,
+    /// When the shared link is through with the reads handed to it so far.
+    link_free_at: Mutex<Option<tokio::time::Instant>>,
     /// One-shot hooks, in the order they were set.
     hooks: Mutex<Vec<PendingHook>>,
     /// Puts handed to the wrapped store.
@@ -179,6 +188,7 @@ impl FaultyStore {
             late: late::LateState::default(),
             late_tracked: PutsInFlight::new(),
             pace: Mutex::new(Pace::default()),
+            link_free_at: Mutex::new(None),
             hooks: Mutex::new(Vec::new()),
             puts: AtomicUsize::new(0),
             deletes: AtomicUsize::new(0),
@@ -321,10 +331,22 @@ impl Faults {
             .ok()
             .and_then(Option::as_ref)
             .map_or(0, Vec::len);
-        let wait = lock(&self.pace).read(bytes);
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
+        let pace = *lock(&self.pace);
+        let wait = pace.read(bytes);
+        if !pace.shared_link {
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            return;
         }
+        let done = {
+            let mut free_at = lock(&self.link_free_at);
+            let now = tokio::time::Instant::now();
+            let start = free_at.filter(|t| *t > now).unwrap_or(now);
+            *free_at = Some(start + wait);
+            start + wait
+        };
+        tokio::time::sleep_until(done).await;
     }
 
     /// Fails the call if a failed delete was asked for.
@@ -379,6 +401,12 @@ impl DurableStore for FaultyStore {
         found
     }
 
+    /// Takes the hooks of `size`; a size carries no payload, so no pace.
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        self.faults.enter(StoreOp::Size, key).await?;
+        self.faults.inner.size(key).await
+    }
+
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         self.faults.enter(StoreOp::List, prefix).await?;
         let listed = self.faults.inner.list(prefix).await?;
@@ -427,5 +455,13 @@ impl DurableStore for FaultyStore {
         self.faults.late_tracked.settle(prefix, limit).await?;
         let left = limit.saturating_sub(started.elapsed());
         self.faults.inner.settle_puts(prefix, left).await
+    }
+
+    /// Waits for the tracked late puts of `key`, then for the wrapped store's.
+    async fn settle_put(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
+        let started = tokio::time::Instant::now();
+        self.faults.late_tracked.settle_key(key, limit).await?;
+        let left = limit.saturating_sub(started.elapsed());
+        self.faults.inner.settle_put(key, left).await
     }
 }

@@ -1,7 +1,8 @@
 //! The lease-store conformance suite: what every [`LeaseStore`](crate::LeaseStore) backend must
 //! do (docs/guarantees.md, promises 1, 4 and 5, "Late landings" and "The log tip"), as named
 //! checks. The checks of late landings live in `lease_conformance/late.rs`, those of the log tip
-//! in `lease_conformance/tip.rs`.
+//! in `lease_conformance/tip.rs`, that of pending erasures in `lease_conformance/erasure.rs`, that
+//! of listings in `lease_conformance/listing.rs`.
 //!
 //! A backend's test builds a [`LeaseHarness`] and calls [`lease_store_conformance`], which runs
 //! every `conformance_*` check in turn and panics on the first violation with a message naming the
@@ -25,10 +26,14 @@ use crate::ids::{LeaseKey, OrgId, TenantId};
 use crate::layout::ImageRef;
 use crate::lease::{LeaseError, LeaseRecord, RenewOutcome, SharedLeaseStore};
 
+mod erasure;
 mod late;
+mod listing;
 mod tip;
 
+pub use erasure::*;
 pub use late::*;
+pub use listing::*;
 pub use tip::*;
 
 /// The first owner the checks use.
@@ -100,6 +105,8 @@ pub async fn lease_store_conformance(h: &LeaseHarness) {
     conformance_tip_moves_only_for_the_live_tenure_above_the_floor(h).await;
     conformance_a_new_tenure_continues_the_tip_and_the_old_one_cannot(h).await;
     conformance_many_tip_moves_in_one_call_are_the_moves_one_by_one(h).await;
+    conformance_a_forget_leaves_an_erasure_due_after_the_settle_time(h).await;
+    conformance_a_listing_pages_every_lease_once_as_the_store_clock_sees_it(h).await;
 }
 
 /// `read` of a key that was never acquired is `None`.

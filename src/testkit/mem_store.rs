@@ -61,6 +61,11 @@ impl DurableStore for MemStore {
         Ok(self.objects().get(key).cloned())
     }
 
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        check_key(key)?;
+        Ok(self.objects().get(key).map(|b| b.len() as u64))
+    }
+
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         check_list_prefix(prefix)?;
         Ok(self.keys_after(prefix, None))

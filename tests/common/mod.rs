@@ -253,6 +253,8 @@ impl Fleet {
                 cfg.ttl = TTL;
                 cfg.margin = MARGIN;
                 cfg.renew_every = None;
+                // Reconciliation passes run when a test asks (`reconcile_now`), on its clock.
+                cfg.reconcile_every = None;
                 Some(clock)
             }
         };
@@ -469,6 +471,11 @@ pub async fn until_status(t: &TenantRef, status: leasehold_actors::TenantStatus)
 /// True for image keys.
 pub fn is_image(key: &str) -> bool {
     key.ends_with(".db")
+}
+
+/// True for segment keys.
+pub fn is_segment_key(key: &str) -> bool {
+    key.ends_with(".seg")
 }
 
 /// The clock type used in assertions.

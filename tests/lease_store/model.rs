@@ -11,7 +11,10 @@ use leasehold::clock::{Clock, ManualClock};
 use leasehold::ids::LeaseKey;
 use leasehold::layout::{ImageRef, LogPos};
 use leasehold::lease::sqlite::SqliteLeaseStore;
-use leasehold::lease::{LeaseError, LeaseRecord, LeaseStore, RenewOutcome, check_tip_step};
+use leasehold::lease::{
+    ErasureEntry, LeaseEntry, LeaseError, LeasePage, LeaseRecord, LeaseStore, PendingErasure,
+    RenewOutcome, check_tip_step, page_limit,
+};
 
 /// A broken store: `renew` renews whatever tenure of `owner` is live, ignoring the epoch asked.
 #[derive(Debug)]
@@ -79,6 +82,19 @@ impl LeaseStore for RenewIgnoresEpoch {
     ) -> Result<LeaseRecord, LeaseError> {
         self.0.mark_forgotten(key, owner, epoch).await
     }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<PendingErasure>, LeaseError> {
+        self.0.erasures_due(settled_for, limit).await
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        self.0.erasure_done(key, floor).await
+    }
+    async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError> {
+        self.0.list(from, limit).await
+    }
 }
 
 /// What is wrong with a [`ModelStore`].
@@ -96,6 +112,10 @@ pub enum Flaw {
     AcquireForgetsAttempt,
     /// `move_tip` writes the tip for the live tenure without comparing it with `from`.
     TipIgnoresFrom,
+    /// `erasures_due` reports a forget at once, before the settle time has passed.
+    ErasureDueAtOnce,
+    /// `list` starts after `from` instead of at it: a key at a page's edge is never shown.
+    ListStartsAfterFrom,
 }
 
 /// A lease store in memory, correct unless given a [`Flaw`]; its clock is a [`ManualClock`].
@@ -105,6 +125,8 @@ pub struct ModelStore {
     rows: Mutex<HashMap<String, LeaseRecord>>,
     /// The `(owner, attempt)` that started each key's tenure.
     attempts: Mutex<HashMap<String, (String, u64)>>,
+    /// The pending erasure of each forgotten key: its floor and when it was forgotten.
+    erasures: Mutex<HashMap<String, (u64, u64)>>,
     flaw: Flaw,
 }
 
@@ -116,6 +138,7 @@ impl ModelStore {
             clock: clock.clone(),
             rows,
             attempts: Mutex::default(),
+            erasures: Mutex::default(),
             flaw,
         }
     }
@@ -320,11 +343,80 @@ impl LeaseStore for ModelStore {
         owner: &str,
         epoch: u64,
     ) -> Result<LeaseRecord, LeaseError> {
-        self.change(key, owner, epoch, |r| {
+        let forgotten = self.change(key, owner, epoch, |r| {
             r.floor = epoch;
             r.head = None;
             r.tip = None;
             true
-        })
+        })?;
+        let now = self.clock.now_ms();
+        let mut erasures = self.erasures.lock().unwrap();
+        let pending = erasures.entry(key.to_string()).or_insert((epoch, now));
+        if pending.0 != epoch {
+            *pending = (epoch, now);
+        }
+        Ok(forgotten)
+    }
+    async fn erasures_due(
+        &self,
+        settled_for: Duration,
+        limit: usize,
+    ) -> Result<Vec<PendingErasure>, LeaseError> {
+        let now = self.clock.now_ms();
+        let settled = settled_for.as_millis() as u64;
+        let mut due: Vec<(u64, String, u64)> = self
+            .erasures
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, (_, at))| self.flaw == Flaw::ErasureDueAtOnce || now >= at + settled)
+            .map(|(k, (floor, at))| (*at, k.clone(), *floor))
+            .collect();
+        due.sort();
+        Ok(due
+            .into_iter()
+            .take(limit)
+            .map(|(_, key, floor)| PendingErasure {
+                key: LeaseKey::parse(&key).unwrap(),
+                floor,
+            })
+            .collect())
+    }
+    async fn erasure_done(&self, key: &LeaseKey, floor: u64) -> Result<(), LeaseError> {
+        let mut erasures = self.erasures.lock().unwrap();
+        if erasures.get(key.as_str()).is_some_and(|(f, _)| *f == floor) {
+            erasures.remove(key.as_str());
+        }
+        Ok(())
+    }
+    async fn list(&self, from: Option<&LeaseKey>, limit: usize) -> Result<LeasePage, LeaseError> {
+        let now = self.clock.now_ms();
+        let rows = self.rows.lock().unwrap();
+        let erasures = self.erasures.lock().unwrap();
+        let mut keys: Vec<&String> = rows.keys().collect();
+        keys.sort();
+        let starts = |k: &&String| match from {
+            None => true,
+            Some(f) if self.flaw == Flaw::ListStartsAfterFrom => k.as_str() > f.as_str(),
+            Some(f) => k.as_str() >= f.as_str(),
+        };
+        let mut chosen = keys.into_iter().filter(|k| starts(k));
+        let limit = page_limit(limit);
+        let mut page = LeasePage::default();
+        for key in chosen.by_ref().take(limit) {
+            let record = rows[key].clone();
+            let live = self.is_live(&record);
+            page.entries.push(LeaseEntry {
+                remaining: live
+                    .then(|| Duration::from_millis(record.expires_at_ms.saturating_sub(now))),
+                erasure: erasures.get(key).map(|&(floor, at)| ErasureEntry {
+                    floor,
+                    age: Some(Duration::from_millis(now.saturating_sub(at))),
+                }),
+                record,
+            });
+        }
+        page.next = chosen.next().map(|k| LeaseKey::parse(k).unwrap());
+        Ok(page)
     }
 }

@@ -203,6 +203,10 @@ impl DurableStore for Watched {
         self.reads.lock().unwrap().push(key.to_string());
         self.inner.get(key).await
     }
+    /// Not recorded: a size reads no content.
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        self.inner.size(key).await
+    }
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         self.inner.list(prefix).await
     }

@@ -194,3 +194,22 @@ fn a_forget_during_an_upload_erases_what_the_upload_published() {
         ForgetDuringUpload { t: 0, at: Newest },
     ]);
 }
+
+/// An image whose head move timed out, then a close whose flush publishes a newer image built
+/// on the head the tenure knew (not on the unconfirmed one): once the late move has landed and
+/// the close has released the lease, nothing can name the first image, and the replica's
+/// reconciliation deletes it (docs/guarantees.md, "Reconciling puts of unknown outcome"). The
+/// model once expected it kept; CI's seed 1796149252224820253 found it.
+#[test]
+fn an_image_off_the_heads_chain_after_a_late_head_move_is_taken_back() {
+    use Op::*;
+    replay(&[
+        Images,
+        Open { r: 0, t: 0 },
+        Open { r: 1, t: 1 },
+        Write { t: 1, at: Newest },
+        Late(ops::Late::PublishHead),
+        Snapshot { t: 1, at: Newest },
+        Close { r: 1 },
+    ]);
+}

@@ -163,7 +163,6 @@ fn batches_past_a_thousand_wal_frames_restore_row_for_row_across_modes() {
 /// PitrAt { t: 0, target: Position((1, 1)) } came to [StoreTimeout]: the model expected
 /// [Keys(["e003-0"])]`.
 #[test]
-#[ignore = "hole 1 of the change-log review: fails until its fix lands"]
 fn log_hole1_a_large_segment_is_restored_from_a_slow_store() {
     use Op::*;
     enforce(&[1]);
@@ -183,7 +182,6 @@ fn log_hole1_a_large_segment_is_restored_from_a_slow_store() {
 /// Hole 1 at an open: the successor's restore of the large segment times out
 /// (`Timeout { op: "get" }`), and the tenant cannot be opened at all.
 #[test]
-#[ignore = "hole 1 of the change-log review: fails until its fix lands"]
 fn log_hole1_an_open_restores_a_large_segment_from_a_slow_store() {
     use Op::*;
     enforce(&[1]);
@@ -207,7 +205,6 @@ fn log_hole1_an_open_restores_a_large_segment_from_a_slow_store() {
 /// but no newer image of the chain older than retain then is kept to stand for it (stamps
 /// {(1, 2): …, (1, 3): …})`.
 #[test]
-#[ignore = "hole 3 of the change-log review: fails until its fix lands"]
 fn log_hole3_a_second_retention_run_keeps_the_windows_base() {
     use Op::*;
     enforce(&[3]);
@@ -232,10 +229,13 @@ fn log_hole3_a_second_retention_run_keeps_the_windows_base() {
 }
 
 /// Hole 3, as the generator first found it: the window's base loses its own segment (here
-/// deleted behind the store's back, as a first retention run deletes it), and the next
-/// retention run, with the head younger than `retain`, deletes the base.
+/// deleted behind the store's back, as a first retention run deleted it before the fix), and the
+/// next retention run, with the head younger than `retain`, deletes the base. Since the fix
+/// retention never deletes the base's own segment, and one deleted by damage takes the base
+/// off the chain for retention (`src/plan/retention.rs` judges by it): the model no longer holds
+/// retention to that base (`State::base_candidates`), and the case pins that nothing else of
+/// the window or the log breaks.
 #[test]
-#[ignore = "hole 3 of the change-log review: fails until its fix lands"]
 fn log_hole3_retention_keeps_the_windows_base_when_its_segment_is_gone() {
     use Op::*;
     enforce(&[3]);
@@ -266,7 +266,6 @@ fn log_hole3_retention_keeps_the_windows_base_when_its_segment_is_gone() {
 /// 22 and 23 find it too). Seen: `op #10 PitrAt { t: 0, target: Position((5, 2)) } came to
 /// [Corrupt]: the model expected [Keys(["e005-0", "e007-0", "e009-0"])]`.
 #[test]
-#[ignore = "hole 4 of the change-log review: fails until its fix lands"]
 fn log_hole4_a_point_in_time_restore_after_a_mode_change_gives_the_logs_state() {
     use Op::*;
     enforce(&[4]);
@@ -294,7 +293,6 @@ fn log_hole4_a_point_in_time_restore_after_a_mode_change_gives_the_logs_state() 
 /// tenant 1 keeps images no manifest names, after two retention runs past the longest put
 /// deadline: ["acme2/…/e00000001/snap-000001.db"]`.
 #[test]
-#[ignore = "hole 8 of the change-log review: fails until its fix lands"]
 fn log_hole8_a_live_tenant_keeps_no_image_that_no_manifest_names() {
     use Op::*;
     enforce(&[8]);
@@ -323,7 +321,6 @@ const ERASURE: &[u32] = &[5, 6, 7, 10, 11];
 /// LEASEHOLD_SIM_SEED=7`, shrunk). Seen: `end: past the erasure bound, tenant 0 keeps
 /// ["acme/…/e00000001/log-000000000001.seg"] at or below its floor 1`.
 #[test]
-#[ignore = "hole 11 of the change-log review: fails until its fix lands"]
 fn log_hole11_an_erasure_that_failed_is_finished_within_the_erasure_bound() {
     use Op::*;
     enforce(ERASURE);
@@ -340,7 +337,6 @@ fn log_hole11_an_erasure_that_failed_is_finished_within_the_erasure_bound() {
 /// completes after the client gave up). Seen: `end: past the erasure bound, tenant 0 keeps
 /// ["acme/…/e00000001/snap-000001.db"] at or below its floor 1`.
 #[test]
-#[ignore = "hole 5 of the change-log review: fails until its fix lands"]
 fn log_hole5_an_image_put_landing_after_a_forget_is_gone_within_the_erasure_bound() {
     use Op::*;
     enforce(ERASURE);
@@ -359,7 +355,6 @@ fn log_hole5_an_image_put_landing_after_a_forget_is_gone_within_the_erasure_boun
 /// stays. Seen: `end: past the erasure bound, tenant 0 keeps
 /// ["acme/…/e00000001/log-000000000002.seg"] at or below its floor 2`.
 #[test]
-#[ignore = "hole 6 of the change-log review: fails until its fix lands"]
 fn log_hole6_a_zombies_segment_whose_tip_move_timed_out_is_gone_within_the_erasure_bound() {
     use Op::*;
     enforce(ERASURE);
@@ -375,7 +370,6 @@ fn log_hole6_a_zombies_segment_whose_tip_move_timed_out_is_gone_within_the_erasu
 /// had not landed yet). Seen: `end: past the erasure bound, tenant 0 keeps
 /// ["acme/…/e00000001/log-000000000002.seg"] at or below its floor 2`.
 #[test]
-#[ignore = "hole 10 of the change-log review: fails until its fix lands"]
 fn log_hole10_a_segment_put_landing_after_a_forget_is_gone_within_the_erasure_bound() {
     use Op::*;
     enforce(ERASURE);
@@ -402,5 +396,27 @@ fn regression_a_zombie_write_refused_before_its_put_keeps_no_replica_alive() {
         LapseInCommit { t: 0, at: Newest },
         ZombieShip { t: 1, at: Newest },
         Close { r: 2 },
+    ]);
+}
+
+/// An image put that timed out and landed after its tenure was handed off: nothing names it,
+/// and its replica's reconciliation takes it back once the put settled (docs/guarantees.md,
+/// "Reconciling puts of unknown outcome"). The model once required it kept until the orphan
+/// audit; found by `LEASEHOLD_SIM_SEED=1` after the merge of the reconciliation (shrunk).
+#[test]
+fn regression_a_late_image_of_a_handed_off_tenure_may_be_taken_back() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Open { r: 0, t: 1 },
+        Late(ops::Late::Put),
+        Open { r: 0, t: 0 },
+        Open { r: 0, t: 0 },
+        DrainedHandoff {
+            t: 0,
+            at: Newest,
+            pause: 0,
+            renew: false,
+        },
     ]);
 }

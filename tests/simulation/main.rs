@@ -50,6 +50,7 @@ mod change_log;
 mod check;
 mod hardening;
 mod log_review;
+mod messages;
 mod model;
 mod ops;
 mod world;

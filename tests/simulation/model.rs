@@ -240,9 +240,18 @@ pub struct TenantState {
     /// Segments whose put landed late after their ship had failed: no tip names them, and the
     /// replica takes each back once its put settles, so each may or may not be there.
     pub seg_maybe: BTreeSet<Pos>,
+    /// Segments whose put landed but whose ship failed (no tip move confirmed): above the tip
+    /// nothing names them, and their replica's reconciliation takes them back once their put
+    /// settles (docs/guarantees.md, "Reconciling puts of unknown outcome"), so each may or may
+    /// not be there.
+    pub seg_unconfirmed: BTreeSet<Pos>,
     /// Images (each with its manifest) above the floor, by `(epoch, seq)`: exactly these are
     /// in the store.
     pub objects: BTreeMap<(u64, u64), Image>,
+    /// Images whose head move timed out (its answer lost): the replica's reconciliation deletes
+    /// each once nothing names it and nothing can any more (docs/guarantees.md, "Reconciling
+    /// puts of unknown outcome"); one that the head's chain of bases reaches stays.
+    pub img_unconfirmed: BTreeSet<(u64, u64)>,
     /// Images at or below the floor that a failed forget left: each may still be there until a
     /// sweep (which runs beside an open, in the background) takes it.
     pub leftovers: BTreeSet<(u64, u64)>,

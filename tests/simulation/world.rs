@@ -42,6 +42,10 @@ const SETTLE: Duration = Duration::from_secs(10);
 pub const SNAPSHOT_EVERY: Duration = Duration::from_millis(5);
 /// `drain_timeout` (real time): a drain waits this long for admitted work.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(1_000);
+/// `put_lifetime` (the replicas' and the lease store's manual clocks): the runtime's default.
+/// An erasure is due this long after its forget by the lease store's clock; the end's erasure
+/// audit moves every clock past it (`Op::Advance`, through the model too).
+pub const PUT_LIFETIME_MS: u64 = 120_000;
 /// `Durability::Async { every }` (real time): how often an `Async` tenant ships.
 pub const ASYNC_EVERY: Duration = Duration::from_millis(2);
 /// `retain` in the change log's cases (real time, the wall clock manifests and segments carry):
@@ -299,6 +303,7 @@ impl World {
         }
         cfg.drain_timeout = DRAIN_TIMEOUT;
         cfg.store_deadline = STORE_DEADLINE;
+        cfg.put_lifetime = Duration::from_millis(PUT_LIFETIME_MS);
         // One arbiter thread per replica: tenants still live off the supervisor's thread, and a
         // case starts in half the time.
         cfg.arbiters = 1;

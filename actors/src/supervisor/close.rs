@@ -136,6 +136,15 @@ impl SupervisorActor {
             }
             .into_actor(act)
             .then(|unflushed, act, _| {
+                // The puts of unknown outcome of the tenures just ended: reconciled now if they
+                // have settled, else while the replica lingers (see `stop_if_done`).
+                let cx = act.rt.reconcile.clone();
+                actix::fut::wrap_future(async move {
+                    crate::reconcile::pass::run(&cx, true).await;
+                    unflushed
+                })
+            })
+            .then(|unflushed, act, _| {
                 // Last, copies of tenants forgotten elsewhere while this replica held them.
                 act.sweep_all_local().map(move |swept, act, ctx| {
                     if let Err(e) = swept {

@@ -3,19 +3,21 @@
 //! epochs beside the open (never in it).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use actix::prelude::*;
 use leasehold::lease::{LeaseRecord, LeaseTerm};
 use leasehold::ledger::Ledger;
 use leasehold::sweep::sweep_dead_epochs;
 use leasehold::{Error, LeaseKey, paths};
+use tracing::Instrument;
 
 use super::SupervisorActor;
 use crate::events::Event;
 use crate::lease_actor::{LeaseActor, LeaseCell, Register};
 use crate::runtime::Runtime;
-use crate::tenant::log::LogShip;
-use crate::tenant::publish::Publisher;
+use crate::tenant::log::{LogShip, LogStart};
+use crate::tenant::publish::{Inherited, Publisher};
 use crate::tenant::{TenantActor, TenantParts, TenantRef};
 
 /// What an open needs from the supervisor.
@@ -44,10 +46,22 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| Error::Closed(format!("blocking task failed: {e}")))?
 }
 
-/// Opens the tenant of `plan`. On any failure after the acquire, the lease is released.
+/// Opens the tenant of `plan` (in a span `open` with its `key` and, once acquired, `epoch`).
+/// On any failure after the acquire, the lease is released.
 pub(super) async fn open_tenant(plan: OpenPlan) -> Result<TenantRef, Error> {
+    let span = tracing::info_span!("open", key = %plan.key, epoch = tracing::field::Empty);
+    let started = Instant::now();
+    let opened = open_in_span(plan).instrument(span).await;
+    if opened.is_ok() {
+        crate::metrics::opened(started.elapsed());
+    }
+    opened
+}
+
+async fn open_in_span(plan: OpenPlan) -> Result<TenantRef, Error> {
     let rt = plan.rt.clone();
     let (record, sent_at) = acquire(&rt, &plan.key, plan.attempt).await?;
+    tracing::Span::current().record("epoch", record.epoch);
     let term = LeaseTerm {
         sent_at_ms: sent_at,
         ttl: rt.ttl,
@@ -135,6 +149,7 @@ async fn start(
         record.floor,
     )
     .await?;
+    let inherited = inherited(&fetched);
     let (tenure_dir, epoch, path) = (dir.clone(), record.epoch, db_path.clone());
     let restored = blocking(move || {
         // The files belong to this tenure from now on: a forget that raises the floor past it
@@ -147,9 +162,14 @@ async fn start(
     let head = restored.image.clone();
     let (path, options, sums) = (db_path.clone(), rt.ledger.clone(), restored.sums.clone());
     let logged = rt.durability.logged();
+    // Every committed batch must fit one segment: a run may take half of it (a batch closes
+    // once it reaches half), measured before COMMIT (docs/guarantees.md, "Limits").
+    let run_limit = rt.segment_limit / 2;
     let ledger = blocking(move || {
         Ok(if logged {
-            Ledger::open_logged(&path, &options, &sums)?
+            let mut ledger = Ledger::open_logged(&path, &options, &sums)?;
+            ledger.limit_runs(run_limit);
+            ledger
         } else {
             Ledger::open(&path, &options)?
         })
@@ -183,14 +203,19 @@ async fn start(
         dir,
         head.clone(),
         restored.position,
+        inherited,
     ));
     let log = logged.then(|| {
         LogShip::new(
             plan.key.clone(),
             record.epoch,
-            restored.position,
-            restored.image_log,
-            (restored.segments as u64, restored.segment_bytes),
+            rt.segment_limit,
+            LogStart {
+                tip: restored.position,
+                image_pos: restored.image_log,
+                carried: (restored.segments as u64, restored.segment_bytes),
+                tip_stamp_ms: inherited.stamp_ms,
+            },
         )
     });
     let ended = Arc::new(crate::status::StatusCell::new(crate::TenantStatus::Serving));
@@ -204,6 +229,7 @@ async fn start(
         forgets: plan.supervisor.clone().recipient(),
         ended: ended.clone(),
         log,
+        counted: crate::metrics::OpenTenant::new(),
     };
     let addr = TenantActor::start_in_arbiter(&plan.arbiter, move |_| TenantActor::new(parts));
     plan.lease_actor
@@ -225,6 +251,29 @@ async fn start(
         rt,
         ended,
     ))
+}
+
+/// What a restore says about the images and segments the new tenure stamps and marks: the
+/// newest stamp it saw (the tip's segment, the head's manifest), and the position of an image
+/// beyond its log that no segment follows (docs/guarantees.md, stamps; point-in-time restore
+/// across modes).
+fn inherited(fetched: &leasehold::log::restore::Fetched) -> Inherited {
+    let image = fetched.image.as_ref().map(|(m, _)| m);
+    let stamp_ms = fetched
+        .segments
+        .last()
+        .map(|s| s.header.created_at_ms)
+        .into_iter()
+        .chain(image.map(|m| m.created_at_ms))
+        .max()
+        .unwrap_or(0);
+    let beyond_log_at = image
+        .filter(|m| m.beyond_log && fetched.segments.is_empty())
+        .and_then(|m| m.log);
+    Inherited {
+        stamp_ms,
+        beyond_log_at,
+    }
 }
 
 /// Sweeps the dead epochs of `key` in the background; a failure is reported and retried at the

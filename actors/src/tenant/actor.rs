@@ -54,6 +54,8 @@ pub(crate) struct TenantParts {
     pub(crate) ended: Arc<crate::status::StatusCell>,
     /// The change log, with `Shipped` and `Async`; `None` with `Images`.
     pub(crate) log: Option<LogShip>,
+    /// Counts the tenant in `leasehold_open_tenants` from the open on, while its actor lives.
+    pub(crate) counted: crate::metrics::OpenTenant,
 }
 
 /// A new image a logged tenure waits to take (at the next cut of its log).
@@ -119,6 +121,13 @@ pub(crate) struct TenantActor {
     /// An image of a logged ledger is being taken and published: at most one at a time, so a
     /// slow upload never piles up read transactions (each a connection holding the WAL).
     pub(super) image_busy: bool,
+    /// The durable store refused an image of this many bytes for its size, and why: periodic
+    /// images are not taken again until the ledger is smaller (docs/guarantees.md, "Limits").
+    pub(super) image_too_large: Option<(u64, Error)>,
+    /// Counts this tenant in `leasehold_open_tenants` while the actor lives.
+    _counted: crate::metrics::OpenTenant,
+    /// When (wall clock) the next batch prunes stored replies older than the idempotency window.
+    pub(super) next_prune_ms: u64,
 }
 
 impl TenantActor {
@@ -147,6 +156,9 @@ impl TenantActor {
             image_wanted: Vec::new(),
             retention_running: false,
             image_busy: false,
+            image_too_large: None,
+            _counted: parts.counted,
+            next_prune_ms: 0,
         }
     }
 
@@ -172,6 +184,9 @@ impl TenantActor {
         let Some(callers) = self.batch.take() else {
             return;
         };
+        let _batch = tracing::debug_span!("batch", key = %self.cell.key, epoch = self.cell.epoch,
+            runs = callers.len())
+        .entered();
         let held = self.held();
         let fenced = self.fenced();
         let outcome = match self.ledger.as_mut() {
@@ -185,6 +200,11 @@ impl TenantActor {
                 Err(fenced)
             }
         };
+        match &outcome {
+            Ok(()) => crate::metrics::committed(callers.len()),
+            Err(e) if e.is_fenced() => crate::metrics::fenced(callers.len()),
+            Err(_) => {}
+        }
         if outcome.is_ok() && self.log.is_some() {
             return self.committed_logged(callers, ctx);
         }
@@ -193,7 +213,12 @@ impl TenantActor {
             // from here on: the tenure ends and these writes never reach an image.
             let lapsed = !self.held();
             self.feed(Input::Committed { lapsed }, ctx);
-            if lapsed { Err(self.fenced()) } else { Ok(()) }
+            if lapsed {
+                crate::metrics::fenced(callers.len());
+                Err(self.fenced())
+            } else {
+                Ok(())
+            }
         } else {
             outcome
         };
@@ -219,10 +244,17 @@ impl TenantActor {
                     key: self.key().to_string(),
                     reason: format!("reading the commit's pages failed: {e}"),
                 };
+                let mut segment = String::new();
                 if let Some(log) = self.log.as_mut() {
+                    segment = log.next_position().to_string();
                     log.add(None, callers);
                     log.fail(error.clone());
                 }
+                self.rt.events.emit(crate::events::Event::ShipFailed {
+                    key: self.key().to_string(),
+                    segment,
+                    error: error.to_string(),
+                });
                 self.feed(Input::Committed { lapsed: false }, ctx);
                 self.feed(Input::Shipping, ctx);
                 self.feed(Input::Shipped(Err(error)), ctx);
@@ -239,7 +271,12 @@ impl TenantActor {
         } else {
             let lapsed = !self.held();
             self.feed(Input::Committed { lapsed }, ctx);
-            let outcome = if lapsed { Err(self.fenced()) } else { Ok(()) };
+            let outcome = if lapsed {
+                crate::metrics::fenced(callers.len());
+                Err(self.fenced())
+            } else {
+                Ok(())
+            };
             for caller in callers {
                 caller(outcome.clone());
             }
@@ -251,6 +288,31 @@ impl TenantActor {
             }
         }
         self.checkpoint_if_due();
+    }
+
+    /// With `Async`, the refusal of a run while the log is `async_pending_limit` behind: the
+    /// bytes committed and not yet shipped are bounded (docs/guarantees.md, the numbers).
+    fn log_behind(&self) -> Option<Error> {
+        if !matches!(self.rt.durability, crate::config::Durability::Async { .. }) {
+            return None;
+        }
+        let log = self.log.as_ref()?;
+        let pending = log.unshipped_bytes();
+        (pending >= self.rt.async_pending_limit && log.failure().is_none()).then(|| {
+            Error::LogBehind {
+                key: self.key().to_string(),
+                pending_bytes: pending,
+                limit: self.rt.async_pending_limit,
+            }
+        })
+    }
+
+    /// A run was refused with nothing of it committed: said to the observer and `tracing`.
+    fn batch_refused(&self, error: &Error) {
+        self.rt.events.emit(crate::events::Event::BatchRefused {
+            key: self.key().to_string(),
+            error: error.to_string(),
+        });
     }
 
     /// Checkpoints a logged ledger whose WAL holds more than [`CHECKPOINT_FRAMES`] read frames,
@@ -328,7 +390,14 @@ impl Handler<Run> for TenantActor {
 
     fn handle(&mut self, msg: Run, ctx: &mut Context<Self>) {
         if let Err(e) = self.tenure.admits(msg.ticket, self.held()) {
+            if e.is_fenced() {
+                crate::metrics::fenced(1);
+            }
             return msg.job.refuse(e);
+        }
+        if let Some(behind) = self.log_behind() {
+            self.batch_refused(&behind);
+            return msg.job.refuse(behind);
         }
         let Some(ledger) = self.ledger.as_mut() else {
             return msg
@@ -342,16 +411,38 @@ impl Handler<Run> for TenantActor {
             self.batch = Some(Vec::new());
             // Runs after the messages already in the mailbox: they join this batch.
             ctx.spawn(actix::fut::ready(()).map(|_, act: &mut Self, ctx| act.commit_batch(ctx)));
+            self.prune_replies_if_due();
         }
+        let Some(ledger) = self.ledger.as_mut() else {
+            return msg
+                .job
+                .refuse(Error::Closed("the ledger was closed".into()));
+        };
         let started = std::time::Instant::now();
-        let finisher = msg.job.execute(ledger);
+        let cx = RunCx {
+            key: &self.cell.key,
+            wall_ms: self.rt.wall_ms(),
+            events: &self.rt.events,
+            ignores_keys: self.rt.ignores_idempotency_keys(),
+        };
+        let finisher = msg.job.execute(ledger, &cx);
         let took = started.elapsed();
+        let refused = ledger.take_refused_run();
+        let batch_bytes = ledger.batch_bytes();
         if took >= SLOW_RUN {
             tracing::warn!(key = %self.key(), took_ms = took.as_millis() as u64,
                 "a run held the tenant's thread; tenants on the same arbiter waited for it");
         }
         if let Some(batch) = self.batch.as_mut() {
             batch.push(finisher);
+        }
+        if let Some((bytes, limit)) = refused {
+            self.batch_refused(&Error::BatchTooLarge { bytes, limit });
+        }
+        if batch_bytes >= self.rt.segment_limit / 2 {
+            // No further run joins it: with each run at most half a segment, every committed
+            // batch fits one (docs/guarantees.md, "Limits").
+            self.commit_batch(ctx);
         }
     }
 }

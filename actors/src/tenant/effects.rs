@@ -3,7 +3,7 @@
 //! each effect becomes a call, and each call's completion becomes an [`Input`] fed back.
 
 use actix::prelude::*;
-use leasehold::sweep::sweep_dead_epochs;
+use leasehold::sweep::erase_floor;
 use leasehold::{Error, paths};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -146,14 +146,15 @@ impl TenantActor {
     /// The longest the flush of a drained handoff may take, counted by its caller: the final
     /// image's upload (its deadline grown with the ledger's size) and manifest, the head's
     /// compare-and-set and the release, each under `store_deadline`, with as much again for
-    /// taking the image and removing the local copy (promise 6 in docs/guarantees.md).
+    /// taking the image and removing the local copy (promise 6 in docs/guarantees.md); with a
+    /// log, [`logged_flush_bound`].
     fn flush_bound(&self) -> std::time::Duration {
         let bytes = usize::try_from(self.publisher.ledger_bytes()).unwrap_or(usize::MAX);
         let upload = leasehold::deadline::put_deadline(self.rt.store_deadline, bytes);
-        if self.log.is_some() {
-            // Settling the log: the segment in flight and the next, each a put and up to three
-            // tip moves, each move waiting for the batch ahead of it; then the release.
-            return 2 * (upload + 6 * self.rt.store_deadline) + self.rt.store_deadline;
+        if let Some(log) = self.log.as_ref() {
+            let tip_wait = self.rt.tips.longest_wait();
+            let segments = log.segments_to_settle();
+            return logged_flush_bound(upload, tip_wait, self.rt.store_deadline, segments);
         }
         2 * upload + 3 * self.rt.store_deadline
     }
@@ -167,6 +168,9 @@ impl TenantActor {
             }
             let (segments, bytes) = log.since_image();
             if self.rt.compaction.due(segments, bytes) {
+                if let Some(refused) = self.image_refused_for_size() {
+                    return self.image_not_taken(refused, ctx);
+                }
                 return self.want_image(
                     super::actor::ImageWant {
                         commits,
@@ -188,6 +192,19 @@ impl TenantActor {
                 ctx,
             );
         }
+        if image && let Some(refused) = self.image_refused_for_size() {
+            let lease_gone = self.cell.is_ended();
+            let outcome = Err(refused);
+            return self.feed(
+                Input::Published {
+                    commits,
+                    final_image,
+                    outcome,
+                    lease_gone,
+                },
+                ctx,
+            );
+        }
         let publisher = self.publisher.clone();
         let held = self.cell.holds(self.rt.now_ms());
         let fenced = self.fenced();
@@ -199,6 +216,7 @@ impl TenantActor {
             }
         };
         ctx.spawn(work.into_actor(self).map(move |outcome, act, ctx| {
+            act.note_image_outcome(&outcome);
             act.feed(
                 Input::Published {
                     commits,
@@ -263,10 +281,13 @@ impl TenantActor {
     }
 
     /// Waits for this replica's puts of the tenant that outlived their deadline, deletes every
-    /// durable copy at or below `floor`, then the local directory. Renewals go on meanwhile:
-    /// the lease is still registered. A put still running after `drain_timeout` makes the
-    /// forget report its erasure incomplete (what lands later goes at the next sweep); promise
-    /// 5 in docs/guarantees.md, hole 6 in docs/testing.md.
+    /// durable copy at or below `floor` (asking again, up to [`leasehold::sweep::ERASE_TRIES`] times, when a
+    /// sweep fails: a sweep keeps what it deleted), then the local directory. Renewals go on
+    /// meanwhile: the lease is still registered. A put still running after `drain_timeout`, or
+    /// a sweep that failed every time, makes the forget report its erasure incomplete; the
+    /// floor's pending erasure in the lease store then has any replica's periodic pass finish
+    /// it (promise 5 in docs/guarantees.md, "the erasure bound"; holes 6 and 11 in
+    /// docs/testing.md).
     fn erase(&mut self, floor: u64, ctx: &mut Context<Self>) {
         let rt = self.rt.clone();
         let key = self.key().clone();
@@ -275,7 +296,7 @@ impl TenantActor {
                 .durable
                 .settle_puts(&key.prefix(), rt.drain_timeout)
                 .await;
-            sweep_dead_epochs(rt.durable.as_ref(), &key, floor).await?;
+            erase_floor(rt.durable.as_ref(), &key, floor).await?;
             settled?;
             let root = rt.state_root.clone();
             let (org, tenant) = (key.org().clone(), key.tenant().clone());
@@ -343,5 +364,43 @@ impl Handler<LeaseLost> for TenantActor {
     fn handle(&mut self, _msg: LeaseLost, ctx: &mut Context<Self>) {
         self.commit_batch(ctx);
         self.feed(Input::LeaseLost, ctx);
+    }
+}
+
+/// The longest a logged tenant's flush may take: settling the log — `segments` segments (the one
+/// in flight and those the waiting batches are cut into), each a put (`upload`: `store_deadline`
+/// grown with at most the ledger's size) and up
+/// to `TIP_ASKS` tip-move asks, each waiting at most `tip_wait` (the tip batcher's longest wait:
+/// a batch ahead and its own) — then the release (promise 6 in docs/guarantees.md).
+pub(super) fn logged_flush_bound(
+    upload: std::time::Duration,
+    tip_wait: std::time::Duration,
+    store_deadline: std::time::Duration,
+    segments: u32,
+) -> std::time::Duration {
+    segments.max(2) * (upload + super::log::TIP_ASKS * tip_wait) + store_deadline
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_logged_flush_counts_every_tip_ask_at_the_longest_the_batcher_lets_it_wait() {
+        let d = Duration::from_secs(10);
+        let upload = leasehold::deadline::put_deadline(d, 80 << 20);
+        // On a store that batches, an ask waits for a batch ahead and its own: 2 × d + slack.
+        let tip_wait = crate::tips::tip_wait(d, d);
+        let bound = logged_flush_bound(upload, tip_wait, d, 2);
+        let segment = upload + 3 * (2 * d + crate::tips::SLACK);
+        assert_eq!(bound, 2 * segment + d);
+        // The count this replaced (6 × store_deadline per segment) fell short by the slack of
+        // every ask.
+        assert!(2 * (upload + 6 * d) + d < bound);
+        // Batches cut into more segments behind the one in flight: each is counted.
+        let five = logged_flush_bound(upload, tip_wait, d, 5);
+        assert_eq!(five, 5 * segment + d);
     }
 }

@@ -1,7 +1,8 @@
 //! The tenant's change log (`Shipped` and `Async`): committed changes wait here, are cut into
 //! a segment at the next log position, and shipped one segment at a time — the segment put in
-//! the durable store, then the tip moved by compare-and-set in the lease store. Runs that
-//! commit while a segment is in flight form the next one (docs/guarantees.md, the change log).
+//! the durable store, then the tip moved by compare-and-set in the lease store. Batches that
+//! commit while a segment is in flight form the next one, or the next ones: a segment holds
+//! whole batches, at most `segment_limit` bytes (docs/guarantees.md, the change log, "Limits").
 //!
 //! [`LogShip`] is the bookkeeping, run on the actor's thread; [`ship`] is the store calls of one
 //! segment, run as a future whose completion the actor feeds back.
@@ -9,20 +10,29 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use leasehold::clock::duration_ms;
+use leasehold::deadline::put_deadline;
 use leasehold::durable::Put;
 use leasehold::layout::{LogPos, segment_key};
 use leasehold::lease::LeaseError;
+use leasehold::log::segment::encoded_bound;
 use leasehold::log::{Changes, Segment};
+use leasehold::plan::reconcile::PutOf;
 use leasehold::{Error, LeaseKey};
 use tokio::sync::watch;
 
 use super::messages::Finisher;
 use crate::lease_actor::LeaseCell;
+use crate::reconcile::Deadlines;
 use crate::runtime::Runtime;
 
 /// How many more times a tip move of unknown outcome (a timeout) is asked again: repeating a
 /// move that landed is recognised by the store, so the retry is safe.
 const TIP_RETRIES: u32 = 2;
+
+/// How many times one segment's tip move is asked at most: a flush counts each at its longest
+/// wait (`TipBatcher::longest_wait`).
+pub(crate) const TIP_ASKS: u32 = 1 + TIP_RETRIES;
 
 /// A segment cut and ready to go.
 pub(crate) struct Cut {
@@ -34,20 +44,31 @@ pub(crate) struct Cut {
     pub(crate) bytes: Vec<u8>,
 }
 
+/// One committed batch waiting to be cut: what it changed (nothing, for a batch that wrote
+/// nothing) and who waits for it.
+struct Committed {
+    /// Its changes; `None` when it wrote nothing.
+    changes: Option<Changes>,
+    /// Its callers (`Shipped`), answered once it is in the log.
+    callers: Vec<Finisher>,
+}
+
 /// Where the tenure's log stands.
 pub(crate) struct LogShip {
     /// The tenant's key.
     key: LeaseKey,
     /// The tenure's epoch: the directory its segments go to.
     epoch: u64,
+    /// The most bytes one segment may take (`segment_limit`).
+    segment_limit: u64,
     /// The tip the lease store confirmed last (or the restore found).
     tip: Option<LogPos>,
-    /// The segment in flight.
-    in_flight: Option<LogPos>,
-    /// Changes committed since the last cut.
-    pending: Option<Changes>,
-    /// Callers of batches since the last cut (answered when their changes are in the log).
-    waiting: Vec<Finisher>,
+    /// The segment in flight, and its bytes.
+    in_flight: Option<(LogPos, u64)>,
+    /// Batches committed since the last cut, oldest first.
+    pending: VecDeque<Committed>,
+    /// The bytes their pages take ([`encoded_bound`] of each batch, summed).
+    pending_bytes: u64,
     /// Callers of the segment in flight: kept here, not in the shipping future, so that a
     /// tenant that stops with a segment in flight still answers them (outcome unknown).
     in_flight_callers: Vec<Finisher>,
@@ -58,37 +79,67 @@ pub(crate) struct LogShip {
     /// Segments and bytes since the newest image that earlier tenures shipped (counted until an
     /// image holds the restored tip), so compaction is due across tenures too.
     carried: (u64, u64),
+    /// Segments and bytes since the newest image when a shipped segment last asked for a
+    /// compaction image (`Compaction::due_again`).
+    compaction_asked: Option<(u64, u64)>,
     /// Set once a segment failed: nothing more is cut, and every later caller is refused.
     failed: Option<Error>,
     /// Publishes the confirmed tip (an image may move the head only to a position at or below it).
     tips: watch::Sender<Option<LogPos>>,
+    /// The newest stamp on the chain this tenure knows (its restore's, then its own cuts'): a
+    /// segment is stamped no earlier, so stamps rise along the log whatever the hosts' wall
+    /// clocks say (docs/guarantees.md, point-in-time restore by time).
+    last_stamp_ms: u64,
+}
+
+/// Where a tenure's log starts: what the restore found.
+pub(crate) struct LogStart {
+    /// The tip the restore ended at.
+    pub(crate) tip: Option<LogPos>,
+    /// The position the newest image holds.
+    pub(crate) image_pos: Option<LogPos>,
+    /// Segments and bytes since that image, shipped by earlier tenures.
+    pub(crate) carried: (u64, u64),
+    /// The stamp of the tip's segment (or of the head's manifest): the tenure stamps no earlier.
+    pub(crate) tip_stamp_ms: u64,
 }
 
 impl LogShip {
-    /// The log of the tenure of `key` at `epoch`, whose restore ended at `tip`, with the newest
-    /// image holding `image_pos`.
-    pub(crate) fn new(
-        key: LeaseKey,
-        epoch: u64,
-        tip: Option<LogPos>,
-        image_pos: Option<LogPos>,
-        carried: (u64, u64),
-    ) -> Self {
-        let (tips, _) = watch::channel(tip);
+    /// The log of the tenure of `key` at `epoch`, whose segments take at most `segment_limit`
+    /// bytes, starting where the restore left it.
+    pub(crate) fn new(key: LeaseKey, epoch: u64, segment_limit: u64, start: LogStart) -> Self {
+        let (tips, _) = watch::channel(start.tip);
         Self {
             key,
             epoch,
-            tip,
+            segment_limit,
+            tip: start.tip,
             in_flight: None,
-            pending: None,
-            waiting: Vec::new(),
+            pending: VecDeque::new(),
+            pending_bytes: 0,
             in_flight_callers: Vec::new(),
             since_image: VecDeque::new(),
-            image_pos,
-            carried,
+            image_pos: start.image_pos,
+            carried: start.carried,
+            compaction_asked: None,
             failed: None,
             tips,
+            last_stamp_ms: start.tip_stamp_ms,
         }
+    }
+
+    /// The stamp of a segment cut now, when the wall clock reads `wall_ms`: never before the
+    /// newest stamp on the chain (a host whose clock lags its predecessor's stamps the time of
+    /// the predecessor's last segment until its own clock passes it).
+    pub(crate) fn stamp(&mut self, wall_ms: u64) -> u64 {
+        self.last_stamp_ms = self.last_stamp_ms.max(wall_ms);
+        self.last_stamp_ms
+    }
+
+    /// The newest stamp on the chain this tenure knows: an image of the log's position is
+    /// stamped no earlier.
+    pub(crate) fn last_stamp(&self) -> u64 {
+        self.last_stamp_ms
     }
 
     /// A receiver of the confirmed tip.
@@ -99,18 +150,42 @@ impl LogShip {
     /// The position of everything committed and cut: the segment in flight, else the tip. Only
     /// meaningful when nothing is pending.
     pub(crate) fn position(&self) -> Option<LogPos> {
-        self.in_flight.or(self.tip)
+        self.in_flight.map(|(pos, _)| pos).or(self.tip)
+    }
+
+    /// The position the next segment will take.
+    pub(crate) fn next_position(&self) -> LogPos {
+        LogPos {
+            epoch: self.epoch,
+            seq: self.tip.map_or(1, |t| t.seq + 1),
+        }
     }
 
     /// Whether changes wait to be cut.
     pub(crate) fn has_pending(&self) -> bool {
-        self.pending.is_some()
+        self.pending.iter().any(|c| c.changes.is_some())
+    }
+
+    /// The bytes committed and not yet in the log: the batches waiting to be cut and the
+    /// segment in flight (what `Async` bounds, docs/guarantees.md, the numbers).
+    pub(crate) fn unshipped_bytes(&self) -> u64 {
+        let in_flight = self.in_flight.map_or(0, |(_, bytes)| bytes);
+        self.pending_bytes.saturating_add(in_flight)
+    }
+
+    /// How many segments settling the log takes at most: the one in flight and those the
+    /// waiting batches are cut into. Each batch takes at most half of `segment_limit`, so every
+    /// segment but the last of a cut is more than half full: at most ⌈2 × pending ÷ limit⌉.
+    pub(crate) fn segments_to_settle(&self) -> u32 {
+        let limit = self.segment_limit.max(1);
+        let waiting = self.pending_bytes.saturating_mul(2).div_ceil(limit).max(1);
+        u32::try_from(waiting.saturating_add(1)).unwrap_or(u32::MAX)
     }
 
     /// Whether everything committed is in the log (or the log failed): nothing in flight,
     /// nothing pending, no caller waiting.
     pub(crate) fn settled(&self) -> bool {
-        self.in_flight.is_none() && self.pending.is_none() && self.waiting.is_empty()
+        self.in_flight.is_none() && self.pending.is_empty()
     }
 
     /// Why the log stopped, if it did.
@@ -125,6 +200,18 @@ impl LogShip {
             self.since_image.len() as u64 + self.carried.0,
             bytes + self.carried.1,
         )
+    }
+
+    /// Whether the segments shipped since the newest image call for a compaction image now
+    /// (`compaction`'s thresholds reached, and a whole compaction's worth past the last time
+    /// this said yes); a yes is remembered.
+    pub(crate) fn ask_compaction(&mut self, compaction: &crate::config::Compaction) -> bool {
+        let (segments, bytes) = self.since_image();
+        let due = compaction.due_again(self.compaction_asked, segments, bytes);
+        if due {
+            self.compaction_asked = Some((segments, bytes));
+        }
+        due
     }
 
     /// The newest image now holds `pos`: segments up to it no longer count toward compaction.
@@ -145,8 +232,8 @@ impl LogShip {
         }
     }
 
-    /// A batch committed: its changes (if it wrote any) join the pending ones, its callers wait
-    /// for them. A caller of a log that failed is refused at once.
+    /// A batch committed: its changes (if it wrote any) wait to be cut, its callers wait for
+    /// them. A caller of a log that failed is refused at once.
     pub(crate) fn add(&mut self, changes: Option<Changes>, callers: Vec<Finisher>) {
         if let Some(error) = &self.failed {
             for caller in callers {
@@ -154,40 +241,108 @@ impl LogShip {
             }
             return;
         }
-        if let Some(changes) = changes {
-            match self.pending.as_mut() {
-                Some(pending) => pending.merge(changes),
-                None => self.pending = Some(changes),
-            }
+        if let Some(changes) = &changes {
+            let bytes = encoded_bound(changes.page_size, changes.pages.len() as u64);
+            self.pending_bytes = self.pending_bytes.saturating_add(bytes);
         }
-        self.waiting.extend(callers);
+        self.pending.push_back(Committed { changes, callers });
     }
 
-    /// The next segment to ship, if none is in flight and changes are pending. Callers whose
-    /// batches wrote nothing are answered here once everything before them is in the log.
-    pub(crate) fn cut(&mut self, created_at_ms: u64) -> Result<Option<Cut>, Error> {
+    /// The next segment to ship, if none is in flight and changes are pending: the oldest
+    /// pending batches, whole, as many as fit `segment_limit` together (at least one), so a
+    /// long run of batches goes as several segments and a restore never stops inside a batch.
+    /// Callers of batches that wrote nothing are answered here once everything before them is in
+    /// the log, or ride with the segment cut before them. A single batch too large for a segment
+    /// is an error (the batch was measured before it committed, so this does not happen). The
+    /// segment is stamped [`LogShip::stamp`] of `wall_ms`.
+    pub(crate) fn cut(&mut self, wall_ms: u64) -> Result<Option<Cut>, Error> {
         if self.in_flight.is_some() || self.failed.is_some() {
             return Ok(None);
         }
-        let Some(changes) = self.pending.take() else {
-            for caller in self.waiting.drain(..) {
-                caller(Ok(()));
+        while self.pending.front().is_some_and(|c| c.changes.is_none()) {
+            if let Some(done) = self.pending.pop_front() {
+                for caller in done.callers {
+                    caller(Ok(()));
+                }
             }
+        }
+        let Some((changes, callers)) = self.take_segment() else {
             return Ok(None);
         };
-        let to = LogPos {
-            epoch: self.epoch,
-            seq: self.tip.map_or(1, |t| t.seq + 1),
+        let to = self.next_position();
+        let stamp = self.stamp(wall_ms);
+        let segment = Segment::from_changes(&self.key, to, self.tip, changes, stamp);
+        let limit = self.segment_limit;
+        let encoded = segment
+            .encode()
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| match bytes.len() as u64 {
+                len if len > limit => Err(format!(
+                    "it takes {len} bytes, more than segment_limit ({limit})"
+                )),
+                _ => Ok(bytes),
+            });
+        let bytes = match encoded {
+            Ok(bytes) => bytes,
+            Err(reason) => {
+                let error = Error::Unshipped {
+                    key: self.key.to_string(),
+                    reason: format!("cutting segment {to} failed: {reason}"),
+                };
+                for caller in callers {
+                    caller(Err(error.clone()));
+                }
+                return Err(error);
+            }
         };
-        let segment = Segment::from_changes(&self.key, to, self.tip, changes, created_at_ms);
-        let bytes = segment.encode().map_err(Error::from)?;
-        self.in_flight = Some(to);
-        self.in_flight_callers = std::mem::take(&mut self.waiting);
+        let len = bytes.len() as u64;
+        self.in_flight = Some((to, len));
+        self.in_flight_callers = callers;
         Ok(Some(Cut {
             from: self.tip,
             to,
             bytes,
         }))
+    }
+
+    /// Takes the oldest pending batches that fit one segment together, merged, with their
+    /// callers (and those of the batches without changes among and right after them).
+    fn take_segment(&mut self) -> Option<(Changes, Vec<Finisher>)> {
+        let first = self.pending.pop_front()?;
+        let mut callers = first.callers;
+        let Some(mut changes) = first.changes else {
+            // Everything before it is in the log (none is in flight): it is done.
+            for caller in callers {
+                caller(Ok(()));
+            }
+            return None;
+        };
+        while let Some(next) = self.pending.front() {
+            let fits = match &next.changes {
+                None => true,
+                Some(later) => {
+                    let pages = merged_pages(&changes, later);
+                    encoded_bound(later.page_size, pages) <= self.segment_limit
+                }
+            };
+            if !fits {
+                break;
+            }
+            let Some(next) = self.pending.pop_front() else {
+                break;
+            };
+            if let Some(later) = next.changes {
+                changes.merge(later);
+            }
+            callers.extend(next.callers);
+        }
+        self.pending_bytes = self
+            .pending
+            .iter()
+            .filter_map(|c| c.changes.as_ref())
+            .map(|c| encoded_bound(c.page_size, c.pages.len() as u64))
+            .sum();
+        Some((changes, callers))
     }
 
     /// The segment at `to` of `bytes` bytes came back. On success the tip is `to`; on failure
@@ -231,9 +386,11 @@ impl LogShip {
 
     /// Stops the log: pending changes are never shipped, their callers hear `error`.
     pub(crate) fn fail(&mut self, error: Error) {
-        self.pending = None;
-        for caller in self.waiting.drain(..) {
-            caller(Err(error.clone()));
+        self.pending_bytes = 0;
+        for waiting in self.pending.drain(..) {
+            for caller in waiting.callers {
+                caller(Err(error.clone()));
+            }
         }
         if self.failed.is_none() {
             self.failed = Some(error);
@@ -241,10 +398,28 @@ impl LogShip {
     }
 }
 
+/// How many pages `earlier` and `later` change together (a page both change counts once).
+fn merged_pages(earlier: &Changes, later: &Changes) -> u64 {
+    let new = later
+        .pages
+        .keys()
+        .filter(|p| !earlier.pages.contains_key(p))
+        .count();
+    (earlier.pages.len() + new) as u64
+}
+
 /// Ships one segment: put it under its key, then move the tip from `from` to `to`. `Ok` only
 /// when the lease store confirmed the tip: then the segment is the log's, whatever happens to
 /// this replica next. A refused move (the lease is gone) is `Fenced` and ends the cell; any
 /// other failure is [`Error::Unshipped`], whose outcome is unknown.
+///
+/// The put is entered in the replica's ledger before it is sent and leaves it only once the tip
+/// names it: on every other way out — a failed put, a refused or unanswered move, or this future
+/// dropped with its actor — the replica's reconciliation finds the segment named by the tip's
+/// chain or deletes it once the put has settled (docs/guarantees.md, "Reconciling puts of unknown
+/// outcome"). No put leaves a tenure known to be over; with `Async`, whose cuts come on a timer
+/// rather than right after a commit's lease check or a confirmed tip move, none leaves once the
+/// lease cell no longer holds (docs/guarantees.md, "the erasure bound").
 pub(crate) async fn ship(
     rt: Arc<Runtime>,
     cell: Arc<LeaseCell>,
@@ -257,37 +432,41 @@ pub(crate) async fn ship(
         key: key.to_string(),
         reason,
     };
+    let may_send = match rt.durability {
+        crate::config::Durability::Async { .. } => cell.holds(rt.now_ms()),
+        // Right after a commit whose lease check passed, or a tip move the store confirmed:
+        // the store, not the holder's clock, decides whether the segment counts.
+        _ => !cell.is_ended(),
+    };
+    if !may_send {
+        return Err(Error::Fenced {
+            key: key.to_string(),
+        });
+    }
     let skey = segment_key(&key, to);
+    let deadlines = Deadlines {
+        puts_ms: duration_ms(put_deadline(rt.store_deadline, bytes.len())),
+    };
+    let put = PutOf::Segment { pos: to };
+    let tracked = rt.reconciler().track(&cell, put, rt.now_ms(), deadlines);
     match rt.durable.put_if_absent(&skey, bytes.clone()).await {
-        Ok(Put::Created) => {}
+        Ok(Put::Created) => tracked.answered(),
         Ok(Put::AlreadyExists) => {
             // An earlier try of this very put may have landed (a retried request): the
             // segment is ours only if it holds exactly these bytes.
             let found = rt
                 .durable
-                .get(&skey)
+                .get_sized(&skey, bytes.len() as u64)
                 .await
                 .map_err(|e| unshipped(e.to_string()))?;
             if found.as_deref() != Some(bytes.as_slice()) {
+                tracked.not_ours(&skey);
                 return Err(unshipped(format!("{skey} already holds other bytes")));
             }
+            tracked.answered();
         }
-        Err(e) => {
-            // No tip move was asked for it, so no restore will read it: once the put settles
-            // (it may still land, `Deadline` tracks it), it is taken back, so that a late
-            // landing leaves nothing behind (promise 5 in docs/guarantees.md).
-            let (durable, epoch_prefix, late) = (
-                rt.durable.clone(),
-                leasehold::layout::epoch_prefix(&key, to.epoch),
-                skey.clone(),
-            );
-            let limit = rt.drain_timeout;
-            tokio::spawn(async move {
-                let _ = durable.settle_puts(&epoch_prefix, limit).await;
-                let _ = durable.delete(&late).await;
-            });
-            return Err(unshipped(format!("put {skey}: {e}")));
-        }
+        // No tip move was asked for it: the reconciliation deletes it once the put settles.
+        Err(e) => return Err(unshipped(format!("put {skey}: {e}"))),
     }
     let mut tries = 0;
     loop {
@@ -298,18 +477,19 @@ pub(crate) async fn ship(
             from,
             to,
         };
+        tracked.asking();
         match rt.tips.move_tip(asked).await {
-            Ok(_) => return Ok(()),
+            Ok(_) => {
+                tracked.named();
+                return Ok(());
+            }
             Err(e) if e.outcome_unknown() && tries < TIP_RETRIES => tries += 1,
             Err(LeaseError::NotHeld { .. }) if tries == 0 => {
-                cell.end();
                 // The first and only ask was refused: the tip never named this segment, so no
-                // restore can read it. A zombie (paused past its lease, its put landing after a
-                // successor's forget and sweep) takes it back rather than leave bytes behind
-                // (promise 5 in docs/guarantees.md); a failed delete leaves it to the next sweep.
-                if let Err(e) = rt.durable.delete(&skey).await {
-                    tracing::debug!(%key, error = %e, "a refused segment stays until the next sweep");
-                }
+                // restore can read it; the reconciliation takes it back (a zombie's segment
+                // must not outlive a successor's forget).
+                cell.end();
+                tracked.refused();
                 return Err(Error::Fenced {
                     key: key.to_string(),
                 });
@@ -319,7 +499,44 @@ pub(crate) async fn ship(
                 cell.end();
                 return Err(unshipped(format!("moving the tip to {to}: {e}")));
             }
-            Err(e) => return Err(unshipped(format!("moving the tip to {to}: {e}"))),
+            Err(e) => {
+                if tries == 0 && !e.outcome_unknown() {
+                    tracked.refused();
+                }
+                return Err(unshipped(format!("moving the tip to {to}: {e}")));
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold::ids::{OrgId, TenantId};
+
+    fn log(segment_limit: u64) -> LogShip {
+        let key = LeaseKey::new(&OrgId::new("acme").unwrap(), &TenantId::new("t1").unwrap());
+        let start = LogStart {
+            tip: None,
+            image_pos: None,
+            carried: (0, 0),
+            tip_stamp_ms: 0,
+        };
+        LogShip::new(key, 1, segment_limit, start)
+    }
+
+    #[test]
+    fn settling_counts_the_segment_in_flight_and_every_segment_the_waiting_batches_need() {
+        let mut idle = log(1_000);
+        assert_eq!(
+            idle.segments_to_settle(),
+            2,
+            "nothing waits: one and the next"
+        );
+        idle.pending_bytes = 499;
+        assert_eq!(idle.segments_to_settle(), 2);
+        idle.pending_bytes = 2_400;
+        // Batches of at most 500 bytes fill each segment but the last more than half: 5.
+        assert_eq!(idle.segments_to_settle(), 6);
     }
 }

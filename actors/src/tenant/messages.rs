@@ -12,10 +12,22 @@ use crate::status::TenantStatus;
 /// Answers one run's caller once its batch has committed or rolled back.
 pub(crate) type Finisher = Box<dyn FnOnce(Result<(), Error>) + Send>;
 
-/// A host closure with its reply channel, its result type erased.
+/// What a run may need from its tenant beside the ledger.
+pub(crate) struct RunCx<'a> {
+    /// The tenant's key.
+    pub(crate) key: &'a LeaseKey,
+    /// The host's wall clock now (stamps a stored reply).
+    pub(crate) wall_ms: u64,
+    /// The replica's events.
+    pub(crate) events: &'a crate::events::EventSink,
+    /// Commands run without looking for their stored reply (a deliberate bug).
+    pub(crate) ignores_keys: bool,
+}
+
+/// A host closure (or a typed command) with its reply channel, its result type erased.
 pub(crate) trait RunJob: Send {
     /// Runs the closure in its own savepoint of the open batch; returns who to answer at commit.
-    fn execute(self: Box<Self>, ledger: &mut Ledger) -> Finisher;
+    fn execute(self: Box<Self>, ledger: &mut Ledger, cx: &RunCx<'_>) -> Finisher;
     /// Answers the caller with `error` without running the closure.
     fn refuse(self: Box<Self>, error: Error);
 }
@@ -33,7 +45,7 @@ where
     F: FnOnce(&mut LedgerTx<'_>) -> Result<R, LedgerError> + Send + 'static,
     R: Send + 'static,
 {
-    fn execute(self: Box<Self>, ledger: &mut Ledger) -> Finisher {
+    fn execute(self: Box<Self>, ledger: &mut Ledger, _cx: &RunCx<'_>) -> Finisher {
         let TypedJob { f, reply } = *self;
         let outcome = ledger.run_savepoint(f);
         Box::new(move |commit| {

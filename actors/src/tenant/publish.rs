@@ -5,13 +5,19 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
-use leasehold::image::{self, ImageFile, ReadSnapshot};
-use leasehold::layout::{ImageRef, LogPos};
+use leasehold::clock::duration_ms;
+use leasehold::deadline::put_deadline;
+use leasehold::image::{self, ImageAt, ImageError, ImageFile, ReadSnapshot};
+use leasehold::layout::{ImageRef, LogPos, image_key, manifest_key};
+use leasehold::lease::LeaseError;
+use leasehold::plan::reconcile::PutOf;
 use leasehold::{Error, LeaseKey};
 use tokio::sync::{Mutex, watch};
 
 use crate::lease_actor::LeaseCell;
+use crate::reconcile::Deadlines;
 use crate::runtime::Runtime;
 
 /// Where the tenure's chain of images stands.
@@ -37,6 +43,8 @@ pub(crate) struct Published {
     pub(crate) taken_at_ms: u64,
     /// The log position the image holds.
     pub(crate) log: Option<LogPos>,
+    /// The image's size.
+    pub(crate) bytes: u64,
 }
 
 /// Publishes images of one tenure.
@@ -52,14 +60,29 @@ pub(crate) struct Publisher {
     scratch: PathBuf,
     /// The chain, behind the one-publish-at-a-time lock.
     chain: Mutex<Chain>,
+    /// What the restore says about the images this tenure takes.
+    inherited: Inherited,
 }
 
-/// Wall-clock milliseconds since the Unix epoch: a manifest's `created_at_ms`, which retention
-/// compares across replicas.
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// What the tenure's restore says about the images it takes: how they are stamped and whether
+/// they hold the log's state at their position.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Inherited {
+    /// The newest stamp the restore saw (the tip's segment, the head's manifest): a manifest's
+    /// `created_at_ms` is never earlier, so an image is never older than the position it holds
+    /// in the eyes of retention and point-in-time restore (docs/guarantees.md, stamps).
+    pub(crate) stamp_ms: u64,
+    /// The position of a restored image beyond its log with no segment after it: this tenure's
+    /// state there is that image's, not the log's, so an image of it taken at that position is
+    /// beyond its log too (docs/guarantees.md, point-in-time restore across modes).
+    pub(crate) beyond_log_at: Option<LogPos>,
+}
+
+/// Records an image published, `started` when it began to be taken.
+fn measured(published: &Result<Option<Published>, Error>, started: Instant) {
+    if let Ok(Some(p)) = published {
+        crate::metrics::image_published(p.bytes, started.elapsed());
+    }
 }
 
 /// Whether the tip `tip` holds the log position `log`.
@@ -82,12 +105,14 @@ impl Publisher {
         scratch: PathBuf,
         head: Option<ImageRef>,
         log: Option<LogPos>,
+        inherited: Inherited,
     ) -> Self {
         Self {
             rt,
             cell,
             db_path,
             scratch,
+            inherited,
             chain: Mutex::new(Chain {
                 head,
                 next_seq: 1,
@@ -136,20 +161,25 @@ impl Publisher {
         // A number once tried is never reused: a half-finished upload may have left its image.
         chain.next_seq += 1;
         let taken_at_ms = self.rt.now_ms();
+        let started = Instant::now();
         let file = self.take(seq).await?;
         let log = chain.log;
-        self.finish(&mut chain, seq, file, commits, log, taken_at_ms, None)
-            .await
+        let published = self
+            .finish(&mut chain, seq, file, (commits, 0), log, taken_at_ms, None)
+            .await;
+        measured(&published, started);
+        published
     }
 
     /// Publishes the image of `snapshot` (a read transaction, with the ledger's page 1 and sums
     /// at that moment, see `ReadSnapshot::write_exact_image`), begun when the log stood at `log`
     /// with at least `commits` batches committed; the head moves to it only once the tip
     /// (`tips`) holds `log`, so the head never names state the log does not hold (promise 4
-    /// in docs/guarantees.md). `None` when the head already holds `log` and `commits`.
+    /// in docs/guarantees.md). `None` when the head already holds `log` and `commits`. Its
+    /// manifest is stamped no earlier than `stamp_floor_ms` (the log's newest stamp).
     pub(crate) async fn publish_at(
         &self,
-        commits: u64,
+        (commits, stamp_floor_ms): (u64, u64),
         snapshot: (ReadSnapshot, Vec<u8>, u64),
         log: Option<LogPos>,
         tips: watch::Receiver<Option<LogPos>>,
@@ -164,42 +194,87 @@ impl Publisher {
         let seq = chain.next_seq;
         chain.next_seq += 1;
         let taken_at_ms = self.rt.now_ms();
+        let started = Instant::now();
         let dest = self.scratch_path(seq);
         let (snapshot, page_one, sum) = snapshot;
         let file =
             tokio::task::spawn_blocking(move || snapshot.write_exact_image(&dest, &page_one, sum))
                 .await
                 .map_err(|e| Error::Closed(format!("image task failed: {e}")))??;
-        self.finish(&mut chain, seq, file, commits, log, taken_at_ms, Some(tips))
-            .await
+        let counts = (commits, stamp_floor_ms);
+        let published = self
+            .finish(&mut chain, seq, file, counts, log, taken_at_ms, Some(tips))
+            .await;
+        measured(&published, started);
+        published
     }
 
-    /// Uploads image `seq` holding `log`, waits (with `tips`) for the tip to hold `log`, and
+    /// Uploads image `seq` holding `log` and at least `commits` batches (its manifest stamped
+    /// no earlier than `stamp_floor_ms`), waits (with `tips`) for the tip to hold `log`, and
     /// moves the head.
+    ///
+    /// The image and its manifest are entered in the replica's ledger before the first put and
+    /// leave it only once the head names them: on every other way out (a failed or refused
+    /// upload, a log that never reached `log`, a tenure that ended, a head move refused or
+    /// unanswered, this future dropped with its actor) the replica's reconciliation finds them
+    /// named by the head's chain or deletes them once their puts have settled
+    /// (docs/guarantees.md, "Reconciling puts of unknown outcome"). Each put is sent only while
+    /// the lease holds.
     #[allow(clippy::too_many_arguments)]
     async fn finish(
         &self,
         chain: &mut Chain,
         seq: u64,
         file: ImageFile,
-        commits: u64,
+        (commits, stamp_floor_ms): (u64, u64),
         log: Option<LogPos>,
         taken_at_ms: u64,
         tips: Option<watch::Receiver<Option<LogPos>>>,
     ) -> Result<Option<Published>, Error> {
-        let uploaded = image::upload_image(
-            self.rt.durable.as_ref(),
-            self.key(),
-            self.cell.epoch,
+        let (key, epoch) = (self.key().clone(), self.cell.epoch);
+        let size = file.size;
+        let bytes = usize::try_from(size).unwrap_or(usize::MAX);
+        // The image's put and the manifest's.
+        let sd = self.rt.store_deadline;
+        let deadlines = Deadlines {
+            puts_ms: duration_ms(put_deadline(sd, bytes) + sd),
+        };
+        let put = PutOf::Image { epoch, seq };
+        let tracked = self
+            .rt
+            .reconciler()
+            .track(&self.cell, put, self.rt.now_ms(), deadlines);
+        let at = ImageAt {
+            key: &key,
+            epoch,
             seq,
-            &file,
-            chain.head.clone(),
+            base: chain.head.clone(),
             log,
-            tips.is_none() && log.is_some(),
-            wall_ms(),
-        )
-        .await;
+            // Without a log the image holds writes no segment carries; with one, so does the
+            // restored state of an image beyond its log until a segment follows it.
+            beyond_log: log.is_some() && (tips.is_none() || log == self.inherited.beyond_log_at),
+            created_at_ms: self
+                .rt
+                .wall_ms()
+                .max(stamp_floor_ms)
+                .max(self.inherited.stamp_ms),
+        };
+        let holds = || self.cell.holds(self.rt.now_ms());
+        let uploaded =
+            image::upload_image_checked(self.rt.durable.as_ref(), &at, &file, &holds).await;
         let _ = std::fs::remove_file(&file.path);
+        match &uploaded {
+            Ok(_) => tracked.answered(),
+            // Another writer's object under the key: never ours to take back. Taken at the
+            // image, the manifest was never put either.
+            Err(ImageError::AlreadyExists { key: taken }) => {
+                tracked.not_ours(taken);
+                if *taken == image_key(&key, epoch, seq) {
+                    tracked.not_ours(&manifest_key(&key, epoch, seq));
+                }
+            }
+            Err(_) => {}
+        }
         let image = uploaded?.image_ref();
         if let Some(mut tips) = tips {
             // The segment in flight settles within its own bounds (a put and its tip moves,
@@ -216,27 +291,26 @@ impl Publisher {
             }
         }
         // A tenure that ended meanwhile (a lapse after a commit ends it) publishes nothing more:
-        // this image may hold a write its caller was told was fenced. No head names it, so it
-        // is taken back (a zombie's image must not outlive a successor's forget).
+        // this image may hold a write its caller was told was fenced. No head names it.
         if !self.cell.holds(self.rt.now_ms()) {
-            self.take_back(seq).await;
             return Err(self.fenced());
         }
+        tracked.asking();
         let moved = self
             .rt
             .leases
-            .publish_head(
-                self.key(),
-                self.rt.replica.as_str(),
-                self.cell.epoch,
-                &image,
-            )
+            .publish_head(self.key(), self.rt.replica.as_str(), epoch, &image)
             .await;
-        if let Err(leasehold::lease::LeaseError::NotHeld { .. }) = &moved {
-            // The store says the lease is gone: this tenure never holds again, and the head
-            // never named this image.
-            self.cell.end();
-            self.take_back(seq).await;
+        match &moved {
+            Ok(_) => tracked.named(),
+            Err(LeaseError::NotHeld { .. }) => {
+                // The store says the lease is gone: this tenure never holds again, and the head
+                // never named this image.
+                self.cell.end();
+                tracked.refused();
+            }
+            Err(LeaseError::Stale { .. }) => tracked.refused(),
+            Err(_) => {} // unknown: the move may still land
         }
         moved?;
         if !self.cell.holds(self.rt.now_ms()) {
@@ -249,20 +323,8 @@ impl Publisher {
             image,
             taken_at_ms,
             log,
+            bytes: size,
         }))
-    }
-
-    /// Deletes image `seq` of this tenure and its manifest, which no head names (best effort:
-    /// what stays goes at the next sweep).
-    async fn take_back(&self, seq: u64) {
-        let epoch = self.cell.epoch;
-        let keys = [
-            leasehold::layout::image_key(self.key(), epoch, seq),
-            leasehold::layout::manifest_key(self.key(), epoch, seq),
-        ];
-        if let Err(e) = self.rt.durable.delete_keys(&keys).await {
-            tracing::debug!(key = %self.key(), error = %e, "a refused image stays until the next sweep");
-        }
     }
 
     fn scratch_path(&self, seq: u64) -> PathBuf {

@@ -2,31 +2,30 @@
 //! back, feed each outcome to the tenure, settle the log for a handoff's flush, and take images
 //! at a cut, where the log position they hold is known (docs/guarantees.md, the change log).
 
+use std::time::Instant;
+
 use actix::prelude::*;
 use leasehold::Error;
+use leasehold::durable::StoreError;
 use leasehold::image::ReadSnapshot;
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use super::actor::{ImageWant, TenantActor};
 use super::log::{Cut, ship};
 use super::tenure::Input;
 use crate::events::Event;
 
-/// Wall-clock milliseconds since the Unix epoch (a segment's `created_at_ms`).
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 impl TenantActor {
     /// Ships the pending changes if no segment is in flight; answers callers the log already
     /// covers; takes wanted images at the cut; tells a waiting flush when the log has settled.
     pub(super) fn ship_next(&mut self, ctx: &mut Context<Self>) {
+        let wall_ms = self.rt.wall_ms();
         let Some(log) = self.log.as_mut() else {
             return;
         };
-        match log.cut(wall_ms()) {
+        let next = log.next_position();
+        match log.cut(wall_ms) {
             Ok(Some(cut)) => {
                 self.take_wanted_images(ctx);
                 self.send(cut, ctx);
@@ -36,13 +35,16 @@ impl TenantActor {
                 self.check_flush(ctx);
             }
             Err(error) => {
-                let error = Error::Unshipped {
-                    key: self.key().to_string(),
-                    reason: format!("cutting a segment failed: {error}"),
-                };
+                // The batches it held hear `error`; the log stops, and says so (a tenure never
+                // ends silently, docs/guarantees.md, "Limits").
                 if let Some(log) = self.log.as_mut() {
                     log.fail(error.clone());
                 }
+                self.rt.events.emit(Event::ShipFailed {
+                    key: self.key().to_string(),
+                    segment: next.to_string(),
+                    error: error.to_string(),
+                });
                 self.feed(Input::Shipping, ctx);
                 self.feed(Input::Shipped(Err(error)), ctx);
                 self.check_flush(ctx);
@@ -54,8 +56,14 @@ impl TenantActor {
         let Cut { from, to, bytes } = cut;
         let len = bytes.len() as u64;
         self.feed(Input::Shipping, ctx);
-        let work = ship(self.rt.clone(), self.cell.clone(), from, to, bytes);
+        let span = tracing::debug_span!("ship", key = %self.cell.key, epoch = self.cell.epoch,
+            seq = to.seq, bytes = len);
+        let started = Instant::now();
+        let work = ship(self.rt.clone(), self.cell.clone(), from, to, bytes).instrument(span);
         ctx.spawn(work.into_actor(self).map(move |outcome, act, ctx| {
+            if outcome.is_ok() {
+                crate::metrics::segment_shipped(len, started.elapsed());
+            }
             if let Some(log) = act.log.as_mut() {
                 log.shipped(to, len, &outcome);
             }
@@ -66,9 +74,29 @@ impl TenantActor {
                     error: error.to_string(),
                 });
             }
+            let shipped = outcome.is_ok();
             act.feed(Input::Shipped(outcome), ctx);
+            if shipped {
+                act.compact_if_due(ctx);
+            }
             act.ship_next(ctx);
         }));
+    }
+
+    /// Compaction follows the bytes as they grow: checked after every shipped segment, not only
+    /// every `snapshot_every`, so the segments a restore holds stay near `compaction`
+    /// (docs/guarantees.md, the storage bound). Only with periodic compaction on; an image under
+    /// way is not doubled (the tenure's snapshot plan refuses a second upload), and a tenant
+    /// whose images fail asks again only a whole compaction's worth later.
+    fn compact_if_due(&mut self, ctx: &mut Context<Self>) {
+        let compaction = self.rt.compaction;
+        let Some(log) = self.log.as_mut() else {
+            return;
+        };
+        if self.rt.snapshot_every.is_some() && log.ask_compaction(&compaction) {
+            let held = self.held();
+            self.feed(Input::Tick { held }, ctx);
+        }
     }
 
     /// A handoff's flush: ship everything committed, then go on once the log has settled.
@@ -129,6 +157,7 @@ impl TenantActor {
         self.image_busy = true;
         let position = log.position();
         let tips = log.tips();
+        let stamp_floor_ms = log.last_stamp();
         let wanted = std::mem::take(&mut self.image_wanted);
         let commits = wanted.iter().map(|w| w.commits).max().unwrap_or(0);
         // The tenure counted each wanted image as an upload: each hears the outcome.
@@ -149,7 +178,7 @@ impl TenantActor {
             let outcome = match snapshot {
                 Ok(snapshot) => {
                     publisher
-                        .publish_at(commits, snapshot, position, tips)
+                        .publish_at((commits, stamp_floor_ms), snapshot, position, tips)
                         .await
                 }
                 Err(e) => Err(e),
@@ -158,6 +187,7 @@ impl TenantActor {
         };
         ctx.spawn(work.into_actor(self).map(move |(outcome, head), act, ctx| {
             act.image_busy = false;
+            act.note_image_outcome(&outcome);
             if let Ok(Some(published)) = &outcome
                 && let Some(log) = act.log.as_mut()
             {
@@ -224,7 +254,7 @@ impl TenantActor {
                 rt.durable.as_ref(),
                 &key,
                 &record,
-                wall_ms(),
+                rt.wall_ms(),
                 rt.retain,
             )
             .await
@@ -232,12 +262,53 @@ impl TenantActor {
         };
         ctx.spawn(work.into_actor(self).map(|swept, act, _| {
             act.retention_running = false;
+            // What crashed processes left beside the kept images and chain goes too, once seen
+            // long enough (docs/guarantees.md, "Reconciling puts of unknown outcome").
+            crate::reconcile::orphans::look_soon(&act.rt.reconcile, act.key().clone());
             let key = act.key().to_string();
             act.rt.events.emit(match swept {
                 Ok(objects) => Event::Swept { key, objects },
                 Err(error) => Event::SweepFailed { key, error },
             });
         }));
+    }
+
+    /// Remembers an image the durable store refused for its size (S3 takes at most 5 GiB in
+    /// one put): periodic images and compaction are then not taken again, only to be refused,
+    /// until the ledger is smaller than that image (docs/guarantees.md, "Limits").
+    pub(super) fn note_image_outcome<T>(&mut self, outcome: &Result<T, Error>) {
+        if let Err(error @ Error::Store(StoreError::TooLarge { bytes, limit, .. })) = outcome {
+            tracing::warn!(key = %self.key(), bytes, limit, %error,
+                "the durable store refuses an image this large: no periodic image or compaction \
+                 is taken until the ledger is smaller; the log keeps every write");
+            self.image_too_large = Some((*bytes, error.clone()));
+        }
+    }
+
+    /// Why a periodic image or compaction is not taken: the store refused an image no smaller
+    /// than the ledger is now. `None` once the ledger is smaller.
+    pub(super) fn image_refused_for_size(&mut self) -> Option<Error> {
+        let (bytes, error) = self.image_too_large.as_ref()?;
+        if self.publisher.ledger_bytes() < *bytes {
+            self.image_too_large = None;
+            return None;
+        }
+        Some(error.clone())
+    }
+
+    /// A compaction image that is not taken (the store refused one this large): the tick is
+    /// over and reported failed, so the refusal is heard at every period, never retried.
+    pub(super) fn image_not_taken(&mut self, refused: Error, ctx: &mut Context<Self>) {
+        let lease_gone = self.cell.is_ended();
+        self.feed(
+            Input::Published {
+                commits: 0,
+                final_image: false,
+                outcome: Err(refused),
+                lease_gone,
+            },
+            ctx,
+        );
     }
 
     /// An explicit snapshot of a logged tenant: a new image at the next cut.

@@ -27,6 +27,8 @@ pub(super) struct Login {
     pub(super) user: String,
     /// The database the URL names.
     pub(super) database: String,
+    /// The URL's `sslmode`: whether the connections are encrypted and what is checked.
+    pub(super) sslmode: super::tls::SslMode,
 }
 
 /// A refused login as its own error: bad credentials (SQLSTATE 28000, 28P01) are

@@ -75,9 +75,11 @@ impl Drop for Checkout {
 }
 
 /// Builds the pool: the URL's settings plus connect timeout, socket bounds, an application name
-/// and a `statement_timeout` equal to the call deadline; and names the login.
+/// and a `statement_timeout` equal to the call deadline, over TLS as the URL's `sslmode` asks
+/// (`postgres/tls.rs`); and names the login.
 pub(super) fn build_pool(url: &str, opts: &PgOptions) -> Result<(Pool, Login), Error> {
-    let mut cfg = tokio_postgres::Config::from_str(url).map_err(|e| Error::InvalidOption {
+    let (url, tls) = super::tls::split_tls(url)?;
+    let mut cfg = tokio_postgres::Config::from_str(&url).map_err(|e| Error::InvalidOption {
         name: "url",
         // The URL may hold a password: name the problem, never echo the URL.
         reason: format!("not a PostgreSQL connection URL: {e}"),
@@ -86,6 +88,7 @@ pub(super) fn build_pool(url: &str, opts: &PgOptions) -> Result<(Pool, Login), E
     let login = Login {
         database: cfg.get_dbname().unwrap_or(&user).to_string(),
         user,
+        sslmode: tls.mode,
     };
     cfg.connect_timeout(opts.connect_timeout);
     bound_socket(&mut cfg, opts);
@@ -101,7 +104,10 @@ pub(super) fn build_pool(url: &str, opts: &PgOptions) -> Result<(Pool, Login), E
     let manager_config = ManagerConfig {
         recycling_method: RecyclingMethod::Fast,
     };
-    let manager = Manager::from_config(cfg, NoTls, manager_config);
+    let manager = match super::tls::connector(&tls)? {
+        Some(connector) => Manager::from_config(cfg, connector, manager_config),
+        None => Manager::from_config(cfg, NoTls, manager_config),
+    };
     let pool = Pool::builder(manager)
         .max_size(opts.pool_size)
         .wait_timeout(Some(opts.wait_timeout))

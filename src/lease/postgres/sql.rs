@@ -33,6 +33,14 @@ const FORWARD: &str = "(l.head_epoch IS NULL OR (l.head_epoch, l.head_seq) < ($4
 const AT_FROM: &str = "(l.tip_epoch IS NOT DISTINCT FROM $6::int8 \
     AND l.tip_seq IS NOT DISTINCT FROM $7::int8)";
 
+/// The tip is at the move's `from` (`m.from_epoch`, `m.from_seq`; both NULL for no tip): the
+/// compare of `move_tips`, move by move, as [`AT_FROM`] is `move_tip`'s.
+const AT_MOVE_FROM: &str = "(l.tip_epoch IS NOT DISTINCT FROM m.from_epoch \
+    AND l.tip_seq IS NOT DISTINCT FROM m.from_seq)";
+
+/// Where the move's index is among the columns `move_tips` returns: after [`COLUMNS`].
+pub(super) const MOVE_INDEX_COLUMN: usize = 11;
+
 /// The row is live for the caller's own acquire attempt: same owner, same attempt.
 const MINE: &str = "(NOT l.released AND l.expires_at > clock_timestamp() \
     AND l.owner = excluded.owner AND l.attempt = excluded.attempt)";
@@ -67,9 +75,24 @@ pub(super) struct Statements {
     pub(super) publish_head: String,
     /// Move the log tip of a live lease from `from` to `to`.
     pub(super) move_tip: String,
-    /// Raise the floor of a live lease and clear its head.
+    /// Move the log tips of many live leases, each from its `from` to its `to`, in one statement
+    /// (no key twice: see `postgres/tips.rs`).
+    pub(super) move_tips: String,
+    /// Raise the floor of a live lease and clear its head; record its pending erasure.
     pub(super) mark_forgotten: String,
+    /// The pending erasures old enough by the server's clock (`$1` ms), oldest first, `$2` at most.
+    pub(super) erasures_due: String,
+    /// Clear the pending erasure of `$1` at floor `$2`.
+    pub(super) erasure_done: String,
+    /// The rows at or after `$1` (all when NULL: `''` sorts first in every collation) in key
+    /// order, `$2` of them (an index range scan), each with the time it still runs and its
+    /// pending erasure's age, by one reading of the server's clock.
+    pub(super) list: String,
 }
+
+/// Where the time left is among the columns of `list`: after [`COLUMNS`]; the erasure's floor
+/// and age follow it.
+pub(super) const REMAINING_COLUMN: usize = 11;
 
 impl Statements {
     /// The statements of the lease table `table` (a name [`super::check_table_name`] accepted).
@@ -90,6 +113,8 @@ impl Statements {
                     attempt     int8,
                     tip_epoch   int8,
                     tip_seq     int8,
+                    forgotten_at  timestamptz,
+                    erasure_floor int8,
                     CHECK ((head_epoch IS NULL) = (head_seq IS NULL)
                        AND (head_seq IS NULL) = (head_sha256 IS NULL)),
                     CHECK ((tip_epoch IS NULL) = (tip_seq IS NULL))
@@ -97,7 +122,9 @@ impl Statements {
             ),
             add_columns: format!(
                 "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS attempt int8, \
-                 ADD COLUMN IF NOT EXISTS tip_epoch int8, ADD COLUMN IF NOT EXISTS tip_seq int8"
+                 ADD COLUMN IF NOT EXISTS tip_epoch int8, ADD COLUMN IF NOT EXISTS tip_seq int8, \
+                 ADD COLUMN IF NOT EXISTS forgotten_at timestamptz, \
+                 ADD COLUMN IF NOT EXISTS erasure_floor int8"
             ),
             read: format!("SELECT {COLUMNS} FROM {t} AS l WHERE l.key = $1"),
             acquire: format!(
@@ -140,11 +167,48 @@ impl Statements {
                  WHERE {LIVE} AND l.epoch > l.floor
                  RETURNING {COLUMNS}"
             ),
+            move_tips: format!(
+                "UPDATE {t} AS l
+                    SET tip_epoch = CASE WHEN {AT_MOVE_FROM} THEN m.to_epoch ELSE l.tip_epoch END,
+                        tip_seq = CASE WHEN {AT_MOVE_FROM} THEN m.to_seq ELSE l.tip_seq END
+                 FROM unnest($1::int8[], $2::text[], $3::text[], $4::int8[], $5::int8[],
+                             $6::int8[], $7::int8[], $8::int8[])
+                      AS m(idx, key, owner, epoch, from_epoch, from_seq, to_epoch, to_seq)
+                 WHERE l.key = m.key AND l.owner = m.owner AND l.epoch = m.epoch
+                   AND NOT l.released AND l.expires_at > clock_timestamp() AND l.epoch > l.floor
+                 RETURNING {COLUMNS}, m.idx"
+            ),
+            // A retried forget (the floor already at the epoch) keeps its first time.
             mark_forgotten: format!(
                 "UPDATE {t} AS l
                     SET floor = l.epoch, head_epoch = NULL, head_seq = NULL, head_sha256 = NULL,
-                        tip_epoch = NULL, tip_seq = NULL
+                        tip_epoch = NULL, tip_seq = NULL,
+                        forgotten_at = CASE WHEN l.floor = l.epoch AND l.forgotten_at IS NOT NULL
+                                       THEN l.forgotten_at ELSE clock_timestamp() END,
+                        erasure_floor = l.epoch
                  WHERE {LIVE} RETURNING {COLUMNS}"
+            ),
+            erasures_due: format!(
+                "SELECT l.key, l.erasure_floor FROM {t} AS l
+                 WHERE l.erasure_floor IS NOT NULL
+                   AND l.forgotten_at <= clock_timestamp() - $1::float8 * interval '1 millisecond'
+                 ORDER BY l.forgotten_at, l.key LIMIT $2"
+            ),
+            erasure_done: format!(
+                "UPDATE {t} AS l SET erasure_floor = NULL
+                 WHERE l.key = $1 AND l.erasure_floor = $2"
+            ),
+            list: format!(
+                "SELECT {COLUMNS},
+                    CASE WHEN NOT l.released AND l.expires_at > n.t
+                         THEN floor(extract(epoch FROM l.expires_at - n.t) * 1000)::int8 END,
+                    l.erasure_floor,
+                    CASE WHEN l.erasure_floor IS NOT NULL
+                         THEN greatest(0, floor(extract(epoch FROM n.t - l.forgotten_at) * 1000))::int8
+                    END
+                 FROM {t} AS l, (SELECT clock_timestamp() AS t) AS n
+                 WHERE l.key >= coalesce($1::text, '')
+                 ORDER BY l.key LIMIT $2"
             ),
         }
     }
@@ -239,6 +303,7 @@ mod tests {
             &s.release,
             &s.publish_head,
             &s.move_tip,
+            &s.move_tips,
             &s.mark_forgotten,
         ] {
             assert!(sql.contains("\"my_leases\""), "{sql}");
@@ -264,7 +329,34 @@ mod tests {
         let s = Statements::new("my_leases");
         assert!(s.move_tip.contains(AT_FROM), "{}", s.move_tip);
         assert!(s.move_tip.contains("l.epoch > l.floor"), "{}", s.move_tip);
+        assert!(s.move_tips.contains(AT_MOVE_FROM), "{}", s.move_tips);
+        assert!(s.move_tips.contains("l.epoch > l.floor"), "{}", s.move_tips);
+        assert!(
+            s.move_tips
+                .contains("l.owner = m.owner AND l.epoch = m.epoch"),
+            "{}",
+            s.move_tips
+        );
         assert!(s.mark_forgotten.contains("tip_seq = NULL"));
         assert!(s.create.contains("tip_seq") && s.add_columns.contains("tip_seq"));
+    }
+
+    #[test]
+    fn a_forget_records_its_pending_erasure_by_the_server_clock() {
+        let s = Statements::new("my_leases");
+        assert!(s.mark_forgotten.contains("erasure_floor = l.epoch"));
+        assert!(s.erasures_due.contains("clock_timestamp()"));
+        assert!(!s.erasures_due.contains("now()"));
+        assert!(s.erasure_done.contains("l.erasure_floor = $2"));
+        assert!(s.create.contains("erasure_floor") && s.add_columns.contains("erasure_floor"));
+    }
+
+    #[test]
+    fn the_listing_judges_every_row_by_one_reading_of_the_server_clock() {
+        let s = Statements::new("my_leases");
+        assert!(s.list.contains("\"my_leases\""));
+        assert_eq!(s.list.matches("clock_timestamp()").count(), 1, "{}", s.list);
+        assert!(!s.list.contains("now()"));
+        assert!(s.list.contains("ORDER BY l.key LIMIT $2"));
     }
 }

@@ -54,6 +54,13 @@ impl LeaseRow {
         !self.released && self.boot_id == *at.boot_id && at.now_ms < self.expires_at_ms
     }
 
+    /// How long the lease still runs at `at`, in milliseconds of the store's clock: `Some`
+    /// while it is live, `None` otherwise (a row of another boot is never live).
+    pub(super) fn remaining_ms(&self, at: &StoreTime) -> Option<u64> {
+        self.is_live(at)
+            .then(|| self.expires_at_ms.saturating_sub(at.now_ms))
+    }
+
     /// The row as the record of `key`.
     pub(super) fn record(&self, key: &str) -> LeaseRecord {
         LeaseRecord {
@@ -299,6 +306,22 @@ mod tests {
 
     fn t(owner: &str, epoch: u64) -> Tenure {
         Tenure::new(owner, epoch)
+    }
+
+    #[test]
+    fn the_time_left_is_counted_on_the_store_clock_and_only_for_a_live_row_of_this_boot() {
+        assert_eq!(live().remaining_ms(&at(40)), Some(60));
+        assert_eq!(live().remaining_ms(&at(100)), None, "expired at its end");
+        let released = LeaseRow {
+            released: true,
+            ..live()
+        };
+        assert_eq!(released.remaining_ms(&at(40)), None);
+        let other_boot = StoreTime {
+            now_ms: 40,
+            boot_id: "boot-2".into(),
+        };
+        assert_eq!(live().remaining_ms(&other_boot), None);
     }
 
     /// A live row of `a` at epoch 3 that ends at 100.

@@ -205,3 +205,32 @@ fn from_changes_keeps_the_pages_in_ascending_order() {
     assert_eq!((seg.header.sum_after, seg.header.created_at_ms), (9, 4));
     assert!(seg.encode().is_ok());
 }
+
+#[test]
+fn the_encoded_length_is_what_encode_writes() {
+    let mut seg = golden_segment();
+    let key_len = seg.header.key.len() as u64;
+    let len = |seg: &Segment| seg.encode().unwrap().len() as u64;
+    assert_eq!(len(&seg), encoded_len(key_len, true, 512, 2));
+    seg.pages.truncate(1);
+    assert_eq!(len(&seg), encoded_len(key_len, true, 512, 1));
+    let first = Segment::from_changes(
+        &key(),
+        LogPos { epoch: 1, seq: 1 },
+        None,
+        crate::log::Changes {
+            page_size: 512,
+            db_pages: 3,
+            pages: [(2, vec![0; 512]), (3, vec![1; 512])].into_iter().collect(),
+            sum_before: 0,
+            sum_after: 0,
+        },
+        0,
+    );
+    assert_eq!(len(&first), encoded_len(key_len, false, 512, 2));
+    assert!(encoded_bound(512, 2) >= encoded_len(key_len, true, 512, 2));
+    assert_eq!(
+        encoded_bound(4096, 1_000) - encoded_bound(4096, 0),
+        1_000 * (4096 + ENCODED_PER_PAGE)
+    );
+}

@@ -131,17 +131,7 @@ fn explains(op: &Op, t: usize, replica: Option<usize>, status: TenantStatus) -> 
 /// replica's periodic sweep run once, nothing at or below a tenant's floor is left — before any
 /// open sweeps beside it.
 pub async fn erasure(world: &mut World, states: &[State]) -> Result<(), String> {
-    if ![5, 6, 7, 10, 11].into_iter().all(log_hole_fixed) {
-        return Ok(());
-    }
-    // Only where something of a forgotten epoch may be left: the audit waits past the bound.
-    let left = |s: &State| {
-        s.tenants.iter().any(|ts| {
-            !(ts.leftovers.is_empty() && ts.seg_leftovers.is_empty() && ts.stray.is_empty())
-                || ts.seg_maybe.iter().any(|p| p.0 <= ts.floor)
-        })
-    };
-    if !states.iter().any(left) {
+    if !erasure_due(states) {
         return Ok(());
     }
     world.past_the_erasure_bound().await;
@@ -160,6 +150,18 @@ pub async fn erasure(world: &mut World, states: &[State]) -> Result<(), String> 
         }
     }
     Ok(())
+}
+
+/// Whether the erasure audit runs: its holes are fixed and something of a forgotten epoch may
+/// be left (only then does the end wait past the bound).
+pub fn erasure_due(states: &[State]) -> bool {
+    let left = |s: &State| {
+        s.tenants.iter().any(|ts| {
+            !(ts.leftovers.is_empty() && ts.seg_leftovers.is_empty() && ts.stray.is_empty())
+                || ts.seg_maybe.iter().any(|p| p.0 <= ts.floor)
+        })
+    };
+    [5, 6, 7, 10, 11].into_iter().all(log_hole_fixed) && states.iter().any(left)
 }
 
 /// The epoch of an object key `…/e<epoch>/…`.

@@ -3,6 +3,8 @@
 //! every tenure's status, as a branch of the model states them; and, in the change log's cases,
 //! the retention window judged from the stores' own stamps.
 
+use std::collections::BTreeSet;
+
 use crate::model::{Dir, Pos, Res, State, Status, TENANTS};
 use crate::ops::{Op, log_hole_fixed};
 use crate::world::{RETAIN, STORE_BASE_MS, Seen, key_of, replica_name};
@@ -117,12 +119,20 @@ fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
     // Retired objects (the change log's cases: what retention may have deleted) may be there
     // or not.
     let off_chain = |&(e, seq): &(u64, u64)| {
-        (seq > tip && e < holder)
+        (seq > tip && (e < holder || ts.seg_unconfirmed.contains(&(e, seq))))
             || (seq <= tip && ts.segments.keys().any(|&(e2, s2)| s2 == seq && e2 > e))
             || ts.segments.get(&(e, seq)).is_some_and(|seg| seg.retired)
     };
+    // An image whose head move's answer was lost stays only while the head's chain of bases
+    // reaches it; off the chain its replica's reconciliation may take it back at any time.
+    let mut on_chain = BTreeSet::new();
+    let mut at = ts.head;
+    while let Some(o) = at.filter(|o| on_chain.insert(*o)) {
+        at = ts.objects.get(&o).and_then(|image| image.base);
+    }
+    let unnamed = |o: &(u64, u64)| ts.img_unconfirmed.contains(o) && !on_chain.contains(o);
     let mut required: Vec<String> = (ts.objects.iter())
-        .filter(|(_, image)| !image.retired)
+        .filter(|(o, image)| !image.retired && !unnamed(o))
         .flat_map(|(&o, _)| object_keys(t, o))
         .collect();
     required.extend(ts.lone.iter().map(|&o| object_keys(t, o)[0].clone()));
@@ -146,7 +156,7 @@ fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
     );
     maybe.extend(
         (ts.objects.iter())
-            .filter(|(_, image)| image.retired)
+            .filter(|(o, image)| image.retired || unnamed(o))
             .flat_map(|(&o, _)| object_keys(t, o)),
     );
     maybe.extend(ts.seg_leftovers.iter().map(|&p| segment_key(t, p)));

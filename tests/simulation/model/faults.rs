@@ -89,8 +89,12 @@ impl State {
             // A put this process no longer runs (a request the server completes after the
             // client gave up) cannot be waited for: below the floor it is a leftover that the
             // next sweep takes (docs/guarantees.md, "Erasure of late puts").
+            // Above the floor it is an image no manifest names: its replica's reconciliation
+            // takes it back once the put has settled, and retention by listing once seen for
+            // `put_lifetime` (docs/guarantees.md, "Reconciling puts of unknown outcome"), so it
+            // may be there or not from the moment it lands.
             if put.image.0 > ts.floor {
-                ts.lone.insert(put.image);
+                ts.lone_retired.insert(put.image);
             } else {
                 ts.leftovers.insert(put.image);
             }

@@ -76,6 +76,21 @@ impl State {
             return Res::Unshipped;
         }
         self.put_segment(t, to, seg);
+        let out = self.move_tip_calls((t, r, epoch), from, to);
+        if out != Res::Ok {
+            self.tenants[t].seg_unconfirmed.insert(to);
+        }
+        out
+    }
+
+    /// The tip's compare-and-set from `from` to `to`, asked again after an answer of unknown
+    /// outcome.
+    fn move_tip_calls(
+        &mut self,
+        (t, r, epoch): (usize, usize, u64),
+        from: Option<Pos>,
+        to: Pos,
+    ) -> Res {
         for tries in 0..=TIP_RETRIES {
             if self.lease_down {
                 // An outage leaves the outcome unknown: asked again.

@@ -149,7 +149,11 @@ impl State {
     }
 
     /// The images of tenant `t` a retention window may start from, with their position's
-    /// `seq`: on the chain, not beyond the log, not past the head's position.
+    /// `seq`: on the chain, not beyond the log, not past the head's position, and with the
+    /// segment at their position not deleted behind the store's back (`Op::Damage`): retention
+    /// judges an image on the chain by that segment (`src/plan/retention.rs`), which keeps it
+    /// for that reason; once the world took it, the image is off the chain for retention, and
+    /// a damaged store voids the window's promise there.
     pub fn base_candidates(&self, t: usize) -> Vec<((u64, u64), u64)> {
         let ts = &self.tenants[t];
         let chain = self.chain_of(t);
@@ -162,7 +166,8 @@ impl State {
             .filter(|(_, image)| !image.beyond_log)
             .filter_map(|(at, image)| {
                 let log = image.log?;
-                (chain.contains(&log) && log.1 <= head_log).then_some((*at, log.1))
+                let judged = chain.contains(&log) && !ts.deleted.contains(&log);
+                (judged && log.1 <= head_log).then_some((*at, log.1))
             })
             .collect()
     }

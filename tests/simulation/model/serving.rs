@@ -86,14 +86,6 @@ impl State {
             }
         };
         let mode = self.modes[r];
-        if let Some(img) = restored.image {
-            let i = &self.tenants[t].objects[&img];
-            eprintln!(
-                "OPENPROBE mode={mode:?} beyond={} log={:?}",
-                i.beyond_log,
-                i.log.is_some()
-            );
-        }
         let tenure = Tenure {
             replica: r,
             status: Status::Serving,
@@ -242,6 +234,7 @@ impl State {
         let replica = self.tenures[&k].replica;
         if self.take_late(Late::PublishHead) {
             let image = (epoch, seq);
+            self.tenants[t].img_unconfirmed.insert(image);
             return Err(self.hold(Held::PublishHead {
                 t,
                 r: replica,

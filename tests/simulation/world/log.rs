@@ -149,11 +149,13 @@ impl World {
         out
     }
 
-    /// Waits past the erasure bound, then runs every replica's periodic sweep once (on request:
-    /// the simulation's replicas run none by themselves).
+    /// Waits past the erasure bound in real time (every put in flight lands or fails), then
+    /// runs every replica's reconciliation pass once — which finishes the erasures due (the
+    /// clocks were moved past `put_lifetime` before) — and its local sweep.
     pub async fn past_the_erasure_bound(&mut self) {
         tokio::time::sleep(ERASURE_BOUND).await;
         for r in 0..=REPLICAS {
+            let _ = settle_raw(self.sups[r].reconcile_now()).await;
             let _ = settle_raw(self.sups[r].sweep_local()).await;
         }
     }

@@ -1,0 +1,129 @@
+//! The rule `unexplained-tenure-end`: every tenure that ended is explained by a fault, a
+//! handoff, a forget or a close (docs/testing.md, the process drill). A tenure ended when a
+//! later tenure of its tenant acquired the lease, or when its replica said it was released,
+//! lost or forgotten; what explains it is the driver's own record, never the runtime's:
+//!
+//! ```text
+//!  tenure (tenant, epoch), granted to replica R at `start`, ended by `end`
+//!    explained  ⇐  the driver asked R for a handoff or forget of that tenant in [start, end],
+//!                  or a close of R before `end`
+//!               ⇐  a fault impaired R (or every replica: a SIGSTOP may hold the lease store's
+//!                  lock) at some time in [start, end]
+//!    otherwise  ─> unexplained-tenure-end: the runtime ended a tenure nobody asked it to end
+//!                  and no fault forced (a ship that timed out on a healthy store, a sweep that
+//!                  failed, a lease lost with no fault)
+//! ```
+//!
+//! A tenure with no grant (known only from its writes) and one that has not ended are not
+//! judged. The replica's `ship_failed` line, when there is one, only adds its reason to the text.
+
+use crate::checker::{Report, Successors, Violation};
+use crate::history::Record;
+use crate::history::acts::LeaveKind;
+use crate::store_rules::{impaired_between, tenure_end};
+
+/// What the rule found besides its violations.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Ends {
+    /// Tenures that ended.
+    pub ended: u64,
+    /// Of those, explained by a handoff, forget or close asked for.
+    pub asked: u64,
+    /// Of those, explained by a fault.
+    pub faulted: u64,
+}
+
+/// `image-overdue` (`crate::compaction`): a compaction the watcher found overdue is a
+/// violation unless a fault touched the tenure's replica, or a segment of the tenant was
+/// damaged, meanwhile.
+pub fn check_overdue(rec: &Record, report: &mut Report) {
+    for o in &rec.overdue {
+        let Some(tenure) = rec.tenures.get(&(o.tenant, o.epoch)) else {
+            continue;
+        };
+        let excused = tenure
+            .grants
+            .iter()
+            .any(|g| impaired_between(rec, &g.replica, o.since, o.until))
+            || rec.damages.iter().any(|d| {
+                d.tenant == o.tenant
+                    && d.at <= o.until
+                    && d.repaired_at.is_none_or(|b| b >= o.since)
+            });
+        if excused {
+            continue;
+        }
+        report.violations.push(Violation {
+            rule: "image-overdue",
+            tenant: Some(o.tenant),
+            at: o.until,
+            detail: format!(
+                "epoch {} of t{} shipped on with {} segments since its head image for {} ms \
+                 (compaction due since {}); no fault touched its replica",
+                o.epoch,
+                o.tenant,
+                o.segments,
+                o.until - o.since,
+                o.since
+            ),
+        });
+    }
+}
+
+/// Judges every ended tenure of `rec`; violations go to `report`.
+pub fn check_tenure_ends(rec: &Record, report: &mut Report) -> Ends {
+    let successors = Successors::new(&rec.tenures);
+    let mut ends = Ends::default();
+    for (&(tenant, epoch), tenure) in &rec.tenures {
+        let Some(start) = tenure.acquired_hi() else {
+            continue;
+        };
+        let successor = successors.of(tenant, epoch, &rec.tenures).map(|(_, hi)| hi);
+        if tenure.ended_at.is_none() && successor.is_none() {
+            continue;
+        }
+        let end = tenure_end(Some(tenure), successor, u64::MAX);
+        ends.ended += 1;
+        let replicas: Vec<&str> = tenure.grants.iter().map(|g| g.replica.as_str()).collect();
+        // A close ends the process's every tenure, also one whose open completed after the
+        // close began (the close hands it off); a handoff or forget, the tenure it reached.
+        let asked = rec.leaves.iter().any(|l| {
+            replicas.contains(&l.replica.as_str())
+                && match l.kind {
+                    LeaveKind::Close => l.at <= end,
+                    _ => l.tenant == Some(tenant) && (start..=end).contains(&l.at),
+                }
+        });
+        if asked {
+            ends.asked += 1;
+            continue;
+        }
+        if replicas
+            .iter()
+            .any(|r| impaired_between(rec, r, start, end))
+        {
+            ends.faulted += 1;
+            continue;
+        }
+        let why = rec
+            .timeline
+            .iter()
+            .filter(|n| {
+                n.tenant == Some(tenant) && (start..=end.saturating_add(500)).contains(&n.at)
+            })
+            .filter(|n| n.text.contains("could not ship") || n.text.contains("lost epoch"))
+            .map(|n| n.text.clone())
+            .next()
+            .map_or(String::new(), |t| format!(" ({t})"));
+        report.violations.push(Violation {
+            rule: "unexplained-tenure-end",
+            tenant: Some(tenant),
+            at: end.min(crate::protocol::now_ms()),
+            detail: format!(
+                "epoch {epoch} of t{tenant} on {replicas:?} ended though no handoff, forget or \
+                 close was asked of it and no fault touched its replica{why}"
+            ),
+        });
+    }
+    ends
+}

@@ -1,0 +1,237 @@
+//! The holes of the change-log review the drill shows on the runtime before their fixes, each
+//! pinned by the run that showed it (docs/testing.md, the process drill: which hole each rule
+//! and fault catches). Each test states the promise and passes once the hole is fixed; until
+//! then it is ignored with the reason, and `cargo test --test drill -- --ignored NAME` shows the
+//! violation it fails with. No known gap is tolerated here except those of other holes.
+
+use super::{count, drill, summary};
+
+/// Runs the drill with `args`, prints the violations, and asserts it kept every promise.
+fn keeps_every_promise(args: &[&str]) -> String {
+    let (code, output) = drill(args);
+    let summary = summary(&output).to_string();
+    assert_eq!(count(&summary, "violations"), 0, "{summary}");
+    assert_eq!(code, Some(0), "the drill failed: {summary}");
+    summary
+}
+
+/// Hole 1: an acknowledged large batch can never be restored when the store reads slower than
+/// one store deadline per segment. Batches of 12 MiB on a link of 10 MiB/s (the runtime's
+/// sized put deadline, 1 s + 1.5 s, lets each segment in; the restore's plain get of it has
+/// 1 s): after one handoff every open of tenant 0 fails `Timeout { op: "get" }`, and so does the
+/// fresh replica's at the end. Seen: `VIOLATION unreadable-at-end: a fresh replica could not
+/// open t0 at the end (1 acknowledged writes out of reach): … LEASEHOLD_STORE … store: get: no
+/// answer within 1000 ms`.
+#[test]
+#[ignore = "hole 1 of the change-log review: fails until its fix lands"]
+fn hole1_an_acknowledged_large_batch_is_restored_on_a_slow_store() {
+    let summary = keeps_every_promise(&[
+        "--seed",
+        "1",
+        "--seconds",
+        "20",
+        "--faults",
+        "handoff",
+        "--large-batch-mib",
+        "12",
+        "--store-mib-per-sec",
+        "10",
+        "--tolerate",
+        "orphan-image,forgotten-segment,forgotten-image",
+    ]);
+    assert!(count(&summary, "handoff") > 0, "{summary}");
+}
+
+/// Hole 3: retention keeps every moment of its window restorable. With `retain` 6 s, an image
+/// every 300 segments and snapshot bursts (retention runs close together, then a restore of the
+/// window's oldest moment the watcher saw), a later retention run deletes the window's base the
+/// earlier one kept, and a restore to a position inside the window is refused. Seen (seed 23):
+/// `VIOLATION pitr-outside-retention: restore of t3 to position e00000001/log-000000000587 …:
+/// e00000001/log-000000000464 is no longer retained, and no image at or before the target lies
+/// above it` (the second run deleted two objects: the base image and its manifest); seed 24
+/// passed that time, so both run. Runs with 200 segments also showed a restore by time inside
+/// the window refused because the tip's own segment, at the base's position, was deleted: the
+/// walk by time needs its stamp (`restore of t5 to time …: e00000002/log-000000000512 is no
+/// longer retained`).
+#[test]
+#[ignore = "hole 3 of the change-log review: fails until its fix lands"]
+fn hole3_every_moment_of_the_retention_window_restores() {
+    for seed in ["23", "24"] {
+        let summary = keeps_every_promise(&[
+            "--seed",
+            seed,
+            "--seconds",
+            "25",
+            "--faults",
+            "handoff,snapshot-burst",
+            "--retain-ms",
+            "6000",
+            "--compact-segments",
+            "300",
+        ]);
+        assert!(count(&summary, "pitr_checked") > 0, "{summary}");
+    }
+}
+
+/// Hole 5: an image put that timed out lands after a handoff and a forget by the successor
+/// (`handoff-late-put`: the old owner's image puts land 1.6 s late; a logged handoff does not
+/// wait for the image). Seen (seed 5): `VIOLATION forgotten-object-left: 2000 ms after the
+/// forget (the erasure bound), t1 (floor 2) keeps 1 objects at or below the floor (images
+/// only): [".../e00000001/snap-000002.db"]`, on three tenants of four.
+#[test]
+#[ignore = "hole 5 of the change-log review: fails until its fix lands"]
+fn hole5_a_late_image_after_a_handoff_leaves_nothing_once_forgotten() {
+    let summary = keeps_every_promise(&[
+        "--seed",
+        "5",
+        "--seconds",
+        "15",
+        "--faults",
+        "handoff-late-put",
+    ]);
+    assert!(count(&summary, "handoff-late-put") > 0, "{summary}");
+}
+
+/// Hole 8: a live tenant keeps no orphan image. An image put that timed out (the owner's puts
+/// land 1.6 s late) lands later beside no manifest; retention plans from manifests only, so it
+/// stays for ever. Seen (seed 6, `forget-late-put`: the other tenants of the owner): `VIOLATION
+/// orphan-object: t… at the end: the image e0000000…/snap-00000….db has no manifest`.
+#[test]
+#[ignore = "hole 8 of the change-log review: fails until its fix lands"]
+fn hole8_a_late_image_of_a_live_tenant_leaves_no_orphan() {
+    let summary = keeps_every_promise(&[
+        "--seed",
+        "6",
+        "--seconds",
+        "8",
+        "--faults",
+        "forget-late-put",
+    ]);
+    assert!(count(&summary, "forget-late-put") > 0, "{summary}");
+}
+
+/// Hole 10, on `Async`: a forget while the owner is paused leaves nothing of the forgotten
+/// epochs. The paused replica's segment put was in flight when its lease was found lost; the
+/// put lands after the successor's forget and sweep. Seen (seed 777002, 40 s, 4 replicas,
+/// `forget-paused` only, `Async` 500 ms): 9 `forgotten-object-left` of 14 faults, e.g. `twice
+/// the store deadline later, t4 (floor 2) keeps 1 objects at or below the floor:
+/// [".../e00000001/log-000000000003.seg"]`.
+#[test]
+#[ignore = "hole 10 of the change-log review: fails until its fix lands"]
+fn hole10_a_forget_while_the_owner_is_paused_leaves_no_segment_on_async() {
+    let summary = keeps_every_promise(&[
+        "--seed",
+        "777002",
+        "--seconds",
+        "40",
+        "--replicas",
+        "4",
+        "--faults",
+        "forget-paused",
+        "--durability",
+        "async",
+        "--async-every-ms",
+        "500",
+        "--tolerate",
+        "orphan-image",
+    ]);
+    assert!(count(&summary, "forget-paused") > 0, "{summary}");
+}
+
+/// Hole 10, on `Shipped` (the seed 777003, 40 s, 4 replicas, `forget-paused` only).
+/// Timing decides whether a segment is in flight at the SIGSTOP: on this machine the seed
+/// passed twice and the segment was seen left by the full fault set instead (seed 12, 30 s:
+/// `twice the store deadline later, t1 (floor 2) keeps 1 objects at or below the floor:
+/// [".../e00000001/log-000000000091.seg"]`), so both runs are pinned.
+#[test]
+#[ignore = "hole 10 of the change-log review: fails until its fix lands"]
+fn hole10_a_forget_while_the_owner_is_paused_leaves_no_segment_on_shipped() {
+    keeps_every_promise(&[
+        "--seed",
+        "777003",
+        "--seconds",
+        "40",
+        "--replicas",
+        "4",
+        "--faults",
+        "forget-paused",
+        "--tolerate",
+        "orphan-image",
+    ]);
+    keeps_every_promise(&[
+        "--seed",
+        "12",
+        "--seconds",
+        "30",
+        "--faults",
+        super::CLASSIC_KINDS,
+        "--tolerate",
+        "orphan-image,forgotten-image",
+    ]);
+}
+
+/// Hole 12: a healthy but slow lease store ends no tenure when many tenants ship at once. Two
+/// replicas, 60 tenants with one client each, every lease-store call 150 ms slower (far inside
+/// the 1 s deadline): the tip moves of a replica's 30 tenants go one after another (4.5 s a
+/// round) while each caller waits 3 s. Seen (seed 12, 20 s): 118 `unexplained-tenure-end`, e.g.
+/// `epoch 1 of t0 on ["replica-2#1"] ended though no handoff, forget or close was asked of it
+/// and no fault touched its replica (… move_tip: no answer within 3000 ms …)`; 5 writes
+/// acknowledged, 519 `LEASEHOLD_UNSHIPPED`. (The drill's `FaultyLeaseStore` makes one call per
+/// move on every backend; a fix that batches moves in one statement reaches the drill only if
+/// that wrapper forwards `move_tips`.)
+#[test]
+#[ignore = "hole 12 of the change-log review: fails until its fix lands"]
+fn hole12_a_slow_lease_store_ends_no_tenure_when_many_tenants_ship() {
+    let summary = keeps_every_promise(&[
+        "--seed",
+        "12",
+        "--seconds",
+        "20",
+        "--replicas",
+        "2",
+        "--tenants",
+        "60",
+        "--clients-per-tenant",
+        "1",
+        "--lease-delay-ms",
+        "150",
+        "--faults",
+        "handoff",
+        "--pitr-targets",
+        "0",
+    ]);
+    assert!(count(&summary, "acked") > 500, "{summary}");
+}
+
+/// Hole 11: on PostgreSQL + S3 an erasure that timed out is finished later. The run
+/// (seed 777001, every kind of that time) showed it while the drill's own store wrapper sent a
+/// bulk delete one key at a time; since the wrapper passes S3's `DeleteObjects` on, that run
+/// passes, and the class needs a backend without a bulk delete (`--delete-one-by-one`, as the
+/// trait's default and `DirStore` do: a sweep's page of keys under one deadline). With
+/// `forget-paused` only, each forget erases a tenant of a hundred segments or more. Seen (seed
+/// 777001, 30 s, 4 replicas): 4 of 7 forgets answered `LEASEHOLD_STORE` with the floor raised,
+/// `2000 ms after the forget (the erasure bound), t2 (floor 2) keeps 76 objects at or below the
+/// floor`, and at the end `t2 has floor 7 yet 21 objects at or below it remain`. Needs the
+/// servers (`scripts/with-servers.sh cargo test --features "testkit postgres s3" --test drill
+/// -- --ignored hole11`).
+#[cfg(all(feature = "postgres", feature = "s3"))]
+#[test]
+#[ignore = "hole 11 of the change-log review: fails until its fix lands"]
+fn hole11_an_erasure_that_timed_out_on_postgres_and_s3_is_finished() {
+    let summary = keeps_every_promise(&[
+        "--backend",
+        "postgres-s3",
+        "--seed",
+        "777001",
+        "--seconds",
+        "30",
+        "--replicas",
+        "4",
+        "--faults",
+        "forget-paused",
+        "--delete-one-by-one",
+        "--tolerate",
+        "orphan-image",
+    ]);
+    assert!(count(&summary, "forget-paused") > 0, "{summary}");
+}
