@@ -145,9 +145,21 @@ async fn drive(world: &mut World, ops: &[Op]) -> Result<(), String> {
             }
         }
     }
-    for op in audit::orphan_ops(&states) {
-        apply(world, &mut states, &mut history, i, &op).await?;
-        i += 1;
+    let orphan_ops = audit::orphan_ops(&states);
+    if !orphan_ops.is_empty() {
+        for op in orphan_ops {
+            apply(world, &mut states, &mut history, i, &op).await?;
+            i += 1;
+        }
+        // An orphan goes once its replica has seen it for `put_lifetime` on its own clock
+        // (docs/guarantees.md, "Reconciling puts of unknown outcome"): a first look, the clocks
+        // past `put_lifetime` (the model's too), the look that is due.
+        world.reconcile_all().await;
+        let past = Op::Advance {
+            ms: PUT_LIFETIME_MS + 1,
+        };
+        apply(world, &mut states, &mut history, i, &past).await?;
+        world.reconcile_all().await;
     }
     audit::orphans(world, &states).await
 }
@@ -248,6 +260,7 @@ fn judge(
                 continue;
             }
             outcome_allowed = true;
+            rules::fenced_by_reconciliation(&mut after, seen);
             let why = mismatch(&after, seen)
                 .or_else(|| rules::retention_mismatch(&after, seen))
                 .or_else(|| rules::window_mismatch(&after, op, observed, seen));

@@ -420,3 +420,47 @@ fn regression_a_late_image_of_a_handed_off_tenure_may_be_taken_back() {
         },
     ]);
 }
+
+/// A handoff whose drain outlived the holder's lease term (a pause of 9 s, `valid_until` at 8
+/// s) with a late head move armed, then a close. Found by `LEASEHOLD_SIM_SEED=2` after the
+/// merge of the reconciliation (shrunk).
+#[test]
+fn regression_a_handoff_past_the_lease_term_then_a_close() {
+    use Op::*;
+    replay(&[
+        Open { r: 2, t: 0 },
+        Open { r: 1, t: 1 },
+        Late(ops::Late::PublishHead),
+        DrainedHandoff {
+            t: 0,
+            at: Newest,
+            pause: 9000,
+            renew: false,
+        },
+        Close { r: 2 },
+    ]);
+}
+
+/// An image put of a handoff's drain that timed out and lands after the replica closed: no
+/// process tracks it, and the final replica's reconciliation deletes the orphan once it has
+/// seen it for `put_lifetime` on its own clock. The orphan audit once waited real time for it;
+/// found by `LEASEHOLD_SIM_SEED=2` (shrunk).
+#[test]
+fn regression_an_orphan_a_closed_replica_left_goes_once_seen_for_the_put_lifetime() {
+    use Op::*;
+    replay(&[
+        Open { r: 2, t: 0 },
+        Open { r: 1, t: 1 },
+        Open { r: 0, t: 0 },
+        Late(ops::Late::Put),
+        Open { r: 0, t: 0 },
+        Open { r: 0, t: 0 },
+        DrainedHandoff {
+            t: 0,
+            at: Newest,
+            pause: 0,
+            renew: false,
+        },
+        Close { r: 2 },
+    ]);
+}

@@ -261,6 +261,9 @@ pub struct TenantState {
     pub lone_retired: BTreeSet<(u64, u64)>,
     /// Segments the world deleted behind the store's back (`Op::Damage`).
     pub deleted: BTreeSet<Pos>,
+    /// Segments of the chain a listing showed gone while the retention rule held (a base older
+    /// than `retain` then stood for them): judged once, as a later base may replace that one.
+    pub retention_judged: BTreeSet<Pos>,
     /// Images whose put hung past its deadline: the put runs on and may land at any time
     /// (its bytes only, no manifest). Only an erasure takes them (docs/guarantees.md, late puts).
     pub stray: BTreeSet<(u64, u64)>,

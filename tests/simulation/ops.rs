@@ -124,9 +124,6 @@ pub enum Op {
     Move { t: usize },
     /// Real time passes past `retain`: every image published so far is older than it.
     Age,
-    /// Real time passes past the longest put deadline (the end's orphan audit; never
-    /// generated).
-    PastThePutDeadline,
     /// A run inserting a fresh event whose payload (4.5 MB) takes more than 1,000 WAL frames:
     /// a checkpoint and a WAL restart follow during the capture, and its segment is large.
     BulkWrite { t: usize, at: At },

@@ -174,6 +174,9 @@ pub struct World {
     beside: Vec<usize>,
     /// `[replica]`: retention runs given up on (skipped while another ran).
     skipped: Vec<usize>,
+    /// Every manifest stamp read so far, by tenant: an image retention deleted since keeps its
+    /// stamp for the retention rule.
+    stamps_seen: std::sync::Mutex<Vec<BTreeMap<(u64, u64), u64>>>,
     /// Point-in-time restores so far (names their files).
     restores: usize,
     /// Every tenure's handle, by `(tenant, epoch)`.
@@ -238,6 +241,7 @@ impl World {
             events: (0..=REPLICAS).map(|_| EventLog::new()).collect(),
             beside: vec![0; REPLICAS + 1],
             skipped: vec![0; REPLICAS + 1],
+            stamps_seen: std::sync::Mutex::new(vec![BTreeMap::new(); TENANTS]),
             restores: 0,
             handles: HashMap::new(),
             owners: HashMap::new(),

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::model::{Dir, Pos, Res, State, Status, TENANTS};
+use crate::model::{Dir, Held, Pos, Res, State, Status, TENANTS};
 use crate::ops::{Op, log_hole_fixed};
 use crate::world::{RETAIN, STORE_BASE_MS, Seen, key_of, replica_name};
 use leasehold_actors::TenantStatus;
@@ -177,6 +177,45 @@ fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
             ts.floor
         )
     })
+}
+
+/// A replica reconciling a put of unknown outcome whose tenure ended here first fences that
+/// tenure by a release of its lease, so that no late move of it can land (docs/guarantees.md,
+/// "Reconciling puts of unknown outcome"): where the store shows the lease released and the
+/// model's tenure of that epoch has ended with such a put (a late head or tip move held, an
+/// image or segment unconfirmed), the release is the reconciliation's, and the model takes it.
+pub fn fenced_by_reconciliation(state: &mut State, seen: &Seen) {
+    for t in 0..TENANTS {
+        let Some(record) = seen.rows[t].as_ref() else {
+            continue;
+        };
+        let Some(row) = state.tenants[t].row.as_ref() else {
+            continue;
+        };
+        let (epoch, owner) = (row.epoch, row.owner);
+        let same = record.epoch == epoch && record.owner == replica_name(owner);
+        if !same || row.released || !record.released {
+            continue;
+        }
+        let ended = state
+            .tenures
+            .get(&(t, epoch))
+            .is_some_and(|tenure| tenure.status != Status::Serving);
+        let ts = &state.tenants[t];
+        let unconfirmed = ts.img_unconfirmed.iter().any(|o| o.0 == epoch)
+            || ts.seg_unconfirmed.iter().any(|p| p.0 == epoch)
+            || state.held.iter().any(|held| match *held {
+                Held::PublishHead { t: u, epoch: e, .. } | Held::MoveTip { t: u, epoch: e, .. } => {
+                    u == t && e == epoch
+                }
+                _ => false,
+            });
+        if ended && unconfirmed {
+            if let Some(row) = state.tenants[t].row.as_mut() {
+                row.released = true;
+            }
+        }
+    }
 }
 
 /// Settles, in every tenant, what a listing shows retention did (a retired object not listed is

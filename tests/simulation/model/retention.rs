@@ -58,7 +58,12 @@ impl State {
         image_key: impl Fn((u64, u64)) -> String,
         segment_key: impl Fn(Pos) -> String,
     ) {
+        let chain = self.chain_of(t);
         let ts = &mut self.tenants[t];
+        let gone = chain
+            .into_iter()
+            .filter(|p| !listed.contains(&segment_key(*p)));
+        ts.retention_judged.extend(gone);
         ts.objects
             .retain(|at, image| !image.retired || listed.contains(&image_key(*at)));
         ts.segments
@@ -116,8 +121,11 @@ impl State {
         // an image, newer than `than`): the window's base, standing for what went below it.
         let old_kept = |above: (u64, (u64, u64)), when: u64| {
             candidates.iter().any(|(at, seq)| {
+                // Still there at `when`: listed, or deleted no earlier (a later run of the same
+                // op may have replaced it with a newer base).
+                let key = image_key(*at);
                 (*seq, *at) > above
-                    && listed.contains(&image_key(*at))
+                    && (listed.contains(&key) || deleted_at(&key) >= when)
                     && stamps
                         .get(at)
                         .is_some_and(|&stamp| stamp + retain_ms < when)
@@ -138,7 +146,8 @@ impl State {
             let key = segment_key(*pos);
             let when = deleted_at(&key);
             let gone = !listed.contains(&key);
-            if gone && !ts.deleted.contains(pos) && !old_kept((pos.1, (0, 0)), when) {
+            let judged = ts.deleted.contains(pos) || ts.retention_judged.contains(pos);
+            if gone && !judged && !old_kept((pos.1, (0, 0)), when) {
                 return Some(format!(
                     "retention deleted segment {pos:?} of tenant {t} at {when}, but no image of \
                      the chain at or past it, older than retain then, is kept (stamps {stamps:?})"

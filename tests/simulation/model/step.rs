@@ -150,7 +150,7 @@ impl State {
                 s.log_case = true;
                 single(vec![Res::Ok], s)
             }
-            Op::Age | Op::PastThePutDeadline => single(vec![Res::Ok], s),
+            Op::Age => single(vec![Res::Ok], s),
             Op::BulkWrite { t, at } => s.on(t, at, |s, k| vec![s.write(k, id(0))]),
             Op::ZombieShip { t, at } => match s.key_of(t, at) {
                 Some(k) if s.tenures[&k].mode == Mode::Shipped => {

@@ -127,7 +127,6 @@ impl World {
                 vec![Res::Ok]
             }
             Op::Age
-            | Op::PastThePutDeadline
             | Op::BulkWrite { .. }
             | Op::Pitr { .. }
             | Op::PitrAt { .. }

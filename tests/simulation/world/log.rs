@@ -65,10 +65,6 @@ impl World {
                 tokio::time::sleep(RETAIN + Duration::from_millis(5)).await;
                 vec![Res::Ok]
             }
-            Op::PastThePutDeadline => {
-                tokio::time::sleep(LONGEST_PUT + Duration::from_millis(100)).await;
-                vec![Res::Ok]
-            }
             Op::BulkWrite { t, at } => match self.handle(t, at) {
                 Some(h) => vec![settle(bulk_insert(&h, ids[0].clone())).await],
                 None => vec![Res::Skipped],
@@ -160,6 +156,14 @@ impl World {
         }
     }
 
+    /// Every replica runs its reconciliation pass once (the simulation's replicas run none by
+    /// themselves within a case).
+    pub async fn reconcile_all(&mut self) {
+        for r in 0..=REPLICAS {
+            let _ = settle_raw(self.sups[r].reconcile_now()).await;
+        }
+    }
+
     /// The replica that opened tenure `k`, if the world still addresses it.
     pub fn owner_of(&self, k: (usize, u64)) -> Option<usize> {
         self.owners.get(&k).copied()
@@ -240,7 +244,14 @@ impl World {
                 }
             }
         }
-        stamps
+        let mut seen = self
+            .stamps_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (t, now) in stamps.iter().enumerate() {
+            seen[t].extend(now.iter().map(|(k, v)| (*k, *v)));
+        }
+        seen.clone()
     }
 }
 
