@@ -7,7 +7,7 @@
 
 use crate::model::Mode::{self, Async, Shipped};
 use crate::model::TTL_MS;
-use crate::ops::At::Newest;
+use crate::ops::At::{self, Newest};
 use crate::ops::{self, Op, Sizes};
 use crate::replay;
 
@@ -462,5 +462,40 @@ fn regression_an_orphan_a_closed_replica_left_goes_once_seen_for_the_put_lifetim
             renew: false,
         },
         Close { r: 2 },
+    ]);
+}
+
+/// A head move refused by a lease-store outage (`Unavailable`, an answer of unknown outcome):
+/// the image is reconciled like one whose head move timed out, and taken back as nothing names
+/// it. The model once required it kept; found by `LEASEHOLD_SIM_SEED=4` (shrunk: tenant 1's
+/// `e00000001/snap-000001` gone at the final open). The replay did not fail again before the
+/// model's fix (when the reconciliation runs decides), so it pins the sequence, not the bug.
+#[test]
+fn regression_an_image_whose_head_move_met_an_outage_may_be_taken_back() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Open { r: 0, t: 1 },
+        Write { t: 1, at: Newest },
+        Open { r: 2, t: 0 },
+        LapseDuringCommit {
+            t: 0,
+            at: At::On(2),
+        },
+        Open { r: 0, t: 1 },
+        Write { t: 0, at: Newest },
+        Write { t: 1, at: Newest },
+        Write {
+            t: 1,
+            at: At::On(1),
+        },
+        LandBeforeRelease,
+        Write { t: 0, at: Newest },
+        LeaseDown(true),
+        DurableDown(true),
+        DurableDown(false),
+        Write { t: 0, at: Newest },
+        ForgetDuringUpload { t: 1, at: Newest },
+        Write { t: 1, at: Newest },
     ]);
 }

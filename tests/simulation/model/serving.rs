@@ -229,6 +229,9 @@ impl State {
         };
         self.tenants[t].objects.insert((epoch, seq), image);
         if self.lease_down {
+            // An outage is an answer of unknown outcome: the image is reconciled like one whose
+            // head move timed out (kept only while the head's chain names it).
+            self.tenants[t].img_unconfirmed.insert((epoch, seq));
             return Err(Res::StoreDown);
         }
         let replica = self.tenures[&k].replica;
