@@ -499,3 +499,33 @@ fn regression_an_image_whose_head_move_met_an_outage_may_be_taken_back() {
         Write { t: 1, at: Newest },
     ]);
 }
+
+/// A single tip move that times out (`Late(MoveTip)`) is absorbed by the runtime's retry. Seed
+/// 4 failed with it (`op #6 Write came to [Unshipped]: the model expected [Ok]`) while the
+/// simulation ran on the batched tip path (`FaultyLeaseStore` forwarding `move_tips`), shrunk
+/// to this; the replay passed twice on that path, so the world now makes one call per move,
+/// as the model counts them (see `World::new`).
+#[test]
+fn regression_a_single_late_tip_move_on_the_batched_path_is_absorbed_by_the_retry() {
+    use Op::*;
+    replay(&[
+        Open { r: 2, t: 0 },
+        Open { r: 1, t: 1 },
+        Write {
+            t: 0,
+            at: At::On(0),
+        },
+        Ticket { t: 1, at: Newest },
+        Late(ops::Late::MoveTip),
+        Open { r: 1, t: 0 },
+        Write { t: 0, at: Newest },
+        Renew { r: 1 },
+        Land,
+        Snapshot { t: 1, at: Newest },
+        Write {
+            t: 0,
+            at: At::On(1),
+        },
+        Late(ops::Late::SegmentPut),
+    ]);
+}
