@@ -258,14 +258,7 @@ fn drill_replicas_hold_nothing_after_close() {
 /// the crash (`lost-beyond-tail`, tail bound 2,000 ms).
 #[test]
 fn drill_a_crash_late_in_a_long_drain_loses_no_more_than_the_tail() {
-    let (code, output) = drill(&[
-        "--seed",
-        "5",
-        "--seconds",
-        "8",
-        "--faults",
-        "drain-kill",
-    ]);
+    let (code, output) = drill(&["--seed", "5", "--seconds", "8", "--faults", "drain-kill"]);
     let summary = summary(&output);
     assert!(count(summary, "drain-kill") > 0, "no drain-kill: {summary}");
     assert!(count(summary, "acked") > 0, "{summary}");
@@ -384,14 +377,7 @@ fn drill_catches_a_build_that_skips_the_final_image() {
 /// `Shipped`, though the owner is killed while its segments wait on slowed puts.
 #[test]
 fn drill_on_shipped_a_kill_mid_upload_loses_nothing() {
-    let (code, output) = drill(&[
-        "--seed",
-        "7",
-        "--seconds",
-        "8",
-        "--faults",
-        "kill-upload",
-    ]);
+    let (code, output) = drill(&["--seed", "7", "--seconds", "8", "--faults", "kill-upload"]);
     let summary = summary(&output);
     assert!(count(summary, "kill-upload") > 0, "{summary}");
     assert!(count(summary, "acked") > 0, "{summary}");

@@ -72,7 +72,10 @@ async fn a_late_tip_move_times_out_changes_nothing_lands_when_let_through_and_it
 async fn a_batch_of_tip_moves_goes_through_the_faults_of_a_tip_move_and_lands_whole() {
     let dir = tempfile::tempdir().unwrap();
     let store = lease_store(dir.path());
-    assert!(store.batches_tip_moves(), "SQLite's batched path is forwarded");
+    assert!(
+        store.batches_tip_moves(),
+        "SQLite's batched path is forwarded"
+    );
     let lease = store.acquire(&key(), "r1", TTL).await.unwrap();
     let to = leasehold::layout::LogPos {
         epoch: lease.epoch,
@@ -88,7 +91,13 @@ async fn a_batch_of_tip_moves_goes_through_the_faults_of_a_tip_move_and_lands_wh
     store.set_down(true);
     let refused = store.move_tips(&moves).await.unwrap_err();
     assert!(
-        matches!(refused, LeaseError::Store(StoreError::Unavailable { op: "move_tips", .. })),
+        matches!(
+            refused,
+            LeaseError::Store(StoreError::Unavailable {
+                op: "move_tips",
+                ..
+            })
+        ),
         "{refused:?}"
     );
     store.set_down(false);

@@ -265,7 +265,9 @@ async fn promise5_after_a_forget_a_put_no_replica_tracked_goes_once_the_resweep_
     let a = fleet.replica_with("a", "a", |c| c.put_lifetime = lifetime);
     let t = a.open().await;
     insert(&t, "k1").await.unwrap();
-    fleet.durable.late_puts(LatePuts::next(is_image).untracked());
+    fleet
+        .durable
+        .late_puts(LatePuts::next(is_image).untracked());
     assert!(t.snapshot().await.is_err());
     t.forget().await.unwrap();
     assert_eq!(fleet.durable.land_late_puts().await.unwrap().len(), 1);

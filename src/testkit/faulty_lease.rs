@@ -533,9 +533,11 @@ impl LeaseStore for FaultyLeaseStore {
     }
     async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
         let moves = moves.to_vec();
-        self.call_or_hold_as(LeaseOp::MoveTips, &[LeaseOp::MoveTip], move |s| async move {
-            s.move_tips(&moves).await
-        })
+        self.call_or_hold_as(
+            LeaseOp::MoveTips,
+            &[LeaseOp::MoveTip],
+            move |s| async move { s.move_tips(&moves).await },
+        )
         .await
     }
     fn batches_tip_moves(&self) -> bool {

@@ -529,3 +529,52 @@ fn regression_a_single_late_tip_move_on_the_batched_path_is_absorbed_by_the_retr
         Late(ops::Late::SegmentPut),
     ]);
 }
+
+/// `LEASEHOLD_SIM_SEED=4`, shrunk: a lease lapsing during a commit came to `Fenced` where the
+/// model expects `Ok` (the tip's compare-and-set is the check after COMMIT), on a machine at a
+/// load average of 14; the replay passes (timing decides), so it pins the sequence only.
+#[test]
+fn seed4_a_lease_lapsing_during_a_commit_after_a_forget_and_a_snapshot() {
+    use Op::*;
+    replay(&[
+        Open { r: 1, t: 0 },
+        Open { r: 0, t: 1 },
+        Write { t: 1, at: Newest },
+        Forget {
+            t: 0,
+            at: At::On(2),
+        },
+        Write {
+            t: 0,
+            at: At::On(0),
+        },
+        Write { t: 1, at: Newest },
+        Write {
+            t: 0,
+            at: At::On(1),
+        },
+        Ticket {
+            t: 1,
+            at: At::Older(2),
+        },
+        Renew { r: 1 },
+        Write { t: 1, at: Newest },
+        Snapshot { t: 0, at: Newest },
+        LapseDuringCommit { t: 0, at: Newest },
+        Ticket { t: 0, at: Newest },
+        Ticket {
+            t: 1,
+            at: At::On(1),
+        },
+        Write { t: 0, at: Newest },
+        DrainedHandoff {
+            t: 0,
+            at: Newest,
+            pause: 9000,
+            renew: true,
+        },
+        Renew { r: 0 },
+        Read { t: 0, at: Newest },
+        Ticket { t: 1, at: Newest },
+    ]);
+}

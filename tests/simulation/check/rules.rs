@@ -210,10 +210,11 @@ pub fn fenced_by_reconciliation(state: &mut State, seen: &Seen) {
                 }
                 _ => false,
             });
-        if ended && unconfirmed {
-            if let Some(row) = state.tenants[t].row.as_mut() {
-                row.released = true;
-            }
+        if ended
+            && unconfirmed
+            && let Some(row) = state.tenants[t].row.as_mut()
+        {
+            row.released = true;
         }
     }
 }
