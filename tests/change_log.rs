@@ -415,7 +415,7 @@ async fn p5_shipped_a_forget_erases_every_segment_also_one_whose_put_outlived_it
     t.snapshot().await.unwrap();
     fleet
         .durable
-        .land_puts_late(is_segment, leasehold::testkit::LateLanding::Tracked);
+        .late_puts(leasehold::testkit::LatePuts::every(is_segment));
     let late = insert(&t, "late").await;
     assert!(late.is_err(), "its put timed out: {late:?}");
     fleet.durable.clear_late_puts();
@@ -428,7 +428,7 @@ async fn p5_shipped_a_forget_erases_every_segment_also_one_whose_put_outlived_it
     // The put lands only once the forget has had every chance to sweep without it.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!forget.is_finished(), "the forget waits for the late put");
-    fleet.durable.release_late_puts();
+    fleet.durable.land_late_puts().await.unwrap();
     within(5_000, "the forget", forget).await.unwrap().unwrap();
     let stored = fleet.stored_of_tenant().await;
     assert!(stored.is_empty(), "the forget left {stored:?}");

@@ -124,13 +124,6 @@ fn count(summary: &str, name: &str) -> u64 {
     field(summary, name).unwrap_or_else(|| panic!("no {name}=N in the summary: {summary}"))
 }
 
-/// The known gaps today's runtime shows on the default fault kinds (`--tolerate`, see
-/// `examples/drill/gaps.rs`): an image put that timed out lands beside no manifest (hole 8 of
-/// the change-log review), segments and images of a forgotten epoch land after the forget
-/// (holes 10 and 5/7). Reported as `TOLERATED`, not failed; the pinned tests of `holes` run
-/// without them. Each leaves this list when its fix merges.
-const TODAY_GAPS: &str = "orphan-image,forgotten-segment,forgotten-image";
-
 /// The fault kinds before the damage faults and the snapshot burst joined the defaults: runs
 /// that pin a seed's first round name them, so the schedule stays what the test says.
 const CLASSIC_KINDS: &str = "handoff,kill,pause,partition,kill-upload,forget-paused,store,restart,\
@@ -161,8 +154,6 @@ fn drill_on_a_fixed_seed_keeps_every_promise() {
         "20",
         "--faults",
         CLASSIC_KINDS,
-        "--tolerate",
-        TODAY_GAPS,
     ]);
     let summary = summary(&output);
     assert_eq!(code, Some(0), "the drill failed: {summary}");
@@ -213,8 +204,6 @@ fn drill_async_loses_no_more_than_its_period() {
         "async",
         "--async-every-ms",
         "500",
-        "--tolerate",
-        TODAY_GAPS,
     ]);
     let summary = summary(&output);
     assert!(summary.contains("durability=async/500ms"), "{summary}");
@@ -271,16 +260,7 @@ fn drill_replicas_hold_nothing_after_close() {
 /// the crash (`lost-beyond-tail`, tail bound 2,000 ms).
 #[test]
 fn drill_a_crash_late_in_a_long_drain_loses_no_more_than_the_tail() {
-    let (code, output) = drill(&[
-        "--seed",
-        "5",
-        "--seconds",
-        "8",
-        "--faults",
-        "drain-kill",
-        "--tolerate",
-        TODAY_GAPS,
-    ]);
+    let (code, output) = drill(&["--seed", "5", "--seconds", "8", "--faults", "drain-kill"]);
     let summary = summary(&output);
     assert!(count(summary, "drain-kill") > 0, "no drain-kill: {summary}");
     assert!(count(summary, "acked") > 0, "{summary}");
@@ -307,9 +287,6 @@ fn drill_a_late_put_leaves_nothing_of_a_forgotten_tenant() {
         "8",
         "--faults",
         "forget-late-put",
-        // The late images of the owner's other tenants land beside no manifest (hole 8).
-        "--tolerate",
-        "orphan-image",
     ]);
     let summary = summary(&output);
     assert!(
@@ -402,16 +379,7 @@ fn drill_catches_a_build_that_skips_the_final_image() {
 /// `Shipped`, though the owner is killed while its segments wait on slowed puts.
 #[test]
 fn drill_on_shipped_a_kill_mid_upload_loses_nothing() {
-    let (code, output) = drill(&[
-        "--seed",
-        "7",
-        "--seconds",
-        "8",
-        "--faults",
-        "kill-upload",
-        "--tolerate",
-        TODAY_GAPS,
-    ]);
+    let (code, output) = drill(&["--seed", "7", "--seconds", "8", "--faults", "kill-upload"]);
     let summary = summary(&output);
     assert!(count(summary, "kill-upload") > 0, "{summary}");
     assert!(count(summary, "acked") > 0, "{summary}");
@@ -447,8 +415,8 @@ fn drill_catches_a_build_that_acks_before_the_tip() {
 }
 
 /// A tenant forgotten while its owner is stopped leaves no local copy on the zombie once it
-/// resumes (`forgotten-local-file-left`, not tolerated). Its segments landing late are hole 10
-/// (pinned in `holes`), tolerated here.
+/// resumes (`forgotten-local-file-left`), and its segments landing late are gone within the
+/// erasure bound (hole 10, pinned in `holes` too).
 #[test]
 fn drill_a_forgotten_tenant_leaves_no_local_copy_on_a_zombie() {
     let (code, output) = drill(&[
@@ -458,8 +426,6 @@ fn drill_a_forgotten_tenant_leaves_no_local_copy_on_a_zombie() {
         "12",
         "--faults",
         "forget-paused",
-        "--tolerate",
-        TODAY_GAPS,
     ]);
     let summary = summary(&output);
     assert_eq!(code, Some(0), "{summary}");
@@ -485,8 +451,6 @@ fn drill_a_damaged_or_missing_segment_fails_the_next_open_typed() {
         "12",
         "--faults",
         "damage-segment,drop-segment",
-        "--tolerate",
-        TODAY_GAPS,
     ]);
     let summary = summary(&output);
     assert!(
@@ -513,8 +477,6 @@ fn drill_large_batches_on_a_healthy_store_are_restored() {
         "handoff",
         "--large-batch-mib",
         "4",
-        "--tolerate",
-        TODAY_GAPS,
     ]);
     let summary = summary(&output);
     assert!(count(summary, "handoff") > 0, "{summary}");
@@ -562,8 +524,6 @@ fn drill_on_postgres_and_s3_hands_a_tenant_back_and_forth() {
         "1",
         "--faults",
         "handoff",
-        "--tolerate",
-        TODAY_GAPS,
     ]);
     let summary = summary(&output);
     assert_eq!(code, Some(0), "the drill failed: {summary}");

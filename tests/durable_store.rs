@@ -15,7 +15,7 @@ use leasehold::durable::{Put, SharedDurableStore, StoreError};
 use leasehold::image::{fetch_restorable, take_image, upload_image};
 use leasehold::sweep::sweep_dead_epochs;
 use leasehold::testkit::{
-    FaultyStore, INJECTED_OUTAGE, LateLanding, MemStore, Pace, StoreOp,
+    FaultyStore, INJECTED_OUTAGE, LatePuts, MemStore, Pace, StoreOp,
     conformance_delete_prefix_takes_whole_segments, durable_store_conformance,
 };
 use leasehold::{DurableStore, LeaseKey};
@@ -479,7 +479,7 @@ async fn settle_puts_of_a_put_that_never_ends_times_out_at_its_limit() {
 async fn faulty_late_put_answers_timeout_and_lands_when_released() {
     let (_dir, faulty) = faulty();
     let key = "acme/t1/e00000001/snap-000003.db";
-    faulty.land_puts_late(|k| k.ends_with(".db"), LateLanding::Tracked);
+    faulty.late_puts(LatePuts::every(|k| k.ends_with(".db")));
     let put = faulty.put_if_absent(key, b"late".to_vec()).await;
     assert_eq!(
         put,
@@ -500,24 +500,65 @@ async fn faulty_late_put_answers_timeout_and_lands_when_released() {
         futures::poll!(&mut settle).is_pending(),
         "a tracked late put"
     );
-    faulty.release_late_puts();
+    assert_eq!(faulty.land_late_puts().await, Ok(vec![key.to_string()]));
     assert_eq!(settle.await, Ok(()));
     assert_eq!(faulty.inner().get(key).await, Ok(Some(b"late".to_vec())));
     assert_eq!(faulty.late_puts_held(), 0);
     // Untracked: settle_puts cannot see it; it lands all the same once released.
-    faulty.land_puts_late(|_| true, LateLanding::Untracked);
+    faulty.clear_late_puts();
+    faulty.late_puts(LatePuts::every(|_| true).untracked());
     let unseen = "acme/t1/e00000001/snap-000004.db";
     assert!(faulty.put_if_absent(unseen, vec![4]).await.is_err());
     faulty.clear_late_puts();
     assert_eq!(faulty.settle_puts("acme/t1/", Duration::ZERO).await, Ok(()));
-    faulty.release_late_puts();
-    for _ in 0..1_000 {
-        if faulty.late_puts_held() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    assert_eq!(faulty.late_puts_held(), 1);
+    assert_eq!(faulty.land_late_puts().await, Ok(vec![unseen.to_string()]));
+    assert_eq!(faulty.late_puts_held(), 0);
     assert_eq!(faulty.inner().get(unseen).await, Ok(Some(vec![4])));
+}
+
+/// One model of late puts: a rule takes the next matching put (or every one until cleared);
+/// its caller hears `Timeout` at once, or nothing until it lands (`hanging`); `hang_puts(false)`
+/// lets the hung puts go on and leaves the other rules and the held puts as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faulty_late_put_rules_take_what_they_match_and_answer_as_told() {
+    let (_dir, faulty) = faulty();
+    faulty.late_puts(LatePuts::next(|k| k.ends_with(".seg")));
+    faulty.late_puts(LatePuts::next(|k| k.ends_with(".db")).hanging());
+    assert_eq!(
+        faulty.put_if_absent("a/e1/x.json", vec![]).await,
+        Ok(Put::Created),
+        "a key no rule matches goes through"
+    );
+    assert!(faulty.put_if_absent("a/e1/1.seg", vec![1]).await.is_err());
+    assert_eq!(
+        faulty.put_if_absent("a/e1/2.seg", vec![2]).await,
+        Ok(Put::Created),
+        "a `next` rule takes one put"
+    );
+    let hung = tokio::spawn({
+        let faulty = faulty.clone();
+        async move { faulty.put_if_absent("a/e1/1.db", vec![3]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!hung.is_finished(), "a hanging put does not answer");
+    assert_eq!(faulty.late_puts_held(), 2);
+    assert_eq!(faulty.held_puts(), vec!["a/e1/1.seg".to_string()]);
+    // An armed rule outlives `hang_puts(false)`; so does the held put.
+    faulty.late_puts(LatePuts::every(|k| k.ends_with(".tmp")).untracked());
+    faulty.hang_puts(false);
+    assert_eq!(hung.await.unwrap(), Ok(Put::Created));
+    assert!(faulty.put_if_absent("a/e1/z.tmp", vec![]).await.is_err());
+    assert_eq!(
+        faulty.held_puts(),
+        vec!["a/e1/1.seg".to_string(), "a/e1/z.tmp".to_string()]
+    );
+    assert_eq!(
+        faulty.land_late_puts().await,
+        Ok(vec!["a/e1/1.seg".to_string(), "a/e1/z.tmp".to_string()])
+    );
+    assert_eq!(faulty.inner().get("a/e1/1.seg").await, Ok(Some(vec![1])));
+    assert_eq!(faulty.late_puts_held(), 0);
 }
 
 /// A store on a paused clock whose reads take 100 ms per MiB (10 MiB/s, faster than the

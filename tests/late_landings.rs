@@ -12,7 +12,7 @@ use leasehold::ids::{LeaseKey, OrgId, TenantId};
 use leasehold::layout::ImageRef;
 use leasehold::lease::sqlite::SqliteLeaseStore;
 use leasehold::lease::{LeaseError, LeaseStore};
-use leasehold::testkit::{FaultyLeaseStore, FaultyStore, LeaseOp};
+use leasehold::testkit::{FaultyLeaseStore, FaultyStore, LatePuts, LeaseOp};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -63,6 +63,66 @@ async fn a_late_tip_move_times_out_changes_nothing_lands_when_let_through_and_it
     );
 }
 
+/// `move_tips`, the batched tip path of SQLite and PostgreSQL, goes through the same faults as
+/// `move_tip` (a late landing armed for either takes it whole, an outage refuses it, its hooks
+/// run), so a harness that drives the tip batcher drives it under faults. Seen failing before
+/// `FaultyLeaseStore` forwarded it: the store said it did not batch, and the provided version
+/// answered `Ok` around each move's own `move_tip` timeout.
+#[tokio::test]
+async fn a_batch_of_tip_moves_goes_through_the_faults_of_a_tip_move_and_lands_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = lease_store(dir.path());
+    assert!(
+        store.batches_tip_moves(),
+        "SQLite's batched path is forwarded"
+    );
+    let lease = store.acquire(&key(), "r1", TTL).await.unwrap();
+    let to = leasehold::layout::LogPos {
+        epoch: lease.epoch,
+        seq: 1,
+    };
+    let moves = [leasehold::lease::TipMove {
+        key: key(),
+        owner: "r1".into(),
+        epoch: lease.epoch,
+        from: None,
+        to,
+    }];
+    store.set_down(true);
+    let refused = store.move_tips(&moves).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            LeaseError::Store(StoreError::Unavailable {
+                op: "move_tips",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    store.set_down(false);
+    let hooked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for op in [LeaseOp::MoveTip, LeaseOp::MoveTips] {
+        let hooked = hooked.clone();
+        store.before_next(op, move || async move {
+            hooked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
+    }
+    store.land_late(LeaseOp::MoveTip);
+    let answer = store.move_tips(&moves).await;
+    assert_eq!(answer.unwrap_err(), timed_out("move_tips"));
+    assert_eq!(hooked.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let before = store.inner().read(&key()).await.unwrap().unwrap();
+    assert_eq!(before.tip, None, "a batch kept back has not landed");
+    assert_eq!(store.land_held().await, vec![LeaseOp::MoveTips]);
+    let after = store.inner().read(&key()).await.unwrap().unwrap();
+    assert_eq!(after.tip, Some(to), "the batch landed whole");
+    let retry = store.move_tips(&moves).await.unwrap();
+    assert_eq!(retry[0].as_ref().unwrap().tip, Some(to));
+    store.one_move_per_call();
+    assert!(!store.batches_tip_moves(), "switched to one call per move");
+}
+
 #[tokio::test]
 async fn a_late_publish_head_times_out_changes_nothing_and_lands_when_let_through() {
     let dir = tempfile::tempdir().unwrap();
@@ -111,7 +171,7 @@ async fn an_outage_refuses_a_late_call_outright_and_the_next_call_lands_late() {
 async fn a_late_put_times_out_and_its_bytes_land_when_let_through() {
     let dir = tempfile::tempdir().unwrap();
     let store = FaultyStore::new(Arc::new(DirStore::open(&dir.path().join("d")).unwrap()));
-    store.land_late_put(|key| key.ends_with(".db"));
+    store.late_puts(LatePuts::next(|key| key.ends_with(".db")).untracked());
     // A key the arming does not match goes through.
     let manifest = store.put_if_absent("a/m.json", b"{}".to_vec()).await;
     assert_eq!(manifest.unwrap(), Put::Created);
@@ -125,7 +185,7 @@ async fn a_late_put_times_out_and_its_bytes_land_when_let_through() {
     );
     assert_eq!(store.inner().get("a/i.db").await.unwrap(), None);
     assert_eq!(store.held_puts(), vec!["a/i.db".to_string()]);
-    assert_eq!(store.land_held_puts().await.unwrap(), vec!["a/i.db"]);
+    assert_eq!(store.land_late_puts().await.unwrap(), vec!["a/i.db"]);
     assert_eq!(
         store.inner().get("a/i.db").await.unwrap(),
         Some(b"image".to_vec())

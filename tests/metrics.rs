@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
-use leasehold::testkit::{LateLanding, LeaseOp};
+use leasehold::testkit::{LatePuts, LeaseOp};
 use leasehold_actors::metrics::prometheus::PrometheusMetrics;
 use leasehold_actors::metrics::{CATALOG, MetricKind, OPEN_TENANTS};
 use leasehold_actors::{Event, MIN_SEGMENT_LIMIT};
@@ -142,10 +142,10 @@ async fn every_metric_of_the_catalog_moves_under_a_workload() {
     // it back. Then the lease has lapsed: a run is fenced, the renewal finds the lease lost.
     let t = a.open().await;
     insert(&t, "k4").await.unwrap();
-    fleet.durable.land_puts_late(is_image, LateLanding::Tracked);
+    fleet.durable.late_puts(LatePuts::every(is_image));
     assert!(t.snapshot().await.is_err(), "the image put timed out");
     fleet.durable.clear_late_puts();
-    fleet.durable.release_late_puts();
+    fleet.durable.land_late_puts().await.unwrap();
     eventually(3_000, "the late image put to land", || async {
         fleet.durable.late_puts_held() == 0
     })

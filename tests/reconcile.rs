@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use common::*;
 use leasehold::durable::{ListPage, Put, SharedDurableStore, StoreError};
 use leasehold::layout::LogPos;
-use leasehold::testkit::{LateLanding, LeaseOp};
+use leasehold::testkit::{LatePuts, LeaseOp};
 use leasehold::{DurableStore, Error};
 use leasehold_actors::TenantStatus;
 
@@ -133,11 +133,11 @@ async fn promise5_a_live_tenants_image_put_that_timed_out_and_landed_later_is_ta
     let a = fleet.replica("a");
     let t = a.open().await;
     insert(&t, "k1").await.unwrap();
-    fleet.durable.land_puts_late(is_image, LateLanding::Tracked);
+    fleet.durable.late_puts(LatePuts::every(is_image));
     assert!(t.snapshot().await.is_err(), "the image put timed out");
     fleet.durable.clear_late_puts();
     assert_eq!(t.status().await, TenantStatus::Serving);
-    fleet.durable.release_late_puts();
+    fleet.durable.land_late_puts().await.unwrap();
     eventually(3_000, "the late image put to land", || async {
         !lone_images(&fleet).await.is_empty()
     })
@@ -265,10 +265,12 @@ async fn promise5_after_a_forget_a_put_no_replica_tracked_goes_once_the_resweep_
     let a = fleet.replica_with("a", "a", |c| c.put_lifetime = lifetime);
     let t = a.open().await;
     insert(&t, "k1").await.unwrap();
-    fleet.durable.land_late_put(is_image);
+    fleet
+        .durable
+        .late_puts(LatePuts::next(is_image).untracked());
     assert!(t.snapshot().await.is_err());
     t.forget().await.unwrap();
-    assert_eq!(fleet.durable.land_held_puts().await.unwrap().len(), 1);
+    assert_eq!(fleet.durable.land_late_puts().await.unwrap().len(), 1);
     assert_eq!(
         in_epoch(&fleet, 1).await.len(),
         1,

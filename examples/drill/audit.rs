@@ -54,9 +54,16 @@ impl Plan {
     /// its largest object (an image of three blobs, or 1 MiB) on the run's link, or a late
     /// put's delay, and half a store deadline more.
     pub fn settle(&self) -> Duration {
-        let largest = (3 * self.large_batch_mib as usize).max(1) << 20;
-        self.tuning.put_allowance(largest).max(LATE_PUT) + STORE_DEADLINE / 2
+        longest_put(&self.tuning, self.large_batch_mib)
     }
+}
+
+/// The longest a put of a run may still land after its caller gave up: the deadline of its
+/// largest object (an image of three blobs of `large_batch_mib`, or 1 MiB) on the run's link,
+/// or a late put's delay, and half a store deadline more.
+pub fn longest_put(tuning: &Tuning, large_batch_mib: u32) -> Duration {
+    let largest = (3 * large_batch_mib as usize).max(1) << 20;
+    tuning.put_allowance(largest).max(LATE_PUT) + STORE_DEADLINE / 2
 }
 
 /// Lists every tenant with a floor before any reopen, and flags what is left at or below it.

@@ -88,10 +88,10 @@ pub struct DriveArgs {
     pub large_batch_every_ms: u64,
     /// How long after a forget returned nothing of the forgotten epochs may be left, puts
     /// that land late included: the erasure is listed again then (`forgotten-object-left`).
-    /// Default 2,000 ms (twice the store deadline: a put of the forgetting replica has landed
-    /// or been waited for by then).
-    #[arg(long, default_value_t = 2_000)]
-    pub erasure_bound_ms: u64,
+    /// Default: the runtime's bound T for the replicas' settings (`put_lifetime` +
+    /// `reconcile_every` + one sweep, docs/guarantees.md "the erasure bound"; about 8 s).
+    #[arg(long)]
+    pub erasure_bound_ms: Option<u64>,
     /// Point-in-time restores per tenant at the end (positions and times the store watcher
     /// read, and the final tip), and one every few seconds during the run; 0: none.
     #[arg(long, default_value_t = 2)]
@@ -124,8 +124,15 @@ fn random_seed() -> u64 {
 }
 
 /// Runs a drill. Exit code 0: no violation; 1: violations; 2: the drill itself failed.
-pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
+pub async fn run(mut args: DriveArgs) -> Result<ExitCode, BoxError> {
     let seed = args.seed.unwrap_or_else(random_seed);
+    if args.tuning.put_lifetime_ms.is_none() {
+        // The replicas' put_lifetime covers the run's longest put (a large image on a slow
+        // link, a put landing late): the runtime's bound must hold for every put it sends.
+        let longest = crate::audit::longest_put(&args.tuning, args.large_batch_mib);
+        let lifetime = longest.max(crate::protocol::PUT_LIFETIME);
+        args.tuning.put_lifetime_ms = Some(lifetime.as_millis() as u64);
+    }
     let kinds = if args.faults.is_empty() {
         FaultKind::ALL.to_vec()
     } else {
@@ -195,7 +202,9 @@ pub async fn run(args: DriveArgs) -> Result<ExitCode, BoxError> {
         history.clone(),
         stores.clone(),
     );
-    cluster.erasure_bound = Duration::from_millis(args.erasure_bound_ms);
+    cluster.erasure_bound = args
+        .erasure_bound_ms
+        .map_or_else(|| args.tuning.erasure_bound(), Duration::from_millis);
     let cluster = Arc::new(cluster);
     let outcome = drive(&cluster, &args, seed, kinds, &stores).await;
     let verdict = match outcome {

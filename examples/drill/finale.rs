@@ -69,9 +69,11 @@ pub async fn collect(c: &Arc<Cluster>, stores: &Stores, plan: &Plan) -> Result<F
             h.unimpair(&proc.label);
         }
     }
-    // Every put that may still land lands now, while its process lives; then nothing at or
-    // below a floor may be left, before any open sweeps it.
-    tokio::time::sleep(plan.settle()).await;
+    // Every put that may still land lands now, while its process lives, and the replicas'
+    // periodic passes finish every erasure (the erasure bound, counted from the last forget,
+    // which came before the end); then nothing at or below a floor may be left, before any
+    // open sweeps it.
+    tokio::time::sleep(plan.settle().max(c.erasure_bound)).await;
     audit::erasure_before_reopen(c, stores).await;
     let closes = (0..c.slots.len()).map(|i| close_slot(c, i));
     for line in futures::future::join_all(closes)

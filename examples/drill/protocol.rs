@@ -38,6 +38,11 @@ pub const STORE_DEADLINE: Duration = Duration::from_secs(1);
 /// How long a tenant stays open with nothing to do before its replica passivates it: short, so
 /// that the `passivate` fault (a tenant's clients fall silent) plays out in a second.
 pub const PASSIVATE_AFTER: Duration = Duration::from_millis(800);
+/// Every replica's `reconcile_every`: short, so that the erasure bound (docs/guarantees.md,
+/// "the erasure bound": `put_lifetime` + `reconcile_every` + one sweep) fits in a run.
+pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
+/// Every replica's `put_lifetime` unless a run's puts may live longer (`Tuning::put_lifetime`).
+pub const PUT_LIFETIME: Duration = Duration::from_secs(3);
 
 /// With a change log: how many segments since the newest image call for a new one (compaction,
 /// checked every [`SNAPSHOT_EVERY`]); small, so that a short run takes images the store watcher

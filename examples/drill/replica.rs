@@ -177,6 +177,8 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     config.drain_timeout = protocol::DRAIN_TIMEOUT;
     config.store_deadline = protocol::STORE_DEADLINE;
     config.passivate_after = Some(protocol::PASSIVATE_AFTER);
+    config.put_lifetime = tuning.put_lifetime();
+    config.reconcile_every = Some(protocol::RECONCILE_EVERY);
     config.arbiters = 2;
     config.breakage = breakage(&args.breakage);
     if args.transport {

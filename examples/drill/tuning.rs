@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::protocol::{COMPACT_SEGMENTS, STORE_DEADLINE};
+use crate::protocol::{COMPACT_SEGMENTS, PUT_LIFETIME, RECONCILE_EVERY, STORE_DEADLINE};
 
 /// Settings every replica of a run shares.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -37,6 +37,10 @@ pub struct Tuning {
     /// `DeleteObjects`).
     #[arg(long)]
     pub delete_one_by_one: bool,
+    /// The replicas' `put_lifetime` in ms (default `PUT_LIFETIME`, or the run's longest put
+    /// when that is longer: the driver sets it).
+    #[arg(long)]
+    pub put_lifetime_ms: Option<u64>,
 }
 
 impl Tuning {
@@ -55,6 +59,9 @@ impl Tuning {
         if self.delete_one_by_one {
             args.push("--delete-one-by-one".to_string());
         }
+        if let Some(ms) = self.put_lifetime_ms {
+            args.extend(["--put-lifetime-ms".to_string(), ms.to_string()]);
+        }
         if self.lease_delay_ms > 0 {
             args.extend([
                 "--lease-delay-ms".to_string(),
@@ -67,6 +74,21 @@ impl Tuning {
     /// The compaction count of the run.
     pub fn compact_segments(&self) -> u64 {
         self.compact_segments.unwrap_or(COMPACT_SEGMENTS).max(1)
+    }
+
+    /// The replicas' `put_lifetime`: the longest a put may land after it was sent.
+    pub fn put_lifetime(&self) -> Duration {
+        self.put_lifetime_ms
+            .map_or(PUT_LIFETIME, Duration::from_millis)
+            .max(STORE_DEADLINE)
+    }
+
+    /// The runtime's erasure bound T for this run's replicas (docs/guarantees.md, "the erasure
+    /// bound"): `put_lifetime` + `reconcile_every` + one sweep of what is left (a listing, a
+    /// bulk delete and a `delete_prefix`, a store deadline each, 10 ms a key for a few dozen
+    /// keys), and a second of slack for the process hops.
+    pub fn erasure_bound(&self) -> Duration {
+        self.put_lifetime() + RECONCILE_EVERY + 3 * STORE_DEADLINE + Duration::from_secs(1)
     }
 
     /// The replicas' `retain`, when the run sets one.

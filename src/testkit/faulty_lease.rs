@@ -18,6 +18,16 @@
 //! store, in the order they were made — a statement that outlived its caller's deadline and
 //! still lands, as one sent on a PostgreSQL connection does. Such a call is decided after the
 //! outage check, so an outage still refuses it outright.
+//!
+//! **Batched tip moves**: [`LeaseStore::move_tips`] and [`LeaseStore::batches_tip_moves`] are
+//! forwarded, so a store that moves many tips in one round trip (SQLite, PostgreSQL) is driven
+//! through its batched path under faults, as the runtime's tip batcher drives it. A `move_tips`
+//! call is one call of [`LeaseOp::MoveTips`] and also a tip move: the faults armed for
+//! [`LeaseOp::MoveTip`] (its hooks, its late landing) take it as they take one `move_tip` call,
+//! so a fault "on the next tip move" holds whichever path the runtime takes. A late batch
+//! answers one [`StoreError::Timeout`] for all its moves and lands whole.
+//! [`FaultyLeaseStore::one_move_per_call`] turns batching off (a store that makes one call per
+//! move).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,7 +45,7 @@ use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos};
 use crate::lease::{
     LeaseError, LeaseRecord, LeaseStore, Lookup, RenewOutcome, ReplicaRecord, ReplicaRenewal,
-    ReplicaView, SharedLeaseStore,
+    ReplicaView, SharedLeaseStore, TipMove, TipOutcomes,
 };
 
 /// The operations of a [`LeaseStore`], to name where a hook runs.
@@ -55,6 +65,9 @@ pub enum LeaseOp {
     PublishHead,
     /// [`LeaseStore::move_tip`].
     MoveTip,
+    /// [`LeaseStore::move_tips`] (a batch of tip moves in one call; it obeys the faults of
+    /// [`LeaseOp::MoveTip`] too).
+    MoveTips,
     /// [`LeaseStore::mark_forgotten`].
     MarkForgotten,
     /// [`LeaseStore::erasures_due`].
@@ -78,7 +91,7 @@ pub enum LeaseOp {
 
 impl LeaseOp {
     /// Every operation.
-    pub const ALL: [LeaseOp; 16] = [
+    pub const ALL: [LeaseOp; 17] = [
         LeaseOp::Read,
         LeaseOp::Acquire,
         LeaseOp::Renew,
@@ -86,6 +99,7 @@ impl LeaseOp {
         LeaseOp::Release,
         LeaseOp::PublishHead,
         LeaseOp::MoveTip,
+        LeaseOp::MoveTips,
         LeaseOp::MarkForgotten,
         LeaseOp::ErasuresDue,
         LeaseOp::ErasureDone,
@@ -107,6 +121,7 @@ impl LeaseOp {
             LeaseOp::Release => "release",
             LeaseOp::PublishHead => "publish_head",
             LeaseOp::MoveTip => "move_tip",
+            LeaseOp::MoveTips => "move_tips",
             LeaseOp::MarkForgotten => "mark_forgotten",
             LeaseOp::ErasuresDue => "erasures_due",
             LeaseOp::ErasureDone => "erasure_done",
@@ -147,6 +162,8 @@ struct Faults {
     after: Hooks,
     /// Calls answered with a timeout whose effect is still to land.
     late: LateCalls,
+    /// While true, `batches_tip_moves` answers false whatever the inner store does.
+    one_move_per_call: AtomicBool,
 }
 
 /// A lease store that fails, stalls or pauses on command. Clones share the same faults, so a test
@@ -180,6 +197,7 @@ impl FaultyLeaseStore {
             before: Mutex::default(),
             after: Mutex::default(),
             late: LateCalls::default(),
+            one_move_per_call: AtomicBool::new(false),
         };
         Self {
             inner,
@@ -217,6 +235,13 @@ impl FaultyLeaseStore {
     /// Lets held and later renewals through.
     pub fn release_renewals(&self) {
         self.faults.renewals_held.send_replace(false);
+    }
+
+    /// From now on the store says it does not batch tip moves (`batches_tip_moves` is false),
+    /// so the runtime makes one `move_tip` call per move, as on a store without a batched path.
+    /// Set it before the store is handed to the runtime.
+    pub fn one_move_per_call(&self) {
+        self.faults.one_move_per_call.store(true, Ordering::SeqCst);
     }
 
     /// How many renew and renew_many calls have started, held or not.
@@ -396,10 +421,33 @@ impl FaultyLeaseStore {
         Fut: Future<Output = Result<T, LeaseError>> + Send + 'static,
         T: Send + 'static,
     {
+        self.call_or_hold_as(op, &[], make).await
+    }
+
+    /// [`FaultyLeaseStore::call_or_hold`] for a call that is also an `also` call: their hooks
+    /// run after `op`'s, and a late landing armed for any of them takes it (one only).
+    async fn call_or_hold_as<T, F, Fut>(
+        &self,
+        op: LeaseOp,
+        also: &[LeaseOp],
+        make: F,
+    ) -> Result<T, LeaseError>
+    where
+        F: FnOnce(SharedLeaseStore) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, LeaseError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        for &other in also {
+            run_hooks(&self.faults.before, other).await;
+        }
         self.before_inner(op).await?;
-        if !self.takes_late(op) {
+        let late = self.takes_late(op) || also.iter().any(|&other| self.takes_late(other));
+        if !late {
             let result = make(self.inner.clone()).await;
             run_hooks(&self.faults.after, op).await;
+            for &other in also {
+                run_hooks(&self.faults.after, other).await;
+            }
             return result;
         }
         let inner = self.inner.clone();
@@ -508,6 +556,18 @@ impl LeaseStore for FaultyLeaseStore {
             s.move_tip(&key, &owner, epoch, from, to).await
         })
         .await
+    }
+    async fn move_tips(&self, moves: &[TipMove]) -> Result<TipOutcomes, LeaseError> {
+        let moves = moves.to_vec();
+        self.call_or_hold_as(
+            LeaseOp::MoveTips,
+            &[LeaseOp::MoveTip],
+            move |s| async move { s.move_tips(&moves).await },
+        )
+        .await
+    }
+    fn batches_tip_moves(&self) -> bool {
+        !self.faults.one_move_per_call.load(Ordering::SeqCst) && self.inner.batches_tip_moves()
     }
     async fn mark_forgotten(
         &self,

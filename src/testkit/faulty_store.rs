@@ -3,21 +3,19 @@
 //! Every call goes through the same steps:
 //!
 //! ```text
-//! call ──► one-shot hook for its op (if any) ──► outage? ──► put: hang / slow ──► outage? ──► inner store
+//! call ──► one-shot hook for its op (if any) ──► outage? ──► put: late / slow ──► outage? ──► inner store
 //!                                                            delete: fail_next_delete?
 //! ```
 //!
 //! The outage is checked after the hook, so a hook can switch it on for the very call it
 //! precedes, and again after a put was held back, so an outage that starts while an upload is
-//! "in flight" fails it. A put armed to land late ([`FaultyStore::land_late_put`], the
-//! simulation's) is kept back right after the outage check and answers [`StoreError::Timeout`];
-//! it reaches the wrapped store at [`FaultyStore::land_held_puts`]. The store is `Clone` (an
-//! `Arc` inside): a test keeps one handle to steer the faults while the runtime owns another.
+//! "in flight" fails it. The store is `Clone` (an `Arc` inside): a test keeps one handle to
+//! steer the faults while the runtime owns another.
 //!
 //! Two faults model time and late effects (docs/testing.md, "late landings"):
-//! - a *late put* ([`FaultyStore::land_puts_late`]) answers [`StoreError::Timeout`] at once and
-//!   lands when the test says so ([`FaultyStore::release_late_puts`]) — the put that outlived its
-//!   deadline; [`LateLanding`] says whether [`DurableStore::settle_puts`] can see it;
+//! - a *late put* ([`LatePuts`], one model for every put that outlives its deadline, in
+//!   `faulty_store/late.rs`) is held right after the outage check: answered [`StoreError::Timeout`] at once or
+//!   hung in its call, it lands when the test says so ([`FaultyStore::land_late_puts`]);
 //! - a *pace* ([`FaultyStore::set_pace`]) makes listings and reads take (tokio) time in
 //!   proportion to what they return, alone or sharing one link, so deadlines meet big tenants,
 //!   big images and many segments fetched at once.
@@ -29,10 +27,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
-use tokio::sync::watch;
 
 use crate::DurableStore;
 use crate::durable::{ListPage, Put, PutsInFlight, SharedDurableStore, StoreError};
+
+mod late;
+pub use late::{LateAnswer, LateLanding, LatePuts};
 
 /// What an injected outage says.
 pub const INJECTED_OUTAGE: &str = "injected outage";
@@ -95,25 +95,6 @@ struct SlowPut {
     delay: Duration,
 }
 
-/// Whether [`DurableStore::settle_puts`] can see a late put.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LateLanding {
-    /// The put stays registered until it lands, and `settle_puts` waits for it: a put this
-    /// process still runs (a blocking write, a request whose answer is still awaited).
-    Tracked,
-    /// Nothing in this process knows of it: a request the server completes after the client
-    /// gave up. Only a later sweep finds what it leaves.
-    Untracked,
-}
-
-/// Puts of matching keys land late.
-struct LatePuts {
-    /// Which keys.
-    matching: KeyMatch,
-    /// Whether `settle_puts` sees them.
-    landing: LateLanding,
-}
-
 /// How long calls take in proportion to what they return (tokio time, so paused-clock tests
 /// see it exactly).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -149,16 +130,10 @@ struct Faults {
     down: AtomicBool,
     /// The next `delete` or `delete_prefix` fails and deletes nothing.
     fail_next_delete: AtomicBool,
-    /// Puts wait while this holds `true`.
-    hang_puts: watch::Sender<bool>,
     /// Puts of matching keys sleep first.
     slow_put: Mutex<Option<SlowPut>>,
-    /// Puts of matching keys answer `Timeout` at once and land when released.
-    late_puts: Mutex<Option<LatePuts>>,
-    /// Bumped to land the late puts held so far.
-    late_release: watch::Sender<u64>,
-    /// Late puts not landed yet.
-    late_held: AtomicUsize,
+    /// Late puts: the rules and the puts held.
+    late: late::LateState,
     /// The tracked late puts not landed yet, for `settle_puts`.
     late_tracked: PutsInFlight,
     /// How long listings and reads take.
@@ -171,8 +146,9 @@ struct Faults {
     puts: AtomicUsize,
     /// Deletes (`delete` and `delete_prefix`) handed to the wrapped store.
     deletes: AtomicUsize,
-    /// Puts answered with a timeout whose effect is still to land.
-    held_puts: HeldPuts,
+    /// Every key (or prefix) a delete handed to the wrapped store, with the wall-clock time
+    /// (ms since the Unix epoch) it was handed over.
+    deleted: Mutex<Vec<(String, u64)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -193,7 +169,7 @@ impl fmt::Debug for FaultyStore {
         f.debug_struct("FaultyStore")
             .field("inner", &faults.inner)
             .field("down", &faults.down.load(Ordering::SeqCst))
-            .field("hang_puts", &*faults.hang_puts.borrow())
+            .field("late_puts_held", &self.late_puts_held())
             .field("pending_hooks", &lock(&faults.hooks).len())
             .field("puts", &self.puts())
             .field("deletes", &self.deletes())
@@ -208,18 +184,15 @@ impl FaultyStore {
             inner,
             down: AtomicBool::new(false),
             fail_next_delete: AtomicBool::new(false),
-            hang_puts: watch::Sender::new(false),
             slow_put: Mutex::new(None),
-            late_puts: Mutex::new(None),
-            late_release: watch::Sender::new(0),
-            late_held: AtomicUsize::new(0),
+            late: late::LateState::default(),
             late_tracked: PutsInFlight::new(),
             pace: Mutex::new(Pace::default()),
             link_free_at: Mutex::new(None),
             hooks: Mutex::new(Vec::new()),
             puts: AtomicUsize::new(0),
             deletes: AtomicUsize::new(0),
-            held_puts: HeldPuts::default(),
+            deleted: Mutex::new(Vec::new()),
         };
         Self {
             faults: Arc::new(faults),
@@ -264,11 +237,6 @@ impl FaultyStore {
         self.faults.fail_next_delete.store(true, Ordering::SeqCst);
     }
 
-    /// While `hang`, puts do not return; those waiting go on when it is cleared.
-    pub fn hang_puts(&self, hang: bool) {
-        self.faults.hang_puts.send_replace(hang);
-    }
-
     /// Runs `hook` before the next call of `op`, which then proceeds. Hooks for one op run one
     /// per call, in the order they were set.
     pub fn before_next(&self, op: StoreOp, hook: Hook) {
@@ -285,36 +253,6 @@ impl FaultyStore {
         self.push_hook(StoreOp::Put, Some(Arc::new(matching)), hook);
     }
 
-    /// From now on, puts of keys for which `matching` is true answer [`StoreError::Timeout`] at
-    /// once (outcome unknown) and land in the wrapped store only when
-    /// [`FaultyStore::release_late_puts`] is called: the put that outlived its deadline. With
-    /// [`LateLanding::Tracked`], `settle_puts` waits for them to land.
-    pub fn land_puts_late(
-        &self,
-        matching: impl Fn(&str) -> bool + Send + Sync + 'static,
-        landing: LateLanding,
-    ) {
-        *lock(&self.faults.late_puts) = Some(LatePuts {
-            matching: Arc::new(matching),
-            landing,
-        });
-    }
-
-    /// New puts land on time again; those held stay held until released.
-    pub fn clear_late_puts(&self) {
-        *lock(&self.faults.late_puts) = None;
-    }
-
-    /// The late puts held so far go on to the wrapped store.
-    pub fn release_late_puts(&self) {
-        self.faults.late_release.send_modify(|n| *n += 1);
-    }
-
-    /// How many late puts have not landed yet.
-    pub fn late_puts_held(&self) -> usize {
-        self.faults.late_held.load(Ordering::SeqCst)
-    }
-
     /// Listings and reads take time in proportion to what they return.
     pub fn set_pace(&self, pace: Pace) {
         *lock(&self.faults.pace) = pace;
@@ -328,6 +266,13 @@ impl FaultyStore {
     /// How many `delete` and `delete_prefix` calls reached the wrapped store.
     pub fn deletes(&self) -> usize {
         self.faults.deletes.load(Ordering::SeqCst)
+    }
+
+    /// Every key (or prefix, for `delete_prefix`) a delete handed to the wrapped store, oldest
+    /// first, with the wall-clock time (ms since the Unix epoch) it was handed over: a harness
+    /// judges from it when a background deletion ran.
+    pub fn deletions(&self) -> Vec<(String, u64)> {
+        lock(&self.faults.deleted).clone()
     }
 
     fn push_hook(&self, op: StoreOp, matching: Option<KeyMatch>, hook: Hook) {
@@ -360,11 +305,8 @@ impl Faults {
         Ok(())
     }
 
-    /// Holds a put back while puts hang, then for its slow-put delay.
-    async fn hold_put(&self, key: &str) {
-        let mut hang = self.hang_puts.subscribe();
-        // The sender lives as long as `self`, so this only returns once puts no longer hang.
-        let _ = hang.wait_for(|hanging| !*hanging).await;
+    /// Holds a put back for its slow-put delay.
+    async fn slow_down(&self, key: &str) {
         let delay = lock(&self.slow_put)
             .as_ref()
             .filter(|slow| (slow.matching)(key))
@@ -372,32 +314,6 @@ impl Faults {
         if let Some(delay) = delay {
             tokio::time::sleep(delay).await;
         }
-    }
-
-    /// The landing of a late put of `key`, if puts of it land late.
-    fn late_landing(&self, key: &str) -> Option<LateLanding> {
-        lock(&self.late_puts)
-            .as_ref()
-            .filter(|late| (late.matching)(key))
-            .map(|late| late.landing)
-    }
-
-    /// Holds the put back on a task of its own until the late puts are released, then lands it.
-    fn spawn_late_put(self: &Arc<Self>, key: &str, bytes: Vec<u8>, landing: LateLanding) {
-        let faults = Arc::clone(self);
-        let key = key.to_owned();
-        let entry = (landing == LateLanding::Tracked).then(|| faults.late_tracked.enter(&key));
-        let mut release = faults.late_release.subscribe();
-        let before = *release.borrow_and_update();
-        faults.late_held.fetch_add(1, Ordering::SeqCst);
-        tokio::spawn(async move {
-            let _tracked = entry;
-            // The sender lives as long as `faults`, so this only returns once released.
-            let _ = release.wait_for(|n| *n > before).await;
-            faults.puts.fetch_add(1, Ordering::SeqCst);
-            let _ = faults.inner.put_if_absent(&key, bytes).await;
-            faults.late_held.fetch_sub(1, Ordering::SeqCst);
-        });
     }
 
     /// Waits as long as the pace asks for a listing of `keys` keys.
@@ -434,11 +350,15 @@ impl Faults {
     }
 
     /// Fails the call if a failed delete was asked for.
-    fn check_delete(&self, op: StoreOp) -> Result<(), StoreError> {
+    fn check_delete(&self, op: StoreOp, keys: &[&str]) -> Result<(), StoreError> {
         if self.fail_next_delete.swap(false, Ordering::SeqCst) {
             return Err(unavailable(op, INJECTED_DELETE_FAILURE));
         }
         self.deletes.fetch_add(1, Ordering::SeqCst);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        lock(&self.deleted).extend(keys.iter().map(|k| ((*k).to_owned(), now)));
         Ok(())
     }
 }
@@ -450,88 +370,18 @@ fn unavailable(op: StoreOp, message: &str) -> StoreError {
     }
 }
 
-// ---- Late landings (docs/testing.md, "fault classes"): a put that times out for its caller
-// and still lands later, as a PUT already sent to S3 does. Kept apart from the faults above.
-
-/// A put kept back: the key, its bytes.
-type HeldPut = (String, Vec<u8>);
-
-/// The late-landing fault of puts: which keys the next late puts match, and the puts kept back.
-#[derive(Default)]
-struct HeldPuts {
-    /// One entry per put still to keep back: which keys it may take.
-    armed: Mutex<Vec<KeyMatch>>,
-    /// The puts kept back, oldest first.
-    held: Mutex<Vec<HeldPut>>,
-}
-
-impl FaultyStore {
-    /// The next put of a key for which `matching` is true answers [`StoreError::Timeout`] at
-    /// once; its bytes reach the wrapped store only at [`FaultyStore::land_held_puts`].
-    pub fn land_late_put(&self, matching: impl Fn(&str) -> bool + Send + Sync + 'static) {
-        lock(&self.faults.held_puts.armed).push(Arc::new(matching));
-    }
-
-    /// Disarms every [`FaultyStore::land_late_put`] not yet taken by a put.
-    pub fn disarm_late_puts(&self) {
-        lock(&self.faults.held_puts.armed).clear();
-    }
-
-    /// The keys of the puts kept back, oldest first.
-    pub fn held_puts(&self) -> Vec<String> {
-        let held = lock(&self.faults.held_puts.held);
-        held.iter().map(|(key, _)| key.clone()).collect()
-    }
-
-    /// Lets every put kept back reach the wrapped store now (if-absent, as any put), oldest
-    /// first; returns the keys of those that wrote their object.
-    pub async fn land_held_puts(&self) -> Result<Vec<String>, StoreError> {
-        let due = std::mem::take(&mut *lock(&self.faults.held_puts.held));
-        let mut landed = Vec::new();
-        for (key, bytes) in due {
-            self.faults.puts.fetch_add(1, Ordering::SeqCst);
-            if self.faults.inner.put_if_absent(&key, bytes).await? == Put::Created {
-                landed.push(key);
-            }
-        }
-        Ok(landed)
-    }
-}
-
-impl Faults {
-    /// Keeps the put of `key` back if a late landing is armed for it; `true` if it did.
-    fn keeps_back(&self, key: &str, bytes: &[u8]) -> bool {
-        let mut armed = lock(&self.held_puts.armed);
-        let Some(at) = armed.iter().position(|m| m(key)) else {
-            return false;
-        };
-        armed.remove(at);
-        lock(&self.held_puts.held).push((key.to_owned(), bytes.to_vec()));
-        true
-    }
-}
-
-// ---- End of late landings.
-
 #[async_trait]
 impl DurableStore for FaultyStore {
     async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
         let faults = &self.faults;
         faults.enter(StoreOp::Put, key).await?;
-        if faults.keeps_back(key, &bytes) {
+        if let late::Late::Held = faults.late_step(key, &bytes).await {
             return Err(StoreError::Timeout {
                 op: StoreOp::Put.as_str(),
                 after_ms: 0,
             });
         }
-        if let Some(landing) = faults.late_landing(key) {
-            faults.spawn_late_put(key, bytes, landing);
-            return Err(StoreError::Timeout {
-                op: StoreOp::Put.as_str(),
-                after_ms: 0,
-            });
-        }
-        faults.hold_put(key).await;
+        faults.slow_down(key).await;
         faults.check_up(StoreOp::Put)?;
         faults.puts.fetch_add(1, Ordering::SeqCst);
         faults.inner.put_if_absent(key, bytes).await
@@ -580,7 +430,7 @@ impl DurableStore for FaultyStore {
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.faults.enter(StoreOp::Delete, key).await?;
-        self.faults.check_delete(StoreOp::Delete)?;
+        self.faults.check_delete(StoreOp::Delete, &[key])?;
         self.faults.inner.delete(key).await
     }
 
@@ -588,13 +438,14 @@ impl DurableStore for FaultyStore {
     async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
         let first = keys.first().map_or("", String::as_str);
         self.faults.enter(StoreOp::Delete, first).await?;
-        self.faults.check_delete(StoreOp::Delete)?;
+        let named: Vec<&str> = keys.iter().map(String::as_str).collect();
+        self.faults.check_delete(StoreOp::Delete, &named)?;
         self.faults.inner.delete_keys(keys).await
     }
 
     async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
         self.faults.enter(StoreOp::DeletePrefix, prefix).await?;
-        self.faults.check_delete(StoreOp::DeletePrefix)?;
+        self.faults.check_delete(StoreOp::DeletePrefix, &[prefix])?;
         self.faults.inner.delete_prefix(prefix).await
     }
 

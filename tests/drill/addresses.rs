@@ -13,7 +13,7 @@
 //! (the servers `scripts/test.sh` starts), and one with a build that ignores idempotency keys,
 //! which must be caught.
 
-use super::{TODAY_GAPS, count, drill, summary};
+use super::{count, drill, summary};
 
 /// The drill's line on the address clients: `(acknowledged, forwarded, queries answered)`.
 fn address_counts(output: &str) -> (u64, u64, u64) {
@@ -71,8 +71,7 @@ fn assert_kept(code: Option<i32>, output: &str) {
 
 #[test]
 fn drill_addresses_three_replicas_keep_every_promise_through_moves_and_kills() {
-    let mut args = address_run("3", "10");
-    args.extend(["--tolerate", TODAY_GAPS]);
+    let args = address_run("3", "10");
     let (code, output) = drill(&args);
     assert_kept(code, &output);
 }
@@ -82,12 +81,7 @@ fn drill_addresses_three_replicas_keep_every_promise_through_moves_and_kills() {
 #[test]
 fn drill_addresses_catch_a_build_that_ignores_idempotency_keys() {
     let mut args = address_run("1", "8");
-    args.extend([
-        "--break",
-        "ignore-idempotency-keys",
-        "--tolerate",
-        TODAY_GAPS,
-    ]);
+    args.extend(["--break", "ignore-idempotency-keys"]);
     let (code, output) = drill(&args);
     let summary = summary(&output);
     assert_eq!(code, Some(1), "the drill must fail: {summary}");
@@ -110,7 +104,7 @@ fn drill_addresses_on_postgres_and_s3_keep_every_promise() {
         );
     }
     let mut args = address_run("3", "8");
-    args.extend(["--backend", "postgres-s3", "--tolerate", TODAY_GAPS]);
+    args.extend(["--backend", "postgres-s3"]);
     let (code, output) = drill(&args);
     assert_kept(code, &output);
 }

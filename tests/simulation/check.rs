@@ -1,31 +1,42 @@
 //! The checker: runs a sequence of ops against a fresh [`World`] and the model side by side.
 //! After every op the observed outcome must be one the model allows, and the stores, the local
 //! directories and every tenure's status must be what that branch of the model says; the
-//! branches that survive are kept (more than one only after a race). At the end every fault is
-//! cleared, every lease left to expire, and each tenant opened on a replica that never served
-//! it: its ledger must be exactly the model's, and nothing at or below its floor may be left.
+//! branches that survive are kept (more than one only after a race). Every tenure that ended
+//! must be explained by something the world did to it (`audit::Ends`). At the end every fault
+//! is cleared, every lease left to expire, and each tenant opened on a replica that never
+//! served it: its ledger must be exactly the model's, and nothing at or below its floor may be
+//! left.
+//!
+//! - `check/rules.rs` — what is compared after each op.
+//! - `check/audit.rs` — the rule that every ended tenure is explained, and the end's audits.
+//! - `check/tally.rs` — what the ops came to, for the test's output.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use leasehold_actors::{Breakage, TenantStatus};
+use leasehold_actors::Breakage;
 
-use crate::model::{Dir, Mode, Pos, REPLICAS, Res, State, Status, TENANTS};
+use crate::model::{PitrTarget, Pos, REPLICAS, Res, State, TENANTS};
 use crate::ops::{At, Op};
-use crate::world::{CRASH_BOUND, STORE_BASE_MS, Seen, World, key_of, replica_name};
+use crate::world::{CRASH_BOUND, Case, PUT_LIFETIME_MS, Seen, World, wall_ms};
+
+/// How long the stores get to show what a change log's case runs in the background (an
+/// `Async` shipment, a compaction image and its retention run, of a large batch too): its
+/// 4.5 MB segment takes a few hundred ms to cut and ship in a debug build on a loaded machine.
+const LOG_BACKGROUND_BOUND: Duration = Duration::from_secs(5);
+
+mod audit;
+mod rules;
+mod tally;
+
+pub use rules::mismatch;
+pub use tally::coverage;
 
 /// Runs `ops` on a fresh fleet (inside an actix system of its own); `Err` names the first op
 /// whose outcome or aftermath the model does not allow.
 pub fn run_case(ops: &[Op], breakage: Breakage) -> Result<(), String> {
     let system = actix::System::new();
     let verdict = system.block_on(async {
-        let periodic = ops.first() == Some(&Op::Periodic);
-        let mode = match ops.first() {
-            Some(Op::Periodic | Op::Images) => Mode::Images,
-            _ => Mode::Shipped,
-        };
-        let mut world = World::new(breakage, periodic, mode);
+        let mut world = World::new(breakage, Case::of(ops));
         let verdict = drive(&mut world, ops).await;
         drop(world);
         actix::System::current().stop();
@@ -36,14 +47,71 @@ pub fn run_case(ops: &[Op], breakage: Breakage) -> Result<(), String> {
     verdict
 }
 
+/// What the checker remembers of the ops run so far.
+struct History {
+    /// The case.
+    case: Case,
+    /// `[op]`: the wall-clock time (ms) just before the op began, in the change log's cases:
+    /// every segment cut before it is stamped at or before it, every later one after it.
+    marks: Vec<u64>,
+    /// `[op][tenant]`: the tip every branch of the model had when the op began (`None` inside
+    /// when the branches differ).
+    tips: Vec<Vec<Option<Option<Pos>>>>,
+    /// The rule that every ended tenure is explained.
+    ends: audit::Ends,
+    /// The ops whose start a restore by time names (`Op::Pitr { by_time: true, .. }`).
+    timed: std::collections::BTreeSet<usize>,
+}
+
 async fn drive(world: &mut World, ops: &[Op]) -> Result<(), String> {
     let mut states = vec![State::new()];
+    let mut history = History {
+        case: Case::of(ops),
+        marks: Vec::new(),
+        tips: Vec::new(),
+        ends: audit::Ends::default(),
+        timed: (ops.iter().enumerate())
+            .filter_map(|(i, op)| match *op {
+                Op::Pitr {
+                    back,
+                    by_time: true,
+                    ..
+                } => i.checked_sub(back + 1),
+                _ => None,
+            })
+            .collect(),
+    };
     for (i, op) in ops.iter().enumerate() {
-        apply(world, &mut states, i, op).await?;
+        apply(world, &mut states, &mut history, i, op).await?;
     }
     let mut i = ops.len();
-    apply(world, &mut states, i, &Op::Settle).await?;
+    // A change log's case ends with a point-in-time restore of each tenant that has a log, to
+    // the newest position right after an image (where a restore meets what it starts from).
+    if history.case.log_case {
+        for t in 0..TENANTS {
+            if states[0].tenants[t].tip.is_some() {
+                let op = Op::Pitr {
+                    t,
+                    back: 0,
+                    by_time: false,
+                };
+                apply(world, &mut states, &mut history, i, &op).await?;
+                i += 1;
+            }
+        }
+    }
+    apply(world, &mut states, &mut history, i, &Op::Settle).await?;
     i += 1;
+    if audit::erasure_due(&states) {
+        // The erasure bound counts `put_lifetime` on the lease store's clock from the forget
+        // (docs/guarantees.md, "the erasure bound"): every clock passes it, the model's too.
+        let past = Op::Advance {
+            ms: PUT_LIFETIME_MS + 1,
+        };
+        apply(world, &mut states, &mut history, i, &past).await?;
+        i += 1;
+        audit::erasure(world, &states).await?;
+    }
     for t in 0..TENANTS {
         for op in [
             Op::Open { r: REPLICAS, t },
@@ -52,7 +120,7 @@ async fn drive(world: &mut World, ops: &[Op]) -> Result<(), String> {
                 at: At::On(REPLICAS),
             },
         ] {
-            apply(world, &mut states, i, &op).await?;
+            apply(world, &mut states, &mut history, i, &op).await?;
             i += 1;
         }
         // An open above a raised floor sweeps beside it (an open refused as corrupt does not).
@@ -77,33 +145,85 @@ async fn drive(world: &mut World, ops: &[Op]) -> Result<(), String> {
             }
         }
     }
-    Ok(())
+    let orphan_ops = audit::orphan_ops(&states);
+    if !orphan_ops.is_empty() {
+        for op in orphan_ops {
+            apply(world, &mut states, &mut history, i, &op).await?;
+            i += 1;
+        }
+        // An orphan goes once its replica has seen it for `put_lifetime` on its own clock
+        // (docs/guarantees.md, "Reconciling puts of unknown outcome"): a first look, the clocks
+        // past `put_lifetime` (the model's too), the look that is due.
+        world.reconcile_all().await;
+        let past = Op::Advance {
+            ms: PUT_LIFETIME_MS + 1,
+        };
+        apply(world, &mut states, &mut history, i, &past).await?;
+        world.reconcile_all().await;
+    }
+    audit::orphans(world, &states).await
 }
 
 /// Carries out op `i` and keeps the branches of the model that allow what was seen.
 async fn apply(
     world: &mut World,
     states: &mut Vec<State>,
+    history: &mut History,
     i: usize,
     op: &Op,
 ) -> Result<(), String> {
+    if history.case.log_case {
+        // Only the start of an op a later restore by time names needs its own millisecond.
+        let named = history.timed.contains(&i);
+        history
+            .marks
+            .push(if named { mark_wall().await } else { wall_ms() });
+        history.tips.push(
+            (0..TENANTS)
+                .map(|t| {
+                    let tip = states[0].tenants[t].tip;
+                    states
+                        .iter()
+                        .all(|s| s.tenants[t].tip == tip)
+                        .then_some(tip)
+                })
+                .collect(),
+        );
+    }
+    let op = &resolve(op, i, states, history);
     let ids: Vec<String> = (0..op.writes()).map(|w| format!("e{i:03}-{w}")).collect();
     let began = Instant::now();
     let observed = world.exec(op, &ids).await;
-    tally(op, &observed);
-    let periodic = states.iter().any(|s| s.periodic);
+    tally::tally(op, &observed);
+    let background = history.case.background();
+    let bound = match history.case.log_case {
+        true => LOG_BACKGROUND_BOUND,
+        false => CRASH_BOUND,
+    };
     let started = Instant::now();
-    let (mut next, mut refused) = loop {
+    let (mut next, mut refused, seen) = loop {
         let seen = world.observe().await;
-        let (next, refused) = judge(states, op, &ids, &observed, &seen);
-        // With periodic snapshots on, what a background snapshot publishes lands a little
-        // later: the stores get until the crash bound to show it (docs/guarantees.md, 3).
-        if !next.is_empty() || !periodic || started.elapsed() > CRASH_BOUND {
-            break (next, refused);
+        let (next, refused, outcome_allowed) = judge(states, op, &ids, &observed, &seen);
+        // What a background image, shipment or retention run leaves lands a little later: the
+        // stores get until the crash bound to show it (docs/guarantees.md, 3). An outcome no
+        // branch allows does not change by waiting.
+        if !next.is_empty() || !background || !outcome_allowed || started.elapsed() > bound {
+            break (next, refused, seen);
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     };
-    time(op, began.elapsed());
+    if may_publish(op) {
+        // Retention runs after every image a logged tenure publishes: the next op must not
+        // race it.
+        world.settle_retention().await;
+    }
+    tally::time(op, began.elapsed());
+    if std::env::var_os("LEASEHOLD_SIM_TRACE").is_some() {
+        eprintln!(
+            "op #{i} {op:?} -> {observed:?}\n  rows {:?}\n  listings {:?}\n  stamps {:?} at {}\n  statuses {:?}",
+            seen.rows, seen.listings, seen.stamps, seen.wall_ms, seen.statuses
+        );
+    }
     next.sort();
     next.dedup();
     if next.is_empty() {
@@ -114,238 +234,117 @@ async fn apply(
         ));
     }
     *states = next;
-    Ok(())
+    history
+        .ends
+        .check(i, op, &seen, |k| world.owner_of(k))
+        .map_err(|why| format!("op #{i} {op:?}: {why}"))
 }
 
-/// The branches of the model that allow `observed` and `seen`, and why the others do not.
+/// The branches of the model that allow `observed` and `seen`, why the others do not, and
+/// whether any allowed the outcome; each kept branch learns from the listing what retention
+/// did.
 fn judge(
     states: &[State],
     op: &Op,
     ids: &[String],
     observed: &[Res],
     seen: &Seen,
-) -> (Vec<State>, Vec<String>) {
+) -> (Vec<State>, Vec<String>, bool) {
     let mut next = Vec::new();
     let mut refused = Vec::new();
+    let mut outcome_allowed = false;
     for state in states {
-        for (outcome, after) in state.step(op, ids) {
+        for (outcome, mut after) in state.step(op, ids) {
             if outcome != observed {
                 refused.push(format!("the model expected {outcome:?}"));
                 continue;
             }
-            match mismatch(&after, seen) {
-                None => next.push(after),
+            outcome_allowed = true;
+            rules::fenced_by_reconciliation(&mut after, seen);
+            let why = mismatch(&after, seen)
+                .or_else(|| rules::retention_mismatch(&after, seen))
+                .or_else(|| rules::window_mismatch(&after, op, observed, seen));
+            match why {
+                None => {
+                    rules::refine(&mut after, seen);
+                    next.push(after);
+                }
                 Some(why) => refused.push(format!("outcome as expected, but {why}")),
             }
         }
     }
-    (next, refused)
+    (next, refused, outcome_allowed)
 }
 
-/// How `seen` differs from what `state` says, if it does.
-pub fn mismatch(state: &State, seen: &Seen) -> Option<String> {
-    if let Some(stray) = seen.listings.get(TENANTS).filter(|s| !s.is_empty()) {
-        return Some(format!(
-            "the durable store holds objects of no tenant: {stray:?}"
-        ));
-    }
-    for t in 0..TENANTS {
-        if let Some(why) = row_mismatch(state, seen, t) {
-            return Some(why);
-        }
-        if let Some(why) = listing_mismatch(state, seen, t) {
-            return Some(why);
-        }
-    }
-    for (r, dirs) in seen.dirs.iter().enumerate() {
-        for (t, &exists) in dirs.iter().enumerate() {
-            let model = state.dirs[r][t];
-            let allowed = match model {
-                Dir::Present => exists,
-                Dir::Absent => !exists,
-                Dir::Maybe => true,
-            };
-            if !allowed {
-                return Some(format!(
-                    "the local directory of tenant {t} on replica {r} exists: {exists}, model: {model:?}"
-                ));
-            }
-        }
-    }
-    for (k, tenure) in &state.tenures {
-        let seen_status = seen.statuses.get(k).copied();
-        if seen_status != Some(status_of(tenure.status)) {
-            return Some(format!(
-                "tenure {k:?} is {seen_status:?}, model: {:?}",
-                tenure.status
-            ));
-        }
-    }
-    None
-}
-
-fn status_of(s: Status) -> TenantStatus {
-    match s {
-        Status::Serving => TenantStatus::Serving,
-        Status::Forgetting => TenantStatus::Forgetting,
-        Status::Released => TenantStatus::Released,
-        Status::Abandoned => TenantStatus::Abandoned,
-        Status::Forgotten => TenantStatus::Forgotten,
-    }
-}
-
-fn row_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
-    let ts = &state.tenants[t];
-    let record = seen.rows[t].as_ref();
-    let expected = ts.row.as_ref().map(|row| {
-        (
-            replica_name(row.owner),
-            row.epoch,
-            STORE_BASE_MS + row.expires_at,
-            row.released,
-            ts.floor,
-            ts.head,
-            ts.tip,
-        )
-    });
-    let actual = record.map(|r| {
-        (
-            r.owner.clone(),
-            r.epoch,
-            r.expires_at_ms,
-            r.released,
-            r.floor,
-            r.head.as_ref().map(|h| (h.epoch, h.seq)),
-            r.tip.map(|p| (p.epoch, p.seq)),
-        )
-    });
-    (expected != actual).then(|| {
-        format!(
-            "tenant {t}'s lease (owner, epoch, expires, released, floor, head, tip) is {actual:?}, \
-             model: {expected:?}"
-        )
-    })
-}
-
-fn object_keys(t: usize, (epoch, seq): (u64, u64)) -> [String; 2] {
-    let prefix = key_of(t).prefix();
-    [
-        format!("{prefix}e{epoch:08}/snap-{seq:06}.db"),
-        format!("{prefix}e{epoch:08}/snap-{seq:06}.json"),
-    ]
-}
-
-/// The key of tenant `t`'s segment at `(epoch, seq)`.
-fn segment_key(t: usize, (epoch, seq): Pos) -> String {
-    format!("{}e{epoch:08}/log-{seq:012}.seg", key_of(t).prefix())
-}
-
-fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
-    let ts = &state.tenants[t];
-    // Segments off the chain (a seq a later tenure shipped too, or an older tenure's above the
-    // tip) may go at any time: retention deletes them after every new image
-    // (`src/plan/retention.rs`).
-    let tip = ts.tip.map_or(0, |p| p.1);
-    let holder = ts.row.as_ref().map_or(0, |row| row.epoch);
-    let off_chain = |&(e, seq): &(u64, u64)| {
-        (seq > tip && (e < holder || ts.seg_unconfirmed.contains(&(e, seq))))
-            || (seq <= tip && ts.segments.keys().any(|&(e2, s2)| s2 == seq && e2 > e))
+/// Makes an op the model and the world can both carry out (on the chain of the first branch):
+/// a damage "so many segments before the tip" gets that position; a point-in-time restore gets
+/// the `back`-th position from the tip at which it has a segment to apply (the nearest such
+/// when there are fewer), or, by time, the wall-clock time an earlier op began at and the tip
+/// then.
+fn resolve(op: &Op, i: usize, states: &[State], history: &History) -> Op {
+    let position = |t: usize, back: usize| {
+        let s = &states[0];
+        (0..=back)
+            .rev()
+            .find_map(|b| s.chain_position(t, b))
+            .unwrap_or((1, 1))
     };
-    // An image whose head move's answer was lost stays only while the head's chain of bases
-    // reaches it; off the chain its replica's reconciliation may take it back at any time.
-    let mut on_chain = BTreeSet::new();
-    let mut at = ts.head;
-    while let Some(o) = at.filter(|o| on_chain.insert(*o)) {
-        at = ts.objects.get(&o).and_then(|image| image.base);
+    let replayed = |t: usize, back: usize| {
+        let positions = states[0].replayed_positions(t);
+        let last = positions.len().checked_sub(1);
+        last.map_or_else(|| position(t, 0), |l| positions[back.min(l)])
+    };
+    match *op {
+        Op::Pitr { t, back, by_time } => {
+            let earlier = i.checked_sub(back + 1).filter(|&j| j >= 1);
+            let when = earlier.and_then(|j| Some((j, history.tips.get(j)?[t]?)));
+            let target = match (by_time, when) {
+                (true, Some((j, expect))) => PitrTarget::Time {
+                    unix_ms: history.marks[j],
+                    expect,
+                    op: j,
+                },
+                _ => PitrTarget::Position(replayed(t, back)),
+            };
+            Op::PitrAt { t, target }
+        }
+        Op::Damage { t, back, delete } => Op::DamageAt {
+            t,
+            pos: position(t, back),
+            delete,
+        },
+        other => other,
     }
-    let unnamed = |o: &(u64, u64)| ts.img_unconfirmed.contains(o) && !on_chain.contains(o);
-    let mut required: Vec<String> = ts
-        .objects
-        .keys()
-        .filter(|o| !unnamed(o))
-        .flat_map(|&o| object_keys(t, o))
-        .collect();
-    required.extend(ts.lone.iter().map(|&o| object_keys(t, o)[0].clone()));
-    required.extend(
-        ts.segments
-            .keys()
-            .filter(|p| !off_chain(p))
-            .map(|&p| segment_key(t, p)),
-    );
-    required.sort();
-    let mut maybe: Vec<String> = ts
-        .leftovers
-        .iter()
-        .flat_map(|&o| object_keys(t, o))
-        .collect();
-    maybe.extend(ts.stray.iter().map(|&o| object_keys(t, o)[0].clone()));
-    maybe.extend(
-        ts.objects
-            .keys()
-            .filter(|o| unnamed(o))
-            .flat_map(|&o| object_keys(t, o)),
-    );
-    maybe.extend(ts.seg_leftovers.iter().map(|&p| segment_key(t, p)));
-    maybe.extend(ts.seg_maybe.iter().map(|&p| segment_key(t, p)));
-    maybe.extend(
-        ts.segments
-            .keys()
-            .filter(|p| off_chain(p))
-            .map(|&p| segment_key(t, p)),
-    );
-    let listed = &seen.listings[t];
-    let above: Vec<&String> = listed.iter().filter(|k| !maybe.contains(k)).collect();
-    let required: Vec<&String> = required.iter().collect();
-    (above != required).then(|| {
-        format!(
-            "tenant {t}'s durable objects are {listed:?}, model: {required:?} \
-             (and perhaps {maybe:?}, at or below floor {})",
-            ts.floor
-        )
-    })
 }
 
-/// How often each kind of op came to each outcome, over every case of this process.
-static TALLY: Mutex<BTreeMap<String, usize>> = Mutex::new(BTreeMap::new());
-
-fn tally(op: &Op, observed: &[Res]) {
-    let name = format!("{op:?}");
-    let name = name.split([' ', '(']).next().unwrap_or_default();
-    let outcome: Vec<String> = observed
-        .iter()
-        .map(|r| {
-            let r = format!("{r:?}");
-            r.split('(').next().unwrap_or_default().to_string()
-        })
-        .collect();
-    let mut tally = TALLY.lock().unwrap_or_else(|e| e.into_inner());
-    *tally
-        .entry(format!("{name} -> {}", outcome.join(",")))
-        .or_default() += 1;
+/// Whether `op` may make a logged tenure publish an image (a snapshot, or compaction after a
+/// batch), so that a retention run follows it.
+fn may_publish(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Open { .. }
+            | Op::Move { .. }
+            | Op::PitrAt { .. }
+            | Op::DamageAt { .. }
+            | Op::Age
+            | Op::Advance { .. }
+            | Op::Renew { .. }
+            | Op::Abandon { .. }
+            | Op::Forget { .. }
+            | Op::Handoff { .. }
+            | Op::Crash { .. }
+            | Op::SweepLocal { .. }
+            | Op::CorruptHead { .. }
+            | Op::Log { .. }
+    )
 }
 
-/// Real time spent on each kind of op (its calls and the checks after it), over every case.
-static TIMES: Mutex<BTreeMap<String, Duration>> = Mutex::new(BTreeMap::new());
-
-fn time(op: &Op, took: Duration) {
-    let name = format!("{op:?}");
-    let name = name
-        .split([' ', '('])
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let mut times = TIMES.lock().unwrap_or_else(|e| e.into_inner());
-    *times.entry(name).or_default() += took;
-}
-
-/// What the ops of this process came to, one line per (op, outcome), and the real time each
-/// kind of op took in all, for the test's output.
-pub fn coverage() -> String {
-    let tally = TALLY.lock().unwrap_or_else(|e| e.into_inner());
-    let times = TIMES.lock().unwrap_or_else(|e| e.into_inner());
-    let outcomes = tally.iter().map(|(k, n)| format!("{n:>7}  {k}"));
-    let spent = times
-        .iter()
-        .map(|(k, d)| format!("{:>7} ms  {k}", d.as_millis()));
-    outcomes.chain(spent).collect::<Vec<_>>().join("\n")
+/// The wall clock's millisecond now, once it has passed: a segment cut before this call is
+/// stamped at or before the answer, one cut after it later than the answer.
+async fn mark_wall() -> u64 {
+    let now = wall_ms();
+    while wall_ms() == now {
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    now
 }

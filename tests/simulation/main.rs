@@ -49,6 +49,7 @@
 mod change_log;
 mod check;
 mod hardening;
+mod log_review;
 mod messages;
 mod model;
 mod ops;
@@ -106,7 +107,14 @@ fn seeded_simulation_keeps_every_promise_the_model_states() {
         .map(|i| {
             let config = Config {
                 cases: cases / RUNNERS as u32 + u32::from(i < cases as usize % RUNNERS),
-                failure_persistence: Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
+                // A run hunting holes not fixed yet, or in one family, keeps its failures to
+                // itself.
+                failure_persistence: match ops::HOLES_ASKED.is_empty()
+                    && std::env::var_os("LEASEHOLD_SIM_FAMILY").is_none()
+                {
+                    true => Some(Box::new(FileFailurePersistence::Direct(REGRESSIONS))),
+                    false => None,
+                },
                 rng_seed: RngSeed::Fixed(seed.wrapping_add(i as u64)),
                 max_shrink_iters: 4_096,
                 ..Config::default()

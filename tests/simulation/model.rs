@@ -16,10 +16,14 @@ mod composite;
 mod faults;
 mod leaving;
 mod log;
+mod pitr;
+mod retention;
 mod serving;
+mod step;
 
 pub use faults::{Held, HeldPut};
 pub use leaving::LOGGED_FLUSH_NEEDS_THE_LEASE;
+pub use pitr::PitrTarget;
 pub use serving::FAILED_OPEN_LEAVES_NO_DIR;
 
 /// Lease duration (ms).
@@ -30,6 +34,9 @@ pub const MARGIN_MS: u64 = 2_000;
 pub const REPLICAS: usize = 3;
 /// Tenants.
 pub const TENANTS: usize = 2;
+/// In the change log's cases (`Op::Log`): a logged tenant takes an image (compaction) once this
+/// many segments were shipped since its newest image.
+pub const COMPACT_SEGMENTS: u64 = 2;
 
 /// What one call came to, reduced to what the model predicts.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -62,6 +69,8 @@ pub enum Res {
     DrainTimeout,
     /// `Error::Unshipped`: the batch's segment was not shipped (its outcome unknown).
     Unshipped,
+    /// A point-in-time restore refused its target: `LogError::OutsideRetention`.
+    OutsideRetention,
     /// The crash bound: the write just acknowledged is in the head image within
     /// `snapshot_every` and one publish (judged from the stores), or it is not.
     Covered(bool),
@@ -71,13 +80,23 @@ pub enum Res {
     Other(String),
 }
 
-/// How the fleet keeps acknowledged writes (`RuntimeConfig::durability`), one per case.
+/// How a replica keeps acknowledged writes (`RuntimeConfig::durability`); a tenure keeps the
+/// mode of the replica that opened it, so a tenant moving between replicas changes modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mode {
     /// The default: a batch is acknowledged once its segment is put and the tip moved.
     Shipped,
+    /// Acknowledged at the local commit; the log ships every period (a few ms of real time).
+    Async,
     /// No change log: images only (snapshots and the final image of a handoff).
     Images,
+}
+
+impl Mode {
+    /// Whether a tenure of this mode keeps a change log.
+    pub fn logged(self) -> bool {
+        self != Mode::Images
+    }
 }
 
 /// A log position, `(epoch, seq)`.
@@ -134,6 +153,16 @@ pub struct Tenure {
     /// `Shipped`: the open changed the restored pages (a new database): the first batch that
     /// commits carries them into a segment, even a read.
     pub carry: bool,
+    /// The mode of its replica.
+    pub mode: Mode,
+    /// `Async`: committed changes not shipped yet (they go at the next period).
+    pub pending: bool,
+    /// Logged: segments shipped since the newest image (counting those its restore applied),
+    /// for compaction.
+    pub since_image: u64,
+    /// Logged: the identity of the ledger's bytes at `tip` (what the next segment is cut on;
+    /// 0 is an empty database).
+    pub state: u64,
 }
 
 /// A tenant's row in the lease store.
@@ -158,8 +187,35 @@ pub struct Image {
     pub base: Option<(u64, u64)>,
     /// The log position it holds (`Shipped`).
     pub log: Option<Pos>,
+    /// Taken by an `Images` tenure that restored a log: it holds writes no segment carries.
+    pub beyond_log: bool,
+    /// The identity of its bytes: a logged tenure's image is exactly the log's state at its
+    /// position; an `Images` tenure's is a state of its own (its bytes differ, even with the
+    /// same events).
+    pub state: u64,
     /// Its bytes were damaged: it fails its checksum.
     pub corrupt: bool,
+    /// Retention may have deleted it (it is no head): there or not until a listing shows it
+    /// gone (`State::refine`).
+    pub retired: bool,
+}
+
+/// A segment of the change log in the durable store.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Seg {
+    /// The ledger's content after it.
+    pub content: Vec<String>,
+    /// The ledger's bytes it was cut on (an identity: [`State::next_state`]).
+    pub before: u64,
+    /// The ledger's bytes after it.
+    pub after: u64,
+    /// The tip it continued (`prev` in its header).
+    pub prev: Option<Pos>,
+    /// Its bytes were damaged: it fails its checks.
+    pub damaged: bool,
+    /// Retention may have deleted it (at or below the head image's position): there or not
+    /// until a listing shows it gone.
+    pub retired: bool,
 }
 
 /// What the stores hold of one tenant.
@@ -173,9 +229,12 @@ pub struct TenantState {
     pub head: Option<(u64, u64)>,
     /// The log tip (`Shipped`): the newest segment the lease store confirmed.
     pub tip: Option<Pos>,
-    /// Segments in the store above the floor, by position, each with the ledger's content
-    /// after it: those up to the tip (the log) and those whose tip never moved (never read).
-    pub segments: BTreeMap<Pos, Vec<String>>,
+    /// Segments in the store above the floor, by position: those up to the tip (the log) and
+    /// those whose tip never moved (never read).
+    pub segments: BTreeMap<Pos, Seg>,
+    /// The `prev` of every segment ever shipped above the floor, kept after the segment went:
+    /// the chain from the tip, for what retention may delete.
+    pub links: BTreeMap<Pos, Option<Pos>>,
     /// Segments at or below the floor that may still be there until a sweep.
     pub seg_leftovers: BTreeSet<Pos>,
     /// Segments whose put landed late after their ship had failed: no tip names them, and the
@@ -198,6 +257,13 @@ pub struct TenantState {
     pub leftovers: BTreeSet<(u64, u64)>,
     /// Images above the floor whose bytes landed late with no manifest beside them.
     pub lone: BTreeSet<(u64, u64)>,
+    /// Such images that retention (by listing, once hole 8 is fixed) may have deleted.
+    pub lone_retired: BTreeSet<(u64, u64)>,
+    /// Segments the world deleted behind the store's back (`Op::Damage`).
+    pub deleted: BTreeSet<Pos>,
+    /// Segments of the chain a listing showed gone while the retention rule held (a base older
+    /// than `retain` then stood for them): judged once, as a later base may replace that one.
+    pub retention_judged: BTreeSet<Pos>,
     /// Images whose put hung past its deadline: the put runs on and may land at any time
     /// (its bytes only, no manifest). Only an erasure takes them (docs/guarantees.md, late puts).
     pub stray: BTreeSet<(u64, u64)>,
@@ -251,10 +317,13 @@ pub struct State {
     /// `[replica][tenant]`: a tenure there ended abandoned since the last open there, so a
     /// local sweep of the tenant may run in the background.
     pub local_sweeps: Vec<Vec<bool>>,
-    /// Periodic snapshots are on: a tenure with unpublished writes publishes by itself.
+    /// Periodic snapshots are on: an `Images` tenure with unpublished writes publishes by
+    /// itself.
     pub periodic: bool,
-    /// How acknowledged writes are kept.
-    pub mode: Mode,
+    /// The change log's cases: compaction and a short `retain` (`Op::Log`).
+    pub log_case: bool,
+    /// How each replica keeps acknowledged writes (the final one: `Shipped`).
+    pub modes: Vec<Mode>,
     /// Late landings armed and not yet taken by a call, by operation.
     pub armed: BTreeMap<Late, usize>,
     /// Lease-store calls answered with a timeout whose effect is still to land, oldest first.
@@ -263,6 +332,13 @@ pub struct State {
     pub held_puts: Vec<HeldPut>,
     /// The calls kept back land right before the next lease release.
     pub land_before_release: bool,
+    /// The identity the next new ledger state gets (a segment's or an `Images` image's bytes).
+    pub next_state: u64,
+    /// `Op::ZombieShip`: right before the next segment put, every lease runs out and replica
+    /// `.1` opens tenant `.0` and forgets it.
+    pub successor: Option<(usize, usize)>,
+    /// What that open and forget came to.
+    pub successor_outcomes: Option<(Res, Res)>,
 }
 
 type Outcomes = Vec<(Vec<Res>, State)>;
@@ -287,11 +363,15 @@ impl State {
             dirs: grid(Dir::Absent),
             local_sweeps: grid(false),
             periodic: false,
-            mode: Mode::Shipped,
+            log_case: false,
+            modes: vec![Mode::Shipped; REPLICAS + 1],
             armed: BTreeMap::new(),
             held: Vec::new(),
             held_puts: Vec::new(),
             land_before_release: false,
+            next_state: 1,
+            successor: None,
+            successor_outcomes: None,
         }
     }
 
@@ -300,150 +380,12 @@ impl State {
     pub fn step(&self, op: &Op, ids: &[String]) -> Outcomes {
         let mut outcomes = self.step_calls(op, ids);
         for (_, s) in &mut outcomes {
+            s.ship_pending();
+            s.compact();
             s.publish_periodically();
             s.mark_dead_copies();
         }
         outcomes
-    }
-
-    fn step_calls(&self, op: &Op, ids: &[String]) -> Outcomes {
-        let mut s = self.clone();
-        let id = |i: usize| ids[i].clone();
-        let single = |out: Vec<Res>, s: State| vec![(out, s)];
-        match *op {
-            Op::Open { r, t } => {
-                let out = s.open(r, t);
-                single(vec![out], s)
-            }
-            Op::Write { t, at } => s.on(t, at, |s, k| vec![s.write(k, id(0))]),
-            Op::Read { t, at } => s.on(t, at, |s, k| vec![s.read(k)]),
-            Op::Ticket { t, at } => s.on(t, at, |s, k| s.ticket(k, id(0))),
-            Op::Snapshot { t, at } => s.on(t, at, |s, k| vec![s.snapshot(k, false)]),
-            Op::Handoff { t, at } => s.on(t, at, |s, k| vec![s.handoff(k, false)]),
-            Op::Stalled { t, at, handoff } => s.on(t, at, |s, k| {
-                vec![if handoff {
-                    s.handoff(k, true)
-                } else {
-                    s.snapshot(k, true)
-                }]
-            }),
-            Op::DrainedHandoff {
-                t,
-                at,
-                pause,
-                renew,
-            } => {
-                let ticks = if s.periodic {
-                    vec![false, true]
-                } else {
-                    vec![false]
-                };
-                ticks
-                    .into_iter()
-                    .flat_map(|tick| {
-                        s.clone().on(t, at, |s, k| {
-                            s.drained_handoff(k, (pause, renew), (id(0), id(1)), tick)
-                        })
-                    })
-                    .collect()
-            }
-            Op::RaceHandoffWrite { t, at } => match s.key_of(t, at) {
-                None => single(vec![Res::Skipped, Res::Skipped], s),
-                Some(k) => s.race_handoff_write(k, id(0)),
-            },
-            Op::RaceHandoffForget { t, at } => match s.key_of(t, at) {
-                None => single(vec![Res::Skipped, Res::Skipped], s),
-                Some(k) => s.race_handoff_forget(k),
-            },
-            Op::Abandon { t, at } => s.on(t, at, |s, k| vec![s.abandon(k)]),
-            Op::Forget { t, at } => s.on(t, at, |s, k| vec![s.forget(k)]),
-            Op::Advance { ms } => {
-                s.now += ms;
-                single(vec![Res::Ok], s)
-            }
-            Op::Renew { r } => {
-                let out = s.renew(r);
-                single(vec![out], s)
-            }
-            Op::DurableDown(down) => {
-                s.durable_down = down;
-                single(vec![Res::Ok], s)
-            }
-            Op::LeaseDown(down) => {
-                s.lease_down = down;
-                single(vec![Res::Ok], s)
-            }
-            Op::SlowPuts(_) => single(vec![Res::Ok], s),
-            Op::SweepLocal { r } => s.sweep_local(r),
-            Op::CorruptHead { t } => {
-                let out = match s.tenants[t].head {
-                    Some(head) => {
-                        if let Some(image) = s.tenants[t].objects.get_mut(&head) {
-                            image.corrupt = true;
-                        }
-                        Res::Ok
-                    }
-                    None => Res::Skipped,
-                };
-                single(vec![out], s)
-            }
-            Op::Late(late) => {
-                *s.armed.entry(late).or_default() += 1;
-                single(vec![Res::Ok], s)
-            }
-            Op::Land => {
-                s.land_all();
-                single(vec![Res::Ok], s)
-            }
-            Op::LandBeforeRelease => {
-                s.land_before_release = true;
-                single(vec![Res::Ok], s)
-            }
-            Op::OpenDuringClose { r, t } => s.open_during_close(r, t),
-            Op::Close { r } => s.close_and_restart(r),
-            Op::Crash { r } => {
-                s.crash(r);
-                single(vec![Res::Ok], s)
-            }
-            Op::LapseInCommit { t, at } => s.on(t, at, |s, k| vec![s.lapse_in_commit(k)]),
-            Op::LapseDuringCommit { t, at } => {
-                s.on(t, at, |s, k| vec![s.lapse_during_commit(k, id(0))])
-            }
-            Op::ForgetDuringUpload { t, at } => match s.key_of(t, at) {
-                None => single(vec![Res::Skipped, Res::Skipped], s),
-                Some(k) => s.forget_during_upload(k),
-            },
-            Op::ForgetBehindHungPut { t, at } => match s.key_of(t, at) {
-                None => single(vec![Res::Skipped, Res::Skipped], s),
-                Some(k) => {
-                    let snap = s.snapshot(k, true);
-                    let forgot = s.forget(k);
-                    single(vec![snap, forgot], s)
-                }
-            },
-            Op::BlockingRun { t, at } => match s.key_of(t, at) {
-                None => single(vec![Res::Skipped, Res::Skipped], s),
-                Some(k) => s.blocking_run(k, id(0)),
-            },
-            Op::Periodic => {
-                s.periodic = true;
-                s.mode = Mode::Images;
-                single(vec![Res::Ok], s)
-            }
-            Op::Images => {
-                s.mode = Mode::Images;
-                single(vec![Res::Ok], s)
-            }
-            Op::Settle => {
-                s.lease_down = false;
-                s.durable_down = false;
-                s.armed.clear();
-                s.land_before_release = false;
-                s.land_all();
-                s.now += TTL_MS + 1;
-                single(vec![Res::Ok], s)
-            }
-        }
     }
 
     /// The tenure of tenant `t` that `at` addresses.
@@ -482,9 +424,20 @@ impl State {
         self.tenures.get_mut(&k).expect("a tenure the model opened")
     }
 
-    /// Whether the tenants keep a change log.
-    pub fn logged(&self) -> bool {
-        self.mode == Mode::Shipped
+    /// Whether tenure `k` publishes images by itself (periodic snapshots, `Images`).
+    pub fn periodic_images(&self, k: (usize, u64)) -> bool {
+        self.periodic && self.tenures[&k].mode == Mode::Images
+    }
+
+    /// A new identity of ledger bytes.
+    pub(super) fn new_state(&mut self) -> u64 {
+        self.next_state += 1;
+        self.next_state - 1
+    }
+
+    /// Whether tenure `k` keeps a change log.
+    pub fn logged(&self, k: (usize, u64)) -> bool {
+        self.tenures[&k].mode.logged()
     }
 
     /// Whether the tenure's holder may act now.

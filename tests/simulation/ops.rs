@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use crate::model::{REPLICAS, TENANTS, TTL_MS};
+use crate::model::{Mode, PitrTarget, Pos, REPLICAS, TENANTS, TTL_MS};
 
 /// Which tenure of a tenant an op addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,10 +104,69 @@ pub enum Op {
     /// `Durability::Images`; only ever the first op.
     Periodic,
     /// `Durability::Images` for this case (no change log, no periodic snapshots); only ever
-    /// the first op. Without it (or `Periodic`) a case runs on the default, `Shipped`.
+    /// the first op. Without it (or `Periodic`, `Log`) a case runs on the default, `Shipped`.
     Images,
+    /// The change log's cases (docs/testing.md, "The change log in the simulation"): replica
+    /// `r` runs on `modes[r]` (a tenant moving between replicas changes modes), a logged tenant
+    /// takes an image every `COMPACT_SEGMENTS` segments (compaction), `retain` is a few ms of
+    /// real time, and point-in-time restores, damaged segments, large batches and real time
+    /// passing join the mix; `slow`: the durable store reads at a pace, so a get's deadline
+    /// meets a large object. No outages, stalls or late landings (a background image that fails
+    /// would repeat an unknown number of times). Only ever the first op.
+    Log {
+        modes: [Mode; REPLICAS],
+        sizes: Sizes,
+    },
+    /// The newest tenure of `t` is handed off and `t` opened on the next replica (after the
+    /// newest tenure's, in a ring of the driven replicas; replica 0 when there is none):
+    /// outcomes `[handoff, open]`. A tenant moving through the ring meets every mode of the
+    /// case in turn.
+    Move { t: usize },
+    /// Real time passes past `retain`: every image published so far is older than it.
+    Age,
+    /// A run inserting a fresh event whose payload (4.5 MB) takes more than 1,000 WAL frames:
+    /// a checkpoint and a WAL restart follow during the capture, and its segment is large.
+    BulkWrite { t: usize, at: At },
+    /// A point-in-time restore of tenant `t` into a new file, checked row for row: to the
+    /// position `back` segments before the tip, or (`by_time`) to the wall-clock time at which
+    /// the op `back + 1` ops before this one began. Resolved by the checker into
+    /// [`Op::PitrAt`].
+    Pitr {
+        t: usize,
+        back: usize,
+        by_time: bool,
+    },
+    /// A point-in-time restore to `target` (what the checker made of an [`Op::Pitr`]).
+    PitrAt { t: usize, target: PitrTarget },
+    /// The segment `back` before the tip of tenant `t` is damaged (a flipped byte) or, with
+    /// `delete`, deleted, behind the store's back. Resolved into [`Op::DamageAt`].
+    Damage { t: usize, back: usize, delete: bool },
+    /// Damages the segment at `pos` (what the checker made of an [`Op::Damage`]).
+    DamageAt { t: usize, pos: Pos, delete: bool },
+    /// A write on a `Shipped` tenure (others: skipped) whose segment put is held at its call
+    /// while every lease runs out and a successor on the next replica opens the tenant and
+    /// forgets it; then the put lands (at or below the new floor) and the tip's first move
+    /// times out, its retry refused: a zombie's segment whose naming move has an unknown
+    /// outcome (hole 6 of the change log's review). Outcomes `[write, open, forget]`.
+    ZombieShip { t: usize, at: At },
+    /// A write while the durable store is down, on a logged tenure (an `Images` one is
+    /// skipped): `Shipped` answers `Unshipped`; `Async` acknowledges it and loses it when the
+    /// period's shipment fails. Either way the tenure ends.
+    WriteWhileDown { t: usize, at: At },
     /// Every fault cleared and every lease left to expire: how each case ends (never generated).
     Settle,
+}
+
+/// How large the batches of a change log's case get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sizes {
+    /// Every batch is one small event.
+    Small,
+    /// Large batches ([`Op::BulkWrite`]) join the mix: 4.5 MB segments, WAL restarts.
+    Large,
+    /// Large batches, and the durable store reads at a pace (`world::SLOW_READ_PER_MIB`): a
+    /// get's deadline meets a large segment (hole 1 of the change log's review).
+    Slow,
 }
 
 /// The store operations a late landing can hit.
@@ -140,7 +199,10 @@ impl Op {
             | Op::RaceHandoffWrite { .. }
             | Op::LapseInCommit { .. }
             | Op::LapseDuringCommit { .. }
-            | Op::BlockingRun { .. } => 1,
+            | Op::BlockingRun { .. }
+            | Op::BulkWrite { .. }
+            | Op::ZombieShip { .. }
+            | Op::WriteWhileDown { .. } => 1,
             Op::DrainedHandoff { .. } => 2,
             _ => 0,
         }
@@ -192,6 +254,43 @@ pub fn fixed(n: u32) -> bool {
     !UNFIXED_HOLES.contains(&n)
 }
 
+/// The holes of the change log's review (docs/testing.md, "The change log in the simulation")
+/// whose fix has not merged on this branch: the checks and ops that expose one are off in the
+/// generated mix (each is pinned by an ignored `log_holeN_…` regression in `change_log.rs`).
+/// Remove a number when its fix merges. 1: a large segment's get has no sized deadline (the
+/// slow store). 3: the second retention run deletes the window's base. 4: a point-in-time
+/// restore after a mode change (the model takes today's refusal while it is listed). 5, 6, 7,
+/// 10, 11: objects of a forgotten tenant left after the erasure bound (the end's audit, on once
+/// all five are fixed: one fix closes them). 8: an orphan image of a live tenant (retention by
+/// listing).
+pub const UNFIXED_LOG_HOLES: &[u32] = &[];
+
+thread_local! {
+    /// Holes of the change log's review a pinned regression holds the runtime to although
+    /// their fix has not merged (the ignored `log_holeN_…` tests set it).
+    pub static ENFORCED_LOG_HOLES: std::cell::RefCell<Vec<u32>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The holes `LEASEHOLD_SIM_HOLES` (a comma-separated list) asks the whole run to enforce, as if
+/// fixed: to hunt one with the generator before its fix, or to try a fix.
+pub static HOLES_ASKED: std::sync::LazyLock<Vec<u32>> = std::sync::LazyLock::new(|| {
+    let asked = std::env::var("LEASEHOLD_SIM_HOLES").unwrap_or_default();
+    asked
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect()
+});
+
+/// Whether the model holds the runtime to the fix of hole `n` of the change log's review:
+/// merged, asked for by `LEASEHOLD_SIM_HOLES`, or enforced by the regression running on this
+/// thread.
+pub fn log_hole_fixed(n: u32) -> bool {
+    !UNFIXED_LOG_HOLES.contains(&n)
+        || HOLES_ASKED.contains(&n)
+        || ENFORCED_LOG_HOLES.with(|e| e.borrow().contains(&n))
+}
+
 /// Whether the generator may produce `op`: not one that exposes a hole still open.
 fn exposes_no_open_hole(op: &Op, periodic: bool) -> bool {
     match op {
@@ -214,6 +313,56 @@ pub fn op(periodic: bool) -> BoxedStrategy<Op> {
             exposes_no_open_hole(op, periodic)
         })
         .boxed()
+}
+
+/// One op of the change log's cases (`Op::Log`): the everyday ones and the faults a
+/// background image survives (as with periodic snapshots), point-in-time restores, damaged
+/// segments, real time passing past `retain`, large batches, and writes while the durable store
+/// is down.
+pub fn log_op(large: bool) -> BoxedStrategy<Op> {
+    let back = || 0..4usize;
+    // Tenant 0 gets most of the work, so that its log grows long and moves often.
+    let tenant = || prop_oneof![4 => Just(0usize), 1 => Just(1usize)];
+    let on = move |make: fn(usize, At) -> Op| (tenant(), at()).prop_map(move |(t, at)| make(t, at));
+    // Weighted towards what builds a log and moves it: writes, images, handoffs and moves (a
+    // tenant moving between replicas changes modes), restores, real time passing.
+    prop_oneof![
+        10 => (replica(), tenant()).prop_map(|(r, t)| Op::Open { r, t }),
+        30 => on(|t, at| Op::Write { t, at }),
+        4 => on(|t, at| Op::Read { t, at }),
+        3 => on(|t, at| Op::Ticket { t, at }),
+        10 => on(|t, at| Op::Snapshot { t, at }),
+        6 => on(|t, at| Op::Handoff { t, at }),
+        10 => tenant().prop_map(|t| Op::Move { t }),
+        3 => (tenant(), at(), prop::sample::select(vec![0, 9_000, TTL_MS + 1]), any::<bool>())
+            .prop_map(|(t, at, pause, renew)| Op::DrainedHandoff { t, at, pause, renew }),
+        2 => on(|t, at| Op::RaceHandoffWrite { t, at }),
+        1 => on(|t, at| Op::RaceHandoffForget { t, at }),
+        3 => on(|t, at| Op::Abandon { t, at }),
+        3 => on(|t, at| Op::Forget { t, at }),
+        4 => prop::sample::select(vec![1_000, 5_000, 9_000, TTL_MS + 1])
+            .prop_map(|ms| Op::Advance { ms }),
+        4 => replica().prop_map(|r| Op::Renew { r }),
+        1 => tenant().prop_map(|t| Op::CorruptHead { t }),
+        1 => replica().prop_map(|r| Op::SweepLocal { r }),
+        1 => (replica(), tenant()).prop_map(|(r, t)| Op::OpenDuringClose { r, t }),
+        1 => replica().prop_map(|r| Op::Close { r }),
+        1 => replica().prop_map(|r| Op::Crash { r }),
+        2 => on(|t, at| Op::LapseInCommit { t, at }),
+        1 => on(|t, at| Op::ForgetDuringUpload { t, at }),
+        14 => (tenant(), back(), any::<bool>())
+            .prop_map(|(t, back, by_time)| Op::Pitr { t, back, by_time }),
+        3 => (tenant(), back(), any::<bool>())
+            .prop_map(|(t, back, delete)| Op::Damage { t, back, delete }),
+        1 => Just(Op::Age),
+        4 => on(|t, at| Op::BulkWrite { t, at }),
+        2 => on(|t, at| Op::WriteWhileDown { t, at }),
+    ]
+    .prop_filter(
+        "large batches only in the cases with large batches",
+        move |op| large || !matches!(op, Op::BulkWrite { .. }),
+    )
+    .boxed()
 }
 
 /// One op, holes open or not.
@@ -242,6 +391,7 @@ fn any_op(periodic: bool) -> BoxedStrategy<Op> {
         40 => on(|t, at| Op::ForgetDuringUpload { t, at }),
         // Its snapshot waits out `store_deadline` whenever it has something to upload.
         20 => on(|t, at| Op::ForgetBehindHungPut { t, at }),
+        10 => on(|t, at| Op::ZombieShip { t, at }),
         // About one case in a hundred and twenty: it blocks for `drain_timeout` of real time.
         1 => on(|t, at| Op::BlockingRun { t, at }),
     ]
@@ -302,18 +452,60 @@ fn everyday_op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A sequence of 5 to 25 ops: each tenant opened somewhere, then anything. Two cases in three
-/// run on the default, `Shipped`; one in six on `Images` with periodic snapshots on (a leading
-/// [`Op::Periodic`]), one in six on `Images` without (a leading [`Op::Images`]).
+/// A replica's durability in the change log's cases: mostly `Shipped`, often `Async`, now and
+/// then `Images` (a tenant moving to it and back changes modes between tenures).
+fn mode() -> impl Strategy<Value = Mode> {
+    prop_oneof![3 => Just(Mode::Shipped), 2 => Just(Mode::Async), 2 => Just(Mode::Images)]
+}
+
+/// The leading op of a change log's case: each replica's mode, and how large its batches get:
+/// one case in ten has large batches (they cost a few hundred ms each in a debug build), and as
+/// many again a durable store that reads at a pace, once the sized gets of hole 1 have merged.
+fn log_case() -> impl Strategy<Value = Op> {
+    let sizes = match log_hole_fixed(1) {
+        true => prop_oneof![
+            9 => Just(Sizes::Small),
+            1 => Just(Sizes::Large),
+            1 => Just(Sizes::Slow),
+        ]
+        .boxed(),
+        false => prop_oneof![9 => Just(Sizes::Small), 1 => Just(Sizes::Large)].boxed(),
+    };
+    ([mode(), mode(), mode()], sizes).prop_map(|(modes, sizes)| Op::Log { modes, sizes })
+}
+
+/// A sequence of 5 to 25 ops: each tenant opened somewhere, then anything. Half the cases run
+/// on the default, `Shipped`; one in eight on `Images` with periodic snapshots on (a leading
+/// [`Op::Periodic`]), one in eight on `Images` without (a leading [`Op::Images`]), and one in
+/// four are the change log's cases (a leading [`Op::Log`]).
+/// `LEASEHOLD_SIM_FAMILY` (`shipped`, `periodic`, `images` or `log`) runs only the cases of
+/// one family: to hunt in one, or to time it.
 pub fn ops() -> impl Strategy<Value = Vec<Op>> {
-    prop_oneof![4 => Just(None), 1 => Just(Some(Op::Periodic)), 1 => Just(Some(Op::Images))]
-        .prop_flat_map(sequence)
+    let family = std::env::var("LEASEHOLD_SIM_FAMILY").unwrap_or_default();
+    let weight = |name: &str, w: u32| match family.as_str() {
+        "" => w,
+        f if f == name => 1,
+        _ => 0,
+    };
+    let mut families: Vec<(u32, BoxedStrategy<Option<Op>>)> = vec![
+        (weight("shipped", 4), Just(None).boxed()),
+        (weight("periodic", 1), Just(Some(Op::Periodic)).boxed()),
+        (weight("images", 1), Just(Some(Op::Images)).boxed()),
+        (weight("log", 2), log_case().prop_map(Some).boxed()),
+    ];
+    families.retain(|(w, _)| *w > 0);
+    prop::strategy::Union::new_weighted(families).prop_flat_map(sequence)
 }
 
 /// A sequence after the case's leading mode op, if any.
 fn sequence(mode: Option<Op>) -> impl Strategy<Value = Vec<Op>> {
     let periodic = mode == Some(Op::Periodic);
-    let rest = prop::collection::vec(op(periodic), 3..=23);
+    let rest = match mode {
+        Some(Op::Log { sizes, .. }) => {
+            prop::collection::vec(log_op(sizes != Sizes::Small), 3..=23).boxed()
+        }
+        _ => prop::collection::vec(op(periodic), 3..=23).boxed(),
+    };
     (replica(), replica(), rest).prop_map(move |(r0, r1, rest)| {
         let mut ops = Vec::with_capacity(rest.len() + 3);
         ops.extend(mode);

@@ -2,25 +2,30 @@
 //! behind the test kit's fault-injecting wrappers, every clock manual. [`World::exec`] carries
 //! out one op and reduces what came back to [`Res`]; [`World::observe`] reads what the stores,
 //! the local directories and the tenants say, for the checker to hold against the model.
+//!
+//! - `world.rs` — the fleet: stores, clocks, supervisors and their configuration, the handles.
+//! - `world/exec.rs` — carrying out the everyday ops.
+//! - `world/faults.rs` — carrying out the fault classes (late landings, close, crash, lapses…).
+//! - `world/calls.rs` — the calls into the runtime, each reduced to a [`Res`].
+//! - `world/observe.rs` — reading what the stores, the directories and the tenants say.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::future::join_all;
 use leasehold::durable::dir::DirStore;
 use leasehold::lease::LeaseRecord;
 use leasehold::lease::sqlite::SqliteLeaseStore;
-use leasehold::testkit::{FaultyLeaseStore, FaultyStore};
-use leasehold::{Clock, Error, ManualClock, OrgId, ReplicaId, TenantId, derive_tenant_id};
+use leasehold::testkit::{FaultyLeaseStore, FaultyStore, Pace};
+use leasehold::{Clock, ManualClock, OrgId, ReplicaId, TenantId, derive_tenant_id};
 use leasehold_actors::{
-    Breakage, Durability, Event, EventLog, RuntimeConfig, Supervisor, TenantRef, TenantStatus,
+    Breakage, Compaction, Durability, EventLog, RuntimeConfig, Supervisor, TenantRef, TenantStatus,
 };
 use tempfile::TempDir;
 
-use crate::model::{MARGIN_MS, Mode, REPLICAS, Res, TENANTS, TTL_MS};
-use crate::ops::{At, Op};
+use crate::model::{COMPACT_SEGMENTS, MARGIN_MS, Mode, REPLICAS, TENANTS, TTL_MS};
+use crate::ops::{At, Op, Sizes};
 
 /// The lease store's clock at model time 0.
 pub const STORE_BASE_MS: u64 = 1_000_000;
@@ -37,15 +42,79 @@ const SETTLE: Duration = Duration::from_secs(10);
 pub const SNAPSHOT_EVERY: Duration = Duration::from_millis(5);
 /// `drain_timeout` (real time): a drain waits this long for admitted work.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(1_000);
+/// `put_lifetime` (the replicas' and the lease store's manual clocks): the runtime's default.
+/// An erasure is due this long after its forget by the lease store's clock; the end's erasure
+/// audit moves every clock past it (`Op::Advance`, through the model too).
+pub const PUT_LIFETIME_MS: u64 = 120_000;
+/// `Durability::Async { every }` (real time): how often an `Async` tenant ships.
+pub const ASYNC_EVERY: Duration = Duration::from_millis(2);
+/// `retain` in the change log's cases (real time, the wall clock manifests and segments carry):
+/// an image is older than it a few ops after it was published, or after an `Op::Age`.
+pub const RETAIN: Duration = Duration::from_millis(30);
+/// How fast the durable store reads in a change log's case with `slow` on (`Sizes::Slow`):
+/// 70 ms a MiB, so a 4.5 MB segment takes longer than `store_deadline` to get (about 300 ms),
+/// and well within a put's allowance for its size (800 ms; docs/guarantees.md: a get of a
+/// known size has a put's deadline).
+pub const SLOW_READ_PER_MIB: Duration = Duration::from_millis(70);
+
+/// What kind of case a fleet runs (its leading op).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    /// Periodic snapshots (and, on a logged tenant, compaction checks) every
+    /// [`SNAPSHOT_EVERY`].
+    pub periodic: bool,
+    /// Each replica's durability, the final one's last.
+    pub modes: Vec<Mode>,
+    /// The change log's cases: compaction every `COMPACT_SEGMENTS`, `retain` [`RETAIN`].
+    pub log_case: bool,
+    /// The durable store reads at [`SLOW_READ_PER_MIB`].
+    pub slow: bool,
+}
+
+impl Case {
+    /// The case `ops` runs: from its leading op.
+    pub fn of(ops: &[Op]) -> Self {
+        let mut case = Case {
+            periodic: false,
+            modes: vec![Mode::Shipped; REPLICAS + 1],
+            log_case: false,
+            slow: false,
+        };
+        match ops.first() {
+            Some(Op::Periodic) => {
+                case.periodic = true;
+                case.modes = vec![Mode::Images; REPLICAS + 1];
+            }
+            Some(Op::Images) => case.modes = vec![Mode::Images; REPLICAS + 1],
+            Some(Op::Log { modes, sizes }) => {
+                case.modes[..REPLICAS].copy_from_slice(modes);
+                (case.periodic, case.log_case) = (true, true);
+                case.slow = *sizes == Sizes::Slow;
+            }
+            _ => {}
+        }
+        case
+    }
+
+    /// Whether anything happens in the background after an op that the checker must wait for
+    /// (periodic images, compaction, `Async` shipments).
+    pub fn background(&self) -> bool {
+        self.periodic || self.modes.contains(&Mode::Async)
+    }
+}
 
 mod calls;
+mod exec;
 mod faults;
+mod log;
+mod observe;
 pub(crate) use calls::{
     count, insert, read, settle, settle_raw, snapshot, ticket_insert, ticket_work, unit,
     wait_for_drain,
 };
 pub use calls::{key_of, res_of};
 pub use faults::CRASH_BOUND;
+pub use log::wall_ms;
 
 /// The name of replica `r`.
 pub fn replica_name(r: usize) -> String {
@@ -71,6 +140,13 @@ pub struct Seen {
     pub dirs: Vec<Vec<bool>>,
     /// Every tenure's status, by `(tenant, epoch)`.
     pub statuses: BTreeMap<(usize, u64), TenantStatus>,
+    /// In the change log's cases: each tenant's manifests' wall-clock stamps.
+    pub stamps: Vec<BTreeMap<(u64, u64), u64>>,
+    /// The wall clock when the stores were read (ms since the Unix epoch).
+    pub wall_ms: u64,
+    /// In the change log's cases: every key a delete reached the store with, and when (wall
+    /// clock), oldest first.
+    pub deletions: Vec<(String, u64)>,
 }
 
 /// One simulated fleet.
@@ -91,8 +167,18 @@ pub struct World {
     sups: Vec<Supervisor>,
     /// Their state roots.
     roots: Vec<PathBuf>,
-    /// The final replica's events.
-    final_log: EventLog,
+    /// Each replica's events (kept across its restarts), the final one's last.
+    events: Vec<EventLog>,
+    /// `[replica]`: how many sweeps beside an open (of a tenant above a raised floor) it began,
+    /// so that the others it reports are retention's.
+    beside: Vec<usize>,
+    /// `[replica]`: retention runs given up on (skipped while another ran).
+    skipped: Vec<usize>,
+    /// Every manifest stamp read so far, by tenant: an image retention deleted since keeps its
+    /// stamp for the retention rule.
+    stamps_seen: std::sync::Mutex<Vec<BTreeMap<(u64, u64), u64>>>,
+    /// Point-in-time restores so far (names their files).
+    restores: usize,
     /// Every tenure's handle, by `(tenant, epoch)`.
     handles: HashMap<(usize, u64), TenantRef>,
     /// The replica that opened each tenure.
@@ -105,10 +191,10 @@ pub struct World {
     crashes: usize,
     /// The deliberate bugs every replica runs with.
     breakage: Breakage,
+    /// What kind of case this is.
+    case: Case,
     /// Periodic snapshots are on.
     periodic: bool,
-    /// How every replica keeps acknowledged writes.
-    mode: Mode,
 }
 
 fn temp_dir() -> TempDir {
@@ -124,7 +210,7 @@ fn temp_dir() -> TempDir {
 impl World {
     /// A fleet of `REPLICAS + 1` replicas, each with `breakage` switched on. Inside an actix
     /// system.
-    pub fn new(breakage: Breakage, periodic: bool, mode: Mode) -> Self {
+    pub fn new(breakage: Breakage, case: Case) -> Self {
         let dir = temp_dir();
         let store_clock = ManualClock::new(STORE_BASE_MS);
         let sqlite = SqliteLeaseStore::open_with(
@@ -134,10 +220,20 @@ impl World {
         )
         .unwrap();
         let leases = FaultyLeaseStore::new(Arc::new(sqlite));
+        // One call per tip move, as the model counts them (`Late(MoveTip)` takes one move's
+        // call, absorbed by its retry): on the batched path a late arming may take a batch of
+        // another tenant's moves, which the model cannot place. The batched path runs under
+        // faults in `tests/late_landings.rs`, the messages simulation and the drill.
+        leases.one_move_per_call();
         let durable = FaultyStore::new(Arc::new(
             DirStore::open(&dir.path().join("durable")).unwrap(),
         ));
-        let final_log = EventLog::new();
+        if case.slow {
+            durable.set_pace(Pace {
+                per_mib_read: SLOW_READ_PER_MIB,
+                ..Pace::default()
+            });
+        }
         let mut world = Self {
             dir,
             store_clock,
@@ -147,15 +243,19 @@ impl World {
             durable,
             sups: Vec::new(),
             roots: Vec::new(),
-            final_log,
+            events: (0..=REPLICAS).map(|_| EventLog::new()).collect(),
+            beside: vec![0; REPLICAS + 1],
+            skipped: vec![0; REPLICAS + 1],
+            stamps_seen: std::sync::Mutex::new(vec![BTreeMap::new(); TENANTS]),
+            restores: 0,
             handles: HashMap::new(),
             owners: HashMap::new(),
             latest: vec![vec![None; TENANTS]; REPLICAS + 1],
             finished: BTreeMap::new(),
             crashes: 0,
             breakage,
-            periodic,
-            mode,
+            periodic: case.periodic,
+            case,
         };
         for r in 0..=REPLICAS {
             world.start_replica(r);
@@ -198,19 +298,26 @@ impl World {
         cfg.margin = Duration::from_millis(MARGIN_MS);
         cfg.renew_every = None;
         cfg.snapshot_every = self.periodic.then_some(SNAPSHOT_EVERY);
-        cfg.durability = match self.mode {
+        cfg.durability = match self.case.modes[r] {
             Mode::Shipped => Durability::Shipped,
+            Mode::Async => Durability::Async { every: ASYNC_EVERY },
             Mode::Images => Durability::Images,
         };
+        if self.case.log_case {
+            cfg.compaction = Compaction {
+                segments: COMPACT_SEGMENTS,
+                bytes: u64::MAX,
+            };
+            cfg.retain = RETAIN;
+        }
         cfg.drain_timeout = DRAIN_TIMEOUT;
         cfg.store_deadline = STORE_DEADLINE;
+        cfg.put_lifetime = Duration::from_millis(PUT_LIFETIME_MS);
         // One arbiter thread per replica: tenants still live off the supervisor's thread, and a
         // case starts in half the time.
         cfg.arbiters = 1;
         cfg.breakage = self.breakage;
-        if r == REPLICAS {
-            cfg.observer = Some(Arc::new(self.final_log.clone()));
-        }
+        cfg.observer = Some(Arc::new(self.events[r].clone()));
         Supervisor::start(cfg)
     }
 
@@ -243,111 +350,6 @@ impl World {
         self.handles.get(&(t, epoch)).cloned()
     }
 
-    /// Carries out `op`, its writes inserting `ids`; one [`Res`] per call, as the model's.
-    pub async fn exec(&mut self, op: &Op, ids: &[String]) -> Vec<Res> {
-        let id = |i: usize| ids[i].clone();
-        let on = |t: usize, at: At| self.handle(t, at);
-        match *op {
-            Op::Open { r, t } => vec![self.open(r, t).await],
-            Op::Write { t, at } => match on(t, at) {
-                Some(h) => vec![settle(insert(&h, id(0))).await],
-                None => vec![Res::Skipped],
-            },
-            Op::Read { t, at } => match on(t, at) {
-                Some(h) => vec![settle(read(&h)).await],
-                None => vec![Res::Skipped],
-            },
-            Op::Ticket { t, at } => match on(t, at) {
-                Some(h) => ticket_work(&h, id(0)).await,
-                None => vec![Res::Skipped],
-            },
-            Op::Snapshot { t, at } => match on(t, at) {
-                Some(h) => vec![settle(snapshot(&h)).await],
-                None => vec![Res::Skipped],
-            },
-            Op::Handoff { t, at } => match on(t, at) {
-                Some(h) => vec![settle(unit(h.handoff())).await],
-                None => vec![Res::Skipped],
-            },
-            Op::Stalled { t, at, handoff } => match on(t, at) {
-                Some(h) => vec![self.stalled(&h, handoff).await],
-                None => vec![Res::Skipped],
-            },
-            Op::DrainedHandoff {
-                t,
-                at,
-                pause,
-                renew,
-            } => match on(t, at) {
-                Some(h) => {
-                    let owner = self.owners[&(t, h.epoch())];
-                    let renew = renew.then_some(owner);
-                    self.drained_handoff(&h, (pause, renew), id(0), id(1)).await
-                }
-                None => vec![Res::Skipped],
-            },
-            Op::RaceHandoffWrite { t, at } => match on(t, at) {
-                Some(h) => {
-                    let handing_off = unit(h.handoff());
-                    let writing = insert(&h, id(0));
-                    let (h, w) = futures::join!(settle(handing_off), settle(writing));
-                    vec![w, h]
-                }
-                None => vec![Res::Skipped, Res::Skipped],
-            },
-            Op::RaceHandoffForget { t, at } => match on(t, at) {
-                Some(h) => {
-                    let handing_off = unit(h.handoff());
-                    let forgetting = unit(h.forget());
-                    let (h, f) = futures::join!(settle(handing_off), settle(forgetting));
-                    vec![f, h]
-                }
-                None => vec![Res::Skipped, Res::Skipped],
-            },
-            Op::Abandon { t, at } => match on(t, at) {
-                Some(h) => vec![settle(unit(h.abandon())).await],
-                None => vec![Res::Skipped],
-            },
-            Op::Forget { t, at } => match on(t, at) {
-                Some(h) => vec![settle(unit(h.forget())).await],
-                None => vec![Res::Skipped],
-            },
-            Op::Advance { ms } => {
-                self.advance(ms);
-                vec![Res::Ok]
-            }
-            Op::Renew { r } => vec![settle(unit(self.sups[r].renew_now())).await],
-            Op::DurableDown(down) => {
-                self.durable.set_down(down);
-                vec![Res::Ok]
-            }
-            Op::LeaseDown(down) => {
-                self.leases.set_down(down);
-                vec![Res::Ok]
-            }
-            Op::SlowPuts(slow) => {
-                match slow {
-                    true => self.durable.slow_put(|_| true, SLOW_PUT),
-                    false => self.durable.clear_slow_put(),
-                }
-                vec![Res::Ok]
-            }
-            Op::CorruptHead { t } => vec![self.corrupt_head(t).await],
-            Op::SweepLocal { r } => vec![settle(count(self.sups[r].sweep_local())).await],
-            Op::Settle => {
-                self.leases.set_down(false);
-                self.durable.set_down(false);
-                self.durable.clear_slow_put();
-                self.leases.disarm_late();
-                self.durable.disarm_late_puts();
-                self.land().await;
-                self.advance(TTL_MS + 1);
-                vec![Res::Ok]
-            }
-            _ => self.exec_fault(op, ids).await,
-        }
-    }
-
     /// Time passes on every clock at once.
     pub(crate) fn advance(&self, ms: u64) {
         let by = Duration::from_millis(ms);
@@ -355,183 +357,5 @@ impl World {
         for clock in &self.clocks {
             clock.advance(by);
         }
-    }
-
-    async fn open(&mut self, r: usize, t: usize) -> Res {
-        let (org, tenant) = tenant_ids(t);
-        let opened = settle_raw(self.sups[r].open(&org, &tenant)).await;
-        self.opened(r, t, opened)
-    }
-
-    /// Records the tenure an open of `t` on `r` returned, if any.
-    fn opened(&mut self, r: usize, t: usize, opened: Result<Result<TenantRef, Error>, Res>) -> Res {
-        match opened {
-            Ok(Ok(handle)) => {
-                let epoch = handle.epoch();
-                self.handles.entry((t, epoch)).or_insert(handle);
-                self.owners.entry((t, epoch)).or_insert(r);
-                self.latest[r][t] = Some(epoch);
-                Res::Epoch(epoch)
-            }
-            Ok(Err(e)) => res_of(&e),
-            Err(late) => late,
-        }
-    }
-
-    /// Zeroes the first bytes (the SQLite header) of the head image's file, behind the store's
-    /// back: it fails its checksum, however often it is done.
-    async fn corrupt_head(&self, t: usize) -> Res {
-        let key = key_of(t);
-        let record = self.leases.inner().read(&key).await.unwrap();
-        let Some(head) = record.and_then(|r| r.head) else {
-            return Res::Skipped;
-        };
-        let object = leasehold::layout::image_key(&key, head.epoch, head.seq);
-        let path = object
-            .split('/')
-            .fold(self.dir.path().join("durable"), |p, s| p.join(s));
-        let mut bytes = std::fs::read(&path).unwrap();
-        let header = bytes.len().min(16);
-        bytes[..header].fill(0);
-        std::fs::write(&path, bytes).unwrap();
-        Res::Ok
-    }
-
-    async fn stalled(&self, h: &TenantRef, handoff: bool) -> Res {
-        self.durable.hang_puts(true);
-        let outcome = match handoff {
-            true => settle(unit(h.handoff())).await,
-            false => settle(snapshot(h)).await,
-        };
-        self.durable.hang_puts(false);
-        outcome
-    }
-
-    /// Admit; a ticket write; the handoff begins (waited for by status); a plain write, an
-    /// admission and a snapshot; time passes, a renewal on `renew`; a second ticket write;
-    /// drop; the outcome.
-    async fn drained_handoff(
-        &self,
-        h: &TenantRef,
-        (pause, renew): (u64, Option<usize>),
-        a: String,
-        c: String,
-    ) -> Vec<Res> {
-        let ticket = match settle_raw(h.admit()).await {
-            Ok(Ok(ticket)) => ticket,
-            Ok(Err(e)) => return vec![res_of(&e)],
-            Err(late) => return vec![late],
-        };
-        let c_id = c.clone();
-        let first = settle(ticket_insert(&ticket, a)).await;
-        let mut handing_off = Box::pin(unit(h.handoff()));
-        let began = wait_for_drain(h).await;
-        if !began {
-            drop(ticket);
-            let outcome = settle(handing_off).await;
-            return vec![Res::Ok, first, outcome];
-        }
-        let plain = settle(insert(h, "refused".into())).await;
-        let readmit = match settle_raw(h.admit()).await {
-            Ok(Ok(_)) => Res::Ok,
-            Ok(Err(e)) => res_of(&e),
-            Err(late) => late,
-        };
-        let snap = settle(snapshot(h)).await;
-        let mut out = vec![Res::Ok, first, plain, readmit, snap];
-        self.advance(pause);
-        if let Some(r) = renew {
-            out.push(settle(unit(self.sups[r].renew_now())).await);
-        }
-        out.push(settle(ticket_insert(&ticket, c)).await);
-        if self.periodic && out.last() == Some(&Res::Ok) {
-            out.push(Res::Covered(self.covered(h.key(), &c_id).await));
-        }
-        drop(ticket);
-        out.push(settle(&mut handing_off).await);
-        out
-    }
-
-    /// Reads what the stores, the directories and the tenants say now (all at once).
-    pub async fn observe(&mut self) -> Seen {
-        let (leases, durable) = (&self.leases, &self.durable);
-        let rows = join_all(
-            (0..TENANTS).map(|t| async move { leases.inner().read(&key_of(t)).await.unwrap() }),
-        );
-        // One walk of the whole store: each tenant's objects, and nothing that is no tenant's.
-        let listings = async move {
-            let all = durable.inner().list("").await.unwrap();
-            let mut by_tenant = vec![Vec::new(); TENANTS + 1];
-            for key in all {
-                let t = (0..TENANTS).find(|&t| key.starts_with(&key_of(t).prefix()));
-                by_tenant[t.unwrap_or(TENANTS)].push(key);
-            }
-            by_tenant
-        };
-        // A tenure that ended on a failed segment hands its lease back after its caller heard
-        // why: the statuses settle first (bounded), then the stores are read.
-        let settle_until = std::time::Instant::now() + Duration::from_secs(2);
-        let statuses = loop {
-            let finished = &self.finished;
-            let statuses: Vec<_> = join_all(
-                self.handles
-                    .iter()
-                    .filter(|(k, _)| !finished.contains_key(k))
-                    .map(|(k, h)| async move { (*k, h.status().await) }),
-            )
-            .await;
-            let settling = statuses.iter().any(|(_, s)| *s == TenantStatus::Abandoning);
-            if !settling || std::time::Instant::now() > settle_until {
-                break statuses;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        };
-        let (rows, listings) = futures::join!(rows, listings);
-        let dirs = self
-            .roots
-            .iter()
-            .map(|root| {
-                (0..TENANTS)
-                    .map(|t| {
-                        let (org, tenant) = tenant_ids(t);
-                        leasehold::ids::tenant_root(root, &org, &tenant).exists()
-                    })
-                    .collect()
-            })
-            .collect();
-        for (k, status) in &statuses {
-            if status.is_final() {
-                self.finished.insert(*k, *status);
-            }
-        }
-        let mut statuses: BTreeMap<_, _> = statuses.into_iter().collect();
-        statuses.extend(self.finished.iter().map(|(k, s)| (*k, *s)));
-        Seen {
-            rows,
-            listings,
-            dirs,
-            statuses,
-        }
-    }
-
-    /// Waits until the final replica reports the sweep beside its open of tenant `t`; `true`
-    /// if it swept, `false` if the sweep failed or never came.
-    pub async fn final_sweep(&self, t: usize) -> bool {
-        let key = key_of(t).to_string();
-        let until = Instant::now() + SETTLE;
-        while Instant::now() < until {
-            let _ = self.sups[REPLICAS]
-                .events_delivered(Duration::from_secs(1))
-                .await;
-            for event in self.final_log.events() {
-                match event {
-                    Event::Swept { key: k, .. } if k == key => return true,
-                    Event::SweepFailed { key: k, .. } if k == key => return false,
-                    _ => {}
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        false
     }
 }

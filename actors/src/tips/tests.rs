@@ -230,6 +230,7 @@ async fn on_a_store_that_moves_one_tip_per_call_each_caller_waits_for_the_moves_
     let inner =
         SqliteLeaseStore::open_with(&dir.path().join("leases.db"), clock, "boot".into()).unwrap();
     let faulty = leasehold::testkit::FaultyLeaseStore::new(Arc::new(inner));
+    faulty.one_move_per_call();
     assert!(!faulty.batches_tip_moves());
     let deadline = Duration::from_millis(500);
     let leases: SharedLeaseStore = Arc::new(Deadline::new(faulty.clone(), deadline).unwrap());

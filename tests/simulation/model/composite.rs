@@ -43,7 +43,7 @@ impl State {
             Res::Fenced
         };
         out.push(second.clone());
-        if self.periodic && second == Res::Ok {
+        if self.periodic_images(k) && second == Res::Ok {
             out.push(Res::Covered(self.publish(k, false).is_ok()));
         }
         // A segment not shipped ends the tenure and answers the handoff with its error.
@@ -66,7 +66,7 @@ impl State {
         let mut ticked = before.clone();
         let h = before.handoff(k, false);
         let mut outcomes = vec![(vec![w.clone(), h], before)];
-        if self.periodic && w == Res::Ok {
+        if self.periodic_images(k) && w == Res::Ok {
             // A periodic snapshot of the write was still uploading when the flush began: the
             // flush publishes the same content once more.
             let _ = ticked.publish(k, false);
@@ -113,7 +113,7 @@ impl State {
             let mut during = self.clone();
             let f = during.forget(k);
             outcomes.push((vec![f, Res::Draining], during));
-            if self.tenures[&k].dirty && !self.logged() {
+            if self.tenures[&k].dirty && !self.logged(k) {
                 let mut uploading = self.clone();
                 let _ = uploading.publish(k, false);
                 let f = uploading.forget(k);

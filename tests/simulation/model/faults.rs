@@ -89,8 +89,12 @@ impl State {
             // A put this process no longer runs (a request the server completes after the
             // client gave up) cannot be waited for: below the floor it is a leftover that the
             // next sweep takes (docs/guarantees.md, "Erasure of late puts").
+            // Above the floor it is an image no manifest names: its replica's reconciliation
+            // takes it back once the put has settled, and retention by listing once seen for
+            // `put_lifetime` (docs/guarantees.md, "Reconciling puts of unknown outcome"), so it
+            // may be there or not from the moment it lands.
             if put.image.0 > ts.floor {
-                ts.lone.insert(put.image);
+                ts.lone_retired.insert(put.image);
             } else {
                 ts.leftovers.insert(put.image);
             }
@@ -196,6 +200,16 @@ impl State {
             ts.lone.remove(&o);
             ts.leftovers.insert(o);
         }
+        let lone: Vec<_> = (ts.lone_retired.iter())
+            .filter(|o| o.0 <= floor)
+            .copied()
+            .collect();
+        for o in lone {
+            ts.lone_retired.remove(&o);
+            ts.leftovers.insert(o);
+        }
+        ts.links.retain(|o, _| o.0 > floor);
+        ts.deleted.retain(|o| o.0 > floor);
         let stray: Vec<_> = ts.stray.iter().filter(|o| o.0 <= floor).copied().collect();
         for o in stray {
             ts.stray.remove(&o);
@@ -398,7 +412,7 @@ impl State {
     /// Under `Shipped` no check follows the commit: the tip's compare-and-set in the lease
     /// store (whose clock has not moved yet) is the authority, and the write is acknowledged.
     pub(super) fn lapse_during_commit(&mut self, k: (usize, u64), id: String) -> Res {
-        if self.logged() {
+        if self.logged(k) {
             let out = self.write(k, id);
             self.now += TTL_MS + 1;
             return out;
@@ -448,6 +462,7 @@ impl State {
             .iter()
             .filter(|(k, tenure)| {
                 tenure.status == Status::Serving
+                    && tenure.mode == super::Mode::Images
                     && tenure.dirty
                     && self.holds(**k)
                     && self.store_live(k.0, tenure.replica, k.1)

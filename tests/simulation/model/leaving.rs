@@ -74,7 +74,8 @@ impl State {
     /// The flush of a handoff whose drain is over. Under `Shipped` everything acknowledged
     /// is in the log already: no image, only the release.
     pub(super) fn flush(&mut self, k: (usize, u64), hung: bool) -> Res {
-        if !self.logged()
+        let logged = self.logged(k);
+        if !logged
             && self.tenures[&k].dirty
             && let Err(e) = self.publish(k, hung)
         {
@@ -83,8 +84,16 @@ impl State {
             }
             return e;
         }
-        let needs_lease = !self.logged() || LOGGED_FLUSH_NEEDS_THE_LEASE.get();
-        if needs_lease && (self.logged() || !self.tenures[&k].dirty) && !self.holds(k) {
+        if self.tenures[&k].pending {
+            // `Async`: the flush ships what is pending first; a shipment that fails ends the
+            // tenure and is the handoff's answer.
+            let shipped = self.ship(k);
+            if shipped != Res::Ok {
+                return shipped;
+            }
+        }
+        let needs_lease = !logged || LOGGED_FLUSH_NEEDS_THE_LEASE.get();
+        if needs_lease && (logged || !self.tenures[&k].dirty) && !self.holds(k) {
             // Nothing to publish, but a handoff is only flushed while its tenure holds.
             self.lose(k);
             return Res::Fenced;

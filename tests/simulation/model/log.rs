@@ -9,8 +9,13 @@
 //! the log holds is then decided by the stores alone — a kept-back tip move that lands later
 //! moves the tip by the store's rules, so a write whose caller heard `Unshipped` may yet be
 //! restored.
+//!
+//! `Async` acknowledges at the local commit; what its runs committed is shipped at the next
+//! period (a few ms of real time, which the checker waits for: [`State::ship_pending`] runs
+//! after every op), and a handoff ships it before it hands the lease back. A shipment that
+//! fails ends the tenure, and what it carried is lost — the declared window of `Async`.
 
-use super::{HeldPut, Pos, Res, State};
+use super::{HeldPut, Mode, Pos, Res, Seg, State, Status};
 use crate::model::Held;
 use crate::ops::Late;
 
@@ -26,10 +31,23 @@ impl State {
         let from = self.tenures[&k].tip;
         let to = (epoch, from.map_or(1, |f| f.1 + 1));
         let content = self.tenures[&k].local.clone();
+        let after = self.new_state();
+        let seg = Seg {
+            content,
+            before: self.tenures[&k].state,
+            after,
+            prev: from,
+            damaged: false,
+            retired: false,
+        };
         self.tenure(k).carry = false;
-        let out = self.ship_calls((t, replica, epoch), from, to, content);
+        self.tenure(k).pending = false;
+        let out = self.ship_calls((t, replica, epoch), from, to, seg);
         if out == Res::Ok {
-            self.tenure(k).tip = Some(to);
+            let tenure = self.tenure(k);
+            tenure.tip = Some(to);
+            tenure.state = after;
+            tenure.since_image += 1;
         } else {
             self.lose(k);
         }
@@ -43,8 +61,9 @@ impl State {
         (t, r, epoch): (usize, usize, u64),
         from: Option<Pos>,
         to: Pos,
-        content: Vec<String>,
+        seg: Seg,
     ) -> Res {
+        self.successor_steps_in();
         if self.durable_down {
             return Res::Unshipped;
         }
@@ -52,11 +71,11 @@ impl State {
             self.held_puts.push(HeldPut {
                 t,
                 image: to,
-                segment: Some(content),
+                segment: Some(seg.content),
             });
             return Res::Unshipped;
         }
-        self.put_segment(t, to, content);
+        self.put_segment(t, to, seg);
         let out = self.move_tip_calls((t, r, epoch), from, to);
         if out != Res::Ok {
             self.tenants[t].seg_unconfirmed.insert(to);
@@ -110,10 +129,11 @@ impl State {
 
     /// A segment's bytes reach the store (if absent): above the floor it is listed until a
     /// forget; at or below it, a leftover for the next sweep.
-    pub(super) fn put_segment(&mut self, t: usize, at: Pos, content: Vec<String>) {
+    pub(super) fn put_segment(&mut self, t: usize, at: Pos, seg: Seg) {
         let ts = &mut self.tenants[t];
         if at.0 > ts.floor {
-            ts.segments.entry(at).or_insert(content);
+            ts.links.entry(at).or_insert(seg.prev);
+            ts.segments.entry(at).or_insert(seg);
         } else {
             ts.seg_leftovers.insert(at);
         }
@@ -133,10 +153,41 @@ impl State {
         }
     }
 
-    /// What an open restores under `Shipped`: the content at the tip, else the image's.
-    pub(super) fn log_content(&self, t: usize) -> Option<Vec<String>> {
-        let ts = &self.tenants[t];
-        ts.tip
-            .map(|tip| ts.segments.get(&tip).cloned().unwrap_or_default())
+    /// `Op::ZombieShip`, at the segment's put: every lease runs out, and a successor opens the
+    /// tenant and forgets it (the put, held meanwhile, then goes on).
+    fn successor_steps_in(&mut self) {
+        let Some((t, r)) = self.successor.take() else {
+            return;
+        };
+        self.now += super::TTL_MS + 1;
+        let opened = self.open(r, t);
+        let forgot = match opened {
+            Res::Epoch(e) => self.forget((t, e)),
+            _ => Res::Skipped,
+        };
+        self.successor_outcomes = Some((opened, forgot));
+    }
+
+    /// `Async`: what each serving tenure committed since its last shipment goes now (the
+    /// period after the op); a shipment that fails ends the tenure.
+    pub(super) fn ship_pending(&mut self) {
+        let due: Vec<(usize, u64)> = self
+            .tenures
+            .iter()
+            .filter(|(_, tenure)| {
+                tenure.pending && tenure.mode == Mode::Async && tenure.status == Status::Serving
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in due {
+            let _ = self.ship(k);
+        }
+    }
+
+    /// `Async`: a batch committed (its lease held at the commit): acknowledged now, shipped at
+    /// the next period (or by a handoff's flush).
+    pub(super) fn commit_async(&mut self, k: (usize, u64)) -> Res {
+        self.tenure(k).pending = true;
+        Res::Ok
     }
 }

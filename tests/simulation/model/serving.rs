@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 
-use super::{Dir, Held, HeldPut, Image, MARGIN_MS, Res, Row, State, Status, TTL_MS, Tenure};
+use super::{Dir, Held, HeldPut, Image, MARGIN_MS, Mode, Res, Row, State, Status, TTL_MS, Tenure};
 use crate::ops::Late;
 
 thread_local! {
@@ -61,43 +61,47 @@ impl State {
             expires_at: now + TTL_MS,
             released: false,
         });
+        let (head, tip) = (ts.head, ts.tip);
         let before = (self.dirs[r][t], self.markers[r][t]);
         self.dirs[r][t] = Dir::Present;
-        let restored = match (ts.head, ts.tip, self.durable_down) {
-            (None, None, _) => Ok(None),
+        let restored = match (head, tip, self.durable_down) {
+            (None, None, _) => Ok(super::pitr::Restored::default()),
             // The restore cannot read the head or the log.
-            (_, _, true) => Err(Res::StoreDown),
-            (Some(head), _, false) => ts.restorable(head).map(Some),
-            (None, Some(_), false) => Ok(None),
+            (_, _, true) => Err((Res::StoreDown, false)),
+            (_, _, false) => self.restore(t),
         };
         let restored = match restored {
             Ok(restored) => restored,
-            Err(e) => {
+            Err((e, installing)) => {
                 // The open fails and hands the lease back. Its tenure marker is written before
                 // the restore, so the directory it made stays, marked with the failed epoch
-                // (`hole_a_failed_open_leaves_no_directory_behind` in `change_log.rs`).
+                // (`hole_a_failed_open_leaves_no_directory_behind` in `change_log.rs`) — unless
+                // it failed before it installed anything: then the directory goes.
                 self.markers[r][t] = Some(epoch);
-                if FAILED_OPEN_LEAVES_NO_DIR.get() {
+                if FAILED_OPEN_LEAVES_NO_DIR.get() && !installing {
                     (self.dirs[r][t], self.markers[r][t]) = before;
                 }
                 self.release_call(t, r, epoch);
                 return e;
             }
         };
-        let image = restored.map_or_else(Vec::new, |at| ts.objects[&at].content.clone());
-        let logged = self.logged();
+        let mode = self.modes[r];
         let tenure = Tenure {
             replica: r,
             status: Status::Serving,
             valid_until: now + TTL_MS - MARGIN_MS,
             ended: false,
-            local: self.log_content(t).unwrap_or(image),
+            local: restored.content.clone(),
             dirty: false,
             next_seq: 1,
-            chain_head: restored,
+            chain_head: restored.image,
             tip: self.tenants[t].tip,
             // A new database: the open's own pages go with the first segment.
-            carry: logged && restored.is_none() && self.tenants[t].tip.is_none(),
+            carry: mode.logged() && restored.image.is_none() && self.tenants[t].tip.is_none(),
+            mode,
+            pending: false,
+            since_image: restored.segments,
+            state: restored.state,
         };
         self.tenures.insert((t, epoch), tenure);
         self.local_sweeps[r][t] = false;
@@ -136,10 +140,11 @@ impl State {
         let tenure = self.tenure(k);
         tenure.local.push(id);
         tenure.dirty = true;
-        if self.logged() {
-            return self.ship(k);
+        match tenure.mode {
+            Mode::Shipped => self.ship(k),
+            Mode::Async => self.commit_async(k),
+            Mode::Images => Res::Ok,
         }
-        Res::Ok
     }
 
     /// A run reading every event id; it commits an (empty) batch like any run — the first
@@ -149,10 +154,18 @@ impl State {
             return e;
         }
         self.tenure(k).dirty = true;
-        if self.logged() && self.tenures[&k].carry {
-            let shipped = self.ship(k);
-            if shipped != Res::Ok {
-                return shipped;
+        if self.tenures[&k].carry {
+            match self.tenures[&k].mode {
+                Mode::Shipped => {
+                    let shipped = self.ship(k);
+                    if shipped != Res::Ok {
+                        return shipped;
+                    }
+                }
+                Mode::Async => {
+                    self.commit_async(k);
+                }
+                Mode::Images => {}
             }
         }
         Res::Keys(self.tenures[&k].local.clone())
@@ -177,6 +190,13 @@ impl State {
             tenure.next_seq += 1;
             tenure.next_seq - 1
         };
+        if self.tenures[&k].pending {
+            // `Async`: the image is taken at the next cut, once the pending changes ship.
+            let shipped = self.ship(k);
+            if shipped != Res::Ok {
+                return Err(shipped);
+            }
+        }
         if self.durable_down {
             return Err(Res::StoreDown);
         }
@@ -193,14 +213,25 @@ impl State {
             self.tenants[t].stray.insert((epoch, seq));
             return Err(Res::StoreTimeout);
         }
+        let state = match self.tenures[&k].mode {
+            Mode::Images => self.new_state(),
+            _ => self.tenures[&k].state,
+        };
+        let tenure = &self.tenures[&k];
         let image = Image {
-            content: self.tenures[&k].local.clone(),
-            base: self.tenures[&k].chain_head,
-            log: self.tenures[&k].tip,
+            content: tenure.local.clone(),
+            base: tenure.chain_head,
+            log: tenure.tip,
+            beyond_log: tenure.mode == Mode::Images && tenure.tip.is_some(),
+            state,
             corrupt: false,
+            retired: false,
         };
         self.tenants[t].objects.insert((epoch, seq), image);
         if self.lease_down {
+            // An outage is an answer of unknown outcome: the image is reconciled like one whose
+            // head move timed out (kept only while the head's chain names it).
+            self.tenants[t].img_unconfirmed.insert((epoch, seq));
             return Err(Res::StoreDown);
         }
         let replica = self.tenures[&k].replica;
@@ -221,6 +252,11 @@ impl State {
         let tenure = self.tenure(k);
         tenure.chain_head = Some((epoch, seq));
         tenure.dirty = false;
+        if tenure.mode.logged() {
+            // Compaction counts from the newest image; retention runs after it.
+            tenure.since_image = 0;
+            self.retain(t);
+        }
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use leasehold::ledger::{LedgerError, NewEvent};
-use leasehold::testkit::LeaseOp;
+use leasehold::testkit::{LatePuts, LeaseOp};
 use leasehold::{Clock, LeaseKey, ManualClock};
 use leasehold_actors::{TenantRef, TenantStatus};
 use tokio::sync::oneshot;
@@ -55,7 +55,7 @@ impl World {
                 self.leases
                     .before_next(LeaseOp::Release, move || async move {
                         leases.land_held().await;
-                        let _ = durable.land_held_puts().await;
+                        let _ = durable.land_late_puts().await;
                     });
                 vec![Res::Ok]
             }
@@ -80,6 +80,10 @@ impl World {
                 Some(h) => vec![self.lapse_during_commit(t, &h, ids[0].clone()).await],
                 None => vec![Res::Skipped],
             },
+            Op::ZombieShip { t, at } => match self.handle(t, at) {
+                Some(h) => self.zombie_ship(t, &h, ids[0].clone()).await,
+                None => vec![Res::Skipped; 3],
+            },
             Op::ForgetBehindHungPut { t, at } => match self.handle(t, at) {
                 Some(h) => self.forget_behind_hung_put(&h).await,
                 None => vec![Res::Skipped, Res::Skipped],
@@ -92,7 +96,7 @@ impl World {
                 Some(h) => self.forget_during_upload(&h).await,
                 None => vec![Res::Skipped, Res::Skipped],
             },
-            Op::Periodic | Op::Images => vec![Res::Ok],
+            Op::Periodic | Op::Images | Op::Log { .. } => vec![Res::Ok],
             _ => unreachable!("not a fault op: {op:?}"),
         }
     }
@@ -107,11 +111,13 @@ impl World {
             Late::MarkForgotten => LeaseOp::MarkForgotten,
             Late::MoveTip => LeaseOp::MoveTip,
             Late::Put => {
-                self.durable.land_late_put(|key| key.ends_with(".db"));
+                self.durable
+                    .late_puts(LatePuts::next(|key| key.ends_with(".db")).untracked());
                 return;
             }
             Late::SegmentPut => {
-                self.durable.land_late_put(|key| key.ends_with(".seg"));
+                self.durable
+                    .late_puts(LatePuts::next(|key| key.ends_with(".seg")).untracked());
                 return;
             }
         };
@@ -122,7 +128,7 @@ impl World {
     pub(super) async fn land(&self) {
         self.leases.land_held().await;
         self.durable
-            .land_held_puts()
+            .land_late_puts()
             .await
             .expect("the directory store takes a late put");
     }
@@ -193,6 +199,9 @@ impl World {
         };
         if let Some(res) = early {
             let opened = self.opened(r, t, res);
+            if matches!(opened, Res::Epoch(_)) {
+                self.note_open(r, t).await;
+            }
             let closed = settle(count(async { sup.close().await.map(|u| u.len()) })).await;
             drop(sup);
             self.restart(r).await;
@@ -205,6 +214,9 @@ impl World {
         let _ = go.send(());
         let opened = opening.await;
         let opened = self.opened(r, t, opened);
+        if matches!(opened, Res::Epoch(_)) {
+            self.note_open(r, t).await;
+        }
         let closed = match tokio::time::timeout(SETTLE, closing).await {
             Ok(Ok(Ok(n))) => Res::Count(n),
             Ok(Ok(Err(e))) => res_of(&e),
@@ -239,6 +251,66 @@ impl World {
         active.store(false, Ordering::SeqCst);
         self.durable.hang_puts(false);
         vec![snap, forgot]
+    }
+
+    /// A write on a `Shipped` tenure whose segment put, once reached, waits while every clock
+    /// moves past the TTL and a successor on the next replica opens the tenant and forgets it;
+    /// the tip's first move then times out (a late landing), its retry refused. Outcomes
+    /// `[write, open, forget]`.
+    async fn zombie_ship(&mut self, t: usize, h: &TenantRef, id: String) -> Vec<Res> {
+        let owner = self.owners[&(t, h.epoch())];
+        if self.case.modes[owner] != crate::model::Mode::Shipped {
+            return vec![Res::Skipped; 3];
+        }
+        let next = (owner + 1) % crate::model::REPLICAS;
+        self.leases.land_late(LeaseOp::MoveTip);
+        let active = Arc::new(AtomicBool::new(true));
+        let (sent, heard) = oneshot::channel();
+        // Taken back when the hook never fires: a supervisor kept by a hook would never stop,
+        // and its replica could not restart on its root.
+        let successor = Arc::new(Mutex::new(Some(self.sups[next].clone())));
+        let (sup, armed) = (successor.clone(), active.clone());
+        let (clocks, store_clock) = (self.clocks.clone(), self.store_clock.clone());
+        let hook = move || -> BoxFuture<'static, ()> {
+            Box::pin(async move {
+                let sup = sup.lock().unwrap().take();
+                let (true, Some(sup)) = (armed.swap(false, Ordering::SeqCst), sup) else {
+                    return;
+                };
+                let by = Duration::from_millis(TTL_MS + 1);
+                store_clock.advance(by);
+                for clock in &clocks {
+                    clock.advance(by);
+                }
+                let (org, tenant) = tenant_ids(t);
+                let opened = settle_raw(sup.open(&org, &tenant)).await;
+                let forgot = match &opened {
+                    Ok(Ok(successor)) => settle(unit(successor.forget())).await,
+                    _ => Res::Skipped,
+                };
+                let _ = sent.send((opened, forgot));
+            })
+        };
+        let live = active.clone();
+        let matching = move |key: &str| key.ends_with(".seg") && live.load(Ordering::SeqCst);
+        self.durable
+            .before_next_put_matching(matching, Box::new(hook));
+        let written = settle(super::insert(h, id)).await;
+        if active.swap(false, Ordering::SeqCst) {
+            // The write never reached its put (and the hook never matches again).
+            successor.lock().unwrap().take();
+            return vec![written, Res::Skipped, Res::Skipped];
+        }
+        match heard.await {
+            Ok((opened, forgot)) => {
+                let opened = self.opened(next, t, opened);
+                if matches!(opened, Res::Epoch(_)) {
+                    self.note_open(next, t).await;
+                }
+                vec![written, opened, forgot]
+            }
+            Err(_) => vec![written, Res::Other("the successor never answered".into())],
+        }
     }
 
     /// A snapshot whose image put, once reached, sends a forget and waits until the tenant
