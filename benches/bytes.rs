@@ -307,8 +307,15 @@ fn print_rows(rows: &[Row], raws: &[(&str, Figure)]) {
         );
     }
     println!("(per 1,000 acknowledged writes; from after the open to after the replica closed)");
+}
+
+/// Part 3: the rows at S3's list prices.
+fn print_costs(rows: &[Row]) {
     println!(
-        "\n## 3. cost per million writes at S3 list prices (us-east-1 Standard, 2026-12-01: PUT/LIST ${PUT_PER_1000}/1,000, GET/HEAD ${GET_PER_1000}/1,000, ${STORAGE_PER_GB_MONTH}/GB-month)"
+        "\n## 3. cost per million writes at S3 list prices (us-east-1 Standard, 2026-12-01: PUT/LIST ${PUT_PER_1000}/1,000, GET/HEAD ${GET_PER_1000}/1,000, ${STORAGE_PER_GB_MONTH}/GB-month; DELETE free)"
+    );
+    println!(
+        "(storage: the bytes put, kept a month; compaction and retention delete most of them sooner)"
     );
     println!("\n| run | PUT + LIST | GET + HEAD | storage, per month kept | total (first month) |");
     println!("| --- | ---: | ---: | ---: | ---: |");
@@ -375,5 +382,6 @@ async fn main() {
     );
     print_rows(&rows, &raws);
     codec(&samples, s.reps);
+    print_costs(&rows);
     println!("\nmachine load at the end (1, 5, 15 min): {}", load());
 }
