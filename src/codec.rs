@@ -16,6 +16,14 @@
 //! before it is refused, and every byte must be consumed (trailing bytes are an error, not
 //! ignored).
 //!
+//! **Compression.** Segment payloads of format 2 are a zstd frame of the codec bytes
+//! ([`compress`], [`decompress`]); `zstd` is used here only, like bincode. Decompression is
+//! bounded before it starts: the raw size the segment claims must be at most [`LIMIT`]
+//! ([`CodecError::TooLarge`], refused before anything is allocated), the output grows only as
+//! bytes actually come out of the frame (never allocated from the claim), and a frame that
+//! yields more or fewer bytes than it claims, or does not decode, is refused
+//! ([`CodecError::RawLength`], [`CodecError::Decompress`]).
+//!
 //! **Messages.** The bodies and replies of typed messages (`leasehold_actors::TenantMessage`)
 //! are bytes of the same codec, through [`encode_message`] and [`decode_message`]: the same
 //! configuration with a limit of their own, [`MESSAGE_LIMIT`] (16 MiB), enforced while
@@ -45,6 +53,66 @@ pub enum CodecError {
         /// How many bytes were left over.
         extra: usize,
     },
+    /// A compressed payload claims more raw bytes than a reader accepts: refused before
+    /// anything is decompressed or allocated (a decompression bomb, or corrupt bytes).
+    #[error("decompress: it claims {claimed} raw bytes, more than the {limit} a reader accepts")]
+    TooLarge {
+        /// The raw size it claims.
+        claimed: u64,
+        /// [`LIMIT`].
+        limit: u64,
+    },
+    /// A compressed payload is not a zstd frame (truncated, corrupt).
+    #[error("decompress: {0}")]
+    Decompress(String),
+    /// A compressed payload decompressed to another size than the one it claims.
+    #[error("decompress: it claims {claimed} raw bytes but holds {actual}")]
+    RawLength {
+        /// The raw size it claims.
+        claimed: u64,
+        /// How many it yields (when more than claimed: at least `claimed + 1`).
+        actual: u64,
+    },
+}
+
+/// The zstd level segments are compressed at: measured on real segments by `benches/bytes.rs`
+/// (docs/benchmarks.md, bytes and requests).
+pub const ZSTD_LEVEL: i32 = 3;
+
+/// Compresses `raw` (codec bytes) into one zstd frame at [`ZSTD_LEVEL`].
+pub fn compress(raw: &[u8]) -> Result<Vec<u8>, CodecError> {
+    zstd::bulk::compress(raw, ZSTD_LEVEL).map_err(|e| CodecError::Encode(format!("zstd: {e}")))
+}
+
+/// Decompresses the zstd frame `compressed` that claims to hold `claimed` raw bytes. A claim
+/// over [`LIMIT`] is refused before anything is allocated; the output grows only with the
+/// bytes the frame really yields, and must be exactly `claimed` of them.
+pub fn decompress(compressed: &[u8], claimed: u64) -> Result<Vec<u8>, CodecError> {
+    use std::io::Read;
+    if claimed > LIMIT as u64 {
+        return Err(CodecError::TooLarge {
+            claimed,
+            limit: LIMIT as u64,
+        });
+    }
+    let decoder = zstd::stream::read::Decoder::with_buffer(compressed)
+        .map_err(|e| CodecError::Decompress(e.to_string()))?
+        .single_frame();
+    // At most the claim plus one byte is read (more is refused); the buffer starts at most at
+    // a few times the input, so a liar's claim is never allocated up front.
+    let start = claimed.min((compressed.len() as u64).saturating_mul(8));
+    let mut out = Vec::with_capacity(usize::try_from(start).unwrap_or(0));
+    decoder
+        .take(claimed.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| CodecError::Decompress(e.to_string()))?;
+    if out.len() as u64 != claimed {
+        return Err(CodecError::RawLength {
+            claimed,
+            actual: out.len() as u64,
+        });
+    }
+    Ok(out)
 }
 
 fn config() -> impl bincode::config::Config {
@@ -242,6 +310,75 @@ mod tests {
             decode::<Vec<u8>>(&bytes),
             Err(CodecError::Decode(_))
         ));
+    }
+
+    #[test]
+    fn compressed_bytes_round_trip_and_are_smaller_for_repetitive_input() {
+        let raw: Vec<u8> = (0..8192u32).map(|i| (i % 16) as u8).collect();
+        let packed = compress(&raw).unwrap();
+        assert!(packed.len() < raw.len() / 10, "{}", packed.len());
+        assert_eq!(decompress(&packed, raw.len() as u64).unwrap(), raw);
+    }
+
+    #[test]
+    fn a_decompression_bomb_is_refused_before_it_is_decompressed() {
+        // 64 bytes of frame that would yield 2 GiB of zeros: the claim is refused on sight.
+        let claimed = 2 * LIMIT as u64;
+        let small = compress(&[0u8; 64]).unwrap();
+        assert_eq!(
+            decompress(&small, claimed),
+            Err(CodecError::TooLarge {
+                claimed,
+                limit: LIMIT as u64
+            })
+        );
+        // A real frame of 4 MiB of zeros claiming 1 KiB: only 1 KiB + 1 is ever produced.
+        let zeros = compress(&vec![0u8; 4 << 20]).unwrap();
+        assert!(zeros.len() < 1024, "{}", zeros.len());
+        assert_eq!(
+            decompress(&zeros, 1024),
+            Err(CodecError::RawLength {
+                claimed: 1024,
+                actual: 1025
+            })
+        );
+        // A claim within the limit but more than the frame holds: refused, never allocated.
+        assert_eq!(
+            decompress(&small, LIMIT as u64),
+            Err(CodecError::RawLength {
+                claimed: LIMIT as u64,
+                actual: 64
+            })
+        );
+    }
+
+    #[test]
+    fn corrupt_compressed_bytes_are_refused_by_kind() {
+        let raw: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 13) as u8).collect();
+        let packed = compress(&raw).unwrap();
+        let mut flipped = packed.clone();
+        let middle = flipped.len() / 2;
+        flipped[middle] ^= 0xff;
+        let mut results = vec![
+            decompress(&packed[..packed.len() - 3], raw.len() as u64),
+            decompress(&[0xde, 0xad, 0xbe, 0xef, 1, 2, 3], raw.len() as u64),
+            decompress(&[], raw.len() as u64),
+        ];
+        // A flipped byte may still decode (zstd frames carry no checksum here: the segment's
+        // SHA-256 does that) but never to the raw bytes.
+        match decompress(&flipped, raw.len() as u64) {
+            Ok(out) => assert_ne!(out, raw),
+            other => results.push(other),
+        }
+        for result in results {
+            assert!(
+                matches!(
+                    result,
+                    Err(CodecError::Decompress(_) | CodecError::RawLength { .. })
+                ),
+                "{result:?}"
+            );
+        }
     }
 
     #[test]

@@ -45,6 +45,34 @@ async fn rpo0_every_acknowledged_write_survives_an_abandon_without_any_image() {
     assert_eq!(keys_of(&t2).await.len(), 20, "every acknowledged write");
 }
 
+/// The same with segments compressed (`segment_compression: Zstd`, format 2), read by a
+/// replica that writes plain ones: every acknowledged write, and the segments in the store are
+/// format 2.
+#[actix_rt::test]
+async fn rpo0_compressed_segments_restore_every_acknowledged_write() {
+    use leasehold::DurableStore;
+    use leasehold::log::segment::SegmentCompression;
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        c.segment_compression = SegmentCompression::Zstd
+    });
+    let t = a.open().await;
+    for i in 0..20 {
+        insert(&t, &format!("k{i}")).await.unwrap();
+    }
+    t.abandon().await.unwrap();
+    let stored = fleet.stored_of_tenant().await;
+    let segments: Vec<_> = stored.iter().filter(|k| is_segment_key(k)).collect();
+    assert_eq!(segments.len(), 20, "{stored:?}");
+    let first = fleet.durable.get(segments[0]).await.unwrap().unwrap();
+    assert_eq!(&first[..4], &2u32.to_le_bytes(), "format 2 on the wire");
+    let b = fleet.replica_with("b", "b", |c| {
+        c.segment_compression = SegmentCompression::Off
+    });
+    let t2 = b.open().await;
+    assert_eq!(keys_of(&t2).await.len(), 20, "every acknowledged write");
+}
+
 #[actix_rt::test]
 async fn images_mode_loses_what_no_image_holds() {
     // The control of the test above: without a log, an abandon loses the unpublished writes.

@@ -67,6 +67,7 @@ impl Service {
             .arg(dir.join("durable"))
             .args(["--transport-bind", "127.0.0.1:0", "--deadline", "10s"])
             .env("LEASEHOLD_FLEET_KEY", "7e".repeat(32))
+            .env("SERVICE_ADMIN_TOKEN", ADMIN_TOKEN)
             .env(
                 "RUST_LOG",
                 std::env::var("SERVICE_TEST_LOG").unwrap_or_else(|_| "warn".into()),
@@ -127,6 +128,14 @@ impl Drop for Service {
 }
 
 const TENANTS: usize = 10;
+
+/// The admin routes' token in these tests.
+const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// `Authorization` for the admin routes.
+fn bearer() -> String {
+    format!("Bearer {ADMIN_TOKEN}")
+}
 
 fn tenant_url(base: &str, t: usize) -> String {
     format!("{base}/tenants/acme/t{t}/events")
@@ -272,6 +281,7 @@ async fn two_processes_any_one_answers_and_a_sigterm_mid_load_loses_no_acknowled
     assert_eq!(counts[0][0], "test.appended", "{counts}");
     let open: Vec<serde_json::Value> = client
         .get(format!("{b_base}/admin/tenants"))
+        .header("authorization", bearer())
         .send()
         .await
         .unwrap()
@@ -284,7 +294,19 @@ async fn two_processes_any_one_answers_and_a_sigterm_mid_load_loses_no_acknowled
         "b holds every tenant once a is gone: {open:?}"
     );
     // The admin verbs, the health and metrics routes, and refusals of bad input.
-    let post = |path: String| client.post(format!("{b_base}{path}")).send();
+    let post = |path: String| {
+        client
+            .post(format!("{b_base}{path}"))
+            .header("authorization", bearer())
+            .send()
+    };
+    // Without the token the admin routes refuse and do nothing.
+    let anonymous = client
+        .post(format!("{b_base}/admin/tenants/acme/t3/forget"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
     let status = |path: &'static str| client.get(format!("{b_base}{path}")).send();
     assert_eq!(status("/healthz").await.unwrap().status(), 200);
     let metrics = status("/metrics").await.unwrap().text().await.unwrap();
@@ -411,15 +433,41 @@ async fn every_route_refuses_bad_ids_and_bodies_with_a_coded_json_refusal() {
         ("a negative limit", client.get(format!("{events}?limit=-1"))),
         (
             "an unknown admin verb",
-            client.post(format!("{base}/admin/tenants/acme/t0/explode")),
+            client
+                .post(format!("{base}/admin/tenants/acme/t0/explode"))
+                .header("authorization", bearer()),
         ),
         (
             "a handoff of a tenant not open here",
-            client.post(format!("{base}/admin/tenants/acme/t0/handoff")),
+            client
+                .post(format!("{base}/admin/tenants/acme/t0/handoff"))
+                .header("authorization", bearer()),
         ),
         (
             "a bad id on an admin route",
-            client.post(format!("{base}/admin/tenants/acme/a.b/forget")),
+            client
+                .post(format!("{base}/admin/tenants/acme/a.b/forget"))
+                .header("authorization", bearer()),
+        ),
+        (
+            "an admin route without the token",
+            client.post(format!("{base}/admin/tenants/acme/t0/forget")),
+        ),
+        (
+            "an admin route with a wrong token",
+            client
+                .post(format!("{base}/admin/tenants/acme/t0/forget"))
+                .header("authorization", "Bearer nope"),
+        ),
+        (
+            "an idempotency key that is not ASCII",
+            client
+                .post(&events)
+                .header(
+                    "Idempotency-Key",
+                    reqwest::header::HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap(),
+                )
+                .json(&serde_json::json!({ "kind": "x" })),
         ),
     ];
     for (what, request) in cases {

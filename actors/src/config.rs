@@ -145,6 +145,12 @@ pub struct RuntimeConfig {
     /// (docs/guarantees.md, "Limits"). Between [`MIN_SEGMENT_LIMIT`] and the codec's limit
     /// (`leasehold::codec::LIMIT`, 1 GiB), which is the default.
     pub segment_limit: u64,
+    /// How segments are written: plain (format 1, the default) or compressed by zstd (format 2:
+    /// 3.5–7× fewer bytes stored and sent, the stored bytes never more than the plain
+    /// encoding's, but compressed on the tenant's thread today, ~170 µs per 80 KB segment:
+    /// docs/benchmarks.md, "Bytes and requests"). Both are always read; `segment_limit` bounds
+    /// the plain size either way (docs/guarantees.md, "Limits").
+    pub segment_compression: leasehold::log::segment::SegmentCompression,
     /// With `Async`: the most bytes a tenant lets wait committed and not yet in the change log
     /// (pending and in flight). A run is refused with `Error::LogBehind` while this much waits,
     /// so a crash loses at most this plus one batch (docs/guarantees.md, the numbers). Default
@@ -256,6 +262,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("snapshot_every", &self.snapshot_every)
             .field("compaction", &self.compaction)
             .field("segment_limit", &self.segment_limit)
+            .field("segment_compression", &self.segment_compression)
             .field("async_pending_limit", &self.async_pending_limit)
             .field("retain", &self.retain)
             .field("local_sweep_every", &self.local_sweep_every)
@@ -298,6 +305,7 @@ impl RuntimeConfig {
             snapshot_every: Some(Duration::from_secs(60)),
             compaction: Compaction::default(),
             segment_limit: leasehold::codec::LIMIT as u64,
+            segment_compression: leasehold::log::segment::SegmentCompression::Off,
             async_pending_limit: 64 << 20,
             retain: Duration::from_secs(24 * 60 * 60),
             local_sweep_every: Some(Duration::from_secs(60)),

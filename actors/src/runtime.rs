@@ -49,6 +49,8 @@ pub(crate) struct Runtime {
     pub(crate) compaction: crate::config::Compaction,
     /// The most bytes one segment may take; a batch may take half of it.
     pub(crate) segment_limit: u64,
+    /// How segments are written (compressed or plain).
+    pub(crate) segment_compression: leasehold::log::segment::SegmentCompression,
     /// With `Async`: the most bytes committed and not yet shipped before runs are refused.
     pub(crate) async_pending_limit: u64,
     /// How long unneeded images and segments stay.
@@ -137,6 +139,7 @@ impl Runtime {
             snapshot_every: config.snapshot_every,
             compaction: config.compaction,
             segment_limit: config.segment_limit,
+            segment_compression: config.segment_compression,
             async_pending_limit: config.async_pending_limit,
             retain: config.retain,
             local_sweep_every: config.local_sweep_every,

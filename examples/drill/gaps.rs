@@ -14,6 +14,7 @@
 //! | `unexplained-end`   | `unexplained-tenure-end`                                          | 11, 12   |
 //! | `unreadable`        | `unreadable-at-end`                                               | 1        |
 //! | `pitr-window`       | `pitr-outside-retention`, `pitr-failed`                           | 3, 4     |
+//! | `forgetter-copy`    | `forgotten-local-file-left` of the forgetting (or handing-off) replica's own root | a finding of 2026-12-01, not yet triaged (docs/testing.md) |
 
 use crate::checker::Violation;
 
@@ -34,6 +35,9 @@ pub enum KnownGap {
     Unreadable,
     /// A point-in-time restore inside the window refused or failed.
     PitrWindow,
+    /// The replica that forgot a tenant (or handed it off) keeps its local directory: seen on
+    /// PostgreSQL + S3 with `forget-paused` and `forget-late-put`, not yet triaged.
+    ForgetterCopy,
 }
 
 /// What `forgotten-object-left` says when every object it lists is a segment.
@@ -68,6 +72,12 @@ pub fn gap_of(v: &Violation) -> Option<KnownGap> {
         "unexplained-tenure-end" => Some(KnownGap::UnexplainedEnd),
         "unreadable-at-end" => Some(KnownGap::Unreadable),
         "pitr-outside-retention" | "pitr-failed" => Some(KnownGap::PitrWindow),
+        "forgotten-local-file-left"
+            if v.detail.contains("handed off or forgetting")
+                || v.detail.contains("the forgetting replica") =>
+        {
+            Some(KnownGap::ForgetterCopy)
+        }
         _ => None,
     }
 }

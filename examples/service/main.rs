@@ -10,6 +10,7 @@
 //! GET  /tenants/{org}/{tenant}/queries/count-by-kind
 //! GET  /admin/tenants                            the tenants open here, with their epochs
 //! POST /admin/tenants/{org}/{tenant}/handoff|abandon|forget
+//!      (admin routes: Authorization: Bearer <--admin-token>; off without one)
 //! GET  /healthz   GET /metrics
 //! ```
 //!
@@ -65,6 +66,10 @@ struct Flags {
     /// tenants it holds or can open).
     #[arg(long, env = "LEASEHOLD_TRANSPORT_BIND")]
     transport_bind: Option<String>,
+    /// The token the admin routes ask for (`Authorization: Bearer <token>`); without one they
+    /// are off. Never logged.
+    #[arg(long, env = "SERVICE_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
     /// How long a request waits for its tenant, forwards and opens included.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     deadline: Duration,
@@ -120,6 +125,7 @@ async fn serve(flags: Flags) -> Result<i32, Box<dyn std::error::Error>> {
         replica: replica.clone(),
         metrics,
         deadline: flags.deadline,
+        admin_token: flags.admin_token.as_deref().map(routes::token_digest),
     };
     let server = HttpServer::new(move || {
         App::new()

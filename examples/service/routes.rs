@@ -20,6 +20,45 @@ pub struct AppState {
     pub metrics: PrometheusMetrics,
     /// How long a request waits for its tenant.
     pub deadline: Duration,
+    /// The SHA-256 of the token the admin routes ask for (`Authorization: Bearer <token>`);
+    /// `None`: the admin routes are off (a forget erases a tenant: never open to anyone who can
+    /// reach the port).
+    pub admin_token: Option<[u8; 32]>,
+}
+
+/// The digest an admin token is compared by (equal-length digests: the comparison's time says
+/// nothing about the token).
+pub fn token_digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+/// `None` when `req` carries the admin token, else the refusal.
+fn admin_refusal(state: &AppState, req: &HttpRequest) -> Option<HttpResponse> {
+    let Some(want) = state.admin_token else {
+        return Some(
+            HttpResponse::Forbidden().json(Refusal {
+                code: "SERVICE_ADMIN_OFF",
+                message: "the admin routes are off: start the service with --admin-token (or \
+                      SERVICE_ADMIN_TOKEN)"
+                    .into(),
+                outcome_unknown: false,
+            }),
+        );
+    };
+    let given = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(token) if token_digest(token) == want => None,
+        _ => Some(HttpResponse::Unauthorized().json(Refusal {
+            code: "SERVICE_UNAUTHORIZED",
+            message: "an admin route needs Authorization: Bearer <the admin token>".into(),
+            outcome_unknown: false,
+        })),
+    }
 }
 
 /// Mounts every route.
@@ -161,16 +200,20 @@ async fn append(
         Ok(addr) => addr,
         Err(refusal) => return *refusal,
     };
-    let Some(key) = req
-        .headers()
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .filter(|k| !k.is_empty())
-    else {
-        return bad_request(
-            "SERVICE_IDEMPOTENCY_KEY",
-            "an append needs an Idempotency-Key header (1 to 256 bytes)",
-        );
+    let key = match req.headers().get("idempotency-key").map(|v| v.to_str()) {
+        Some(Ok(key)) if !key.is_empty() => key,
+        Some(Err(_)) => {
+            return bad_request(
+                "SERVICE_IDEMPOTENCY_KEY",
+                "the Idempotency-Key header must be visible ASCII (HTTP header text)",
+            );
+        }
+        _ => {
+            return bad_request(
+                "SERVICE_IDEMPOTENCY_KEY",
+                "an append needs an Idempotency-Key header (1 to 256 bytes)",
+            );
+        }
     };
     let body = body.into_inner();
     let msg = AppendEvent {
@@ -239,7 +282,10 @@ async fn count_by_kind(
 }
 
 /// `GET /admin/tenants`: the tenants open on this replica.
-async fn list_open(state: web::Data<AppState>) -> HttpResponse {
+async fn list_open(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    if let Some(refusal) = admin_refusal(&state, &req) {
+        return refusal;
+    }
     match state.replica.open_tenants().await {
         Ok(open) => {
             let open: Vec<_> = open
@@ -259,8 +305,12 @@ async fn list_open(state: web::Data<AppState>) -> HttpResponse {
 /// `LEASEHOLD_LEASE_HELD`, naming the holder, when another replica holds it).
 async fn admin(
     state: web::Data<AppState>,
+    req: HttpRequest,
     path: web::Path<(String, String, String)>,
 ) -> HttpResponse {
+    if let Some(refusal) = admin_refusal(&state, &req) {
+        return refusal;
+    }
     let (org, tenant, verb) = path.into_inner();
     let addr = match address(&(org, tenant)) {
         Ok(addr) => addr,

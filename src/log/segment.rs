@@ -1,20 +1,34 @@
 //! One segment of the change log: the pages a run of committed batches changed, with the
 //! database size after them and the sums before and after (see [`super::sums`]).
 //!
-//! Encoded by [`crate::codec`] (bincode 2, the bytes of bincode 1), then a SHA-256 of the
-//! encoded bytes appended:
+//! Two formats, both read; the writer picks per segment ([`Segment::encode_with`]):
 //!
 //! ```text
+//!  format 1 (plain):
 //!  ┌──────────────────────────────────────────────┬──────────────────────────┐
 //!  │ codec bytes of Segment { header, pages }     │ SHA-256 of those bytes   │
 //!  └──────────────────────────────────────────────┴──────────────────────────┘
+//!  format 2 (zstd, `SegmentCompression::Zstd`):
+//!  ┌────────────┬──────────────┬──────────────────────────────┬──────────────────────────┐
+//!  │ u32 LE = 2 │ u64 LE raw   │ zstd frame of the codec bytes │ SHA-256 of everything    │
+//!  │            │ length       │ of Segment { header, pages }  │ before it                │
+//!  └────────────┴──────────────┴──────────────────────────────┴──────────────────────────┘
 //! ```
 //!
-//! [`Segment::decode`] checks, in this order: the SHA-256, the encoding (every byte), then that
-//! the segment says what its key says — format, tenant, position — and that it is well formed:
-//! a valid page size, `db_pages ≥ 1`, pages strictly ascending within `1..=db_pages` and each
-//! exactly one page long, and a `prev` exactly one before it, of its epoch or an older one (or
-//! none for the first segment). Whether it applies to a state is [`super::apply`]'s check.
+//! The codec bytes start with the header's `format`, so the first four bytes name the format in
+//! both, and the header inside says the same format as the bytes around it. A segment is written
+//! as format 2 unless compression is off or would not make it smaller; so the stored bytes are
+//! never more than the plain encoding's, which is what `segment_limit` and [`encoded_bound`]
+//! measure (the raw size: docs/guarantees.md, "Limits").
+//!
+//! [`Segment::decode`] checks, in this order: the SHA-256 (of the stored bytes, so corruption is
+//! caught before anything is decompressed), the format, the raw length a format-2 segment claims
+//! (at most the codec's limit, refused before anything is allocated: [`crate::codec::decompress`]),
+//! the decompression and the encoding (every byte), then that the segment says what its key says
+//! — format, tenant, position — and that it is well formed: a valid page size, `db_pages ≥ 1`,
+//! pages strictly ascending within `1..=db_pages` and each exactly one page long, and a `prev`
+//! exactly one before it, of its epoch or an older one (or none for the first segment). Whether
+//! it applies to a state is [`super::apply`]'s check.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -23,13 +37,50 @@ use super::{Changes, LogError};
 use crate::ids::LeaseKey;
 use crate::layout::{LogPos, segment_key};
 
-/// The segment format this build writes and reads.
-pub const SEGMENT_FORMAT: u32 = 1;
+/// The segment format this build writes: the codec bytes compressed by zstd (read: this and
+/// [`SEGMENT_FORMAT_PLAIN`]).
+pub const SEGMENT_FORMAT: u32 = 2;
+
+/// The plain segment format (the codec bytes uncompressed): still read, and written when
+/// compression is off or would not make a segment smaller.
+pub const SEGMENT_FORMAT_PLAIN: u32 = 1;
+
+/// The bytes a format-2 segment puts before its zstd frame: the format and the raw length.
+pub const COMPRESSED_PREFIX_LEN: usize = 4 + 8;
+
+/// How a segment is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SegmentCompression {
+    /// Format 2 (zstd) when it makes the segment smaller, else format 1.
+    Zstd,
+    /// Always format 1, uncompressed (the runtime's default: `RuntimeConfig::segment_compression`).
+    #[default]
+    Off,
+}
+
+/// A segment's stored bytes and the size of its plain encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    /// The bytes put in the durable store.
+    pub bytes: Vec<u8>,
+    /// The plain encoding's size (codec bytes and SHA-256): what `segment_limit` bounds
+    /// ([`encoded_len`]); at least `bytes.len()`.
+    pub raw_len: u64,
+}
+
+/// The header and pages of a segment, borrowed: what the codec encodes (the same bytes as
+/// [`Segment`]'s).
+#[derive(Serialize)]
+struct SegmentRef<'a> {
+    header: &'a SegmentHeader,
+    pages: &'a [Page],
+}
 
 /// What a segment says about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentHeader {
-    /// [`SEGMENT_FORMAT`].
+    /// The format the segment was written in ([`SEGMENT_FORMAT`] or [`SEGMENT_FORMAT_PLAIN`]);
+    /// [`Segment::encode_with`] sets it to the one it writes.
     pub format: u32,
     /// The tenant's lease key, `<org>/<tenant>`.
     pub key: String,
@@ -79,7 +130,8 @@ pub const ENCODED_PER_PAGE: u64 = 12;
 /// and the `/` between them.
 const MAX_KEY_LEN: u64 = 2 * crate::ids::MAX_ID_LEN as u64 + 1;
 
-/// The bytes of the encoded segment ([`Segment::encode`], its SHA-256 included) of the tenant
+/// The bytes of the plain encoded segment (format 1, its SHA-256 included: the raw size a
+/// compressed segment is measured by) of the tenant
 /// whose key is `key_len` bytes long, with a `prev` or not, carrying `pages` pages of
 /// `page_size` bytes: the codec's fixed-width fields, the key, the page count, each page, the
 /// checksum. Pinned against [`Segment::encode`] by a test.
@@ -128,26 +180,67 @@ impl Segment {
         }
     }
 
-    /// The bytes put in the durable store: the codec bytes, then their SHA-256. A segment that
-    /// [`Segment::decode`] would refuse for its shape is refused here too, so a writer never
-    /// ships one.
+    /// The bytes put in the durable store, compressed ([`SegmentCompression::Zstd`]). A segment
+    /// that [`Segment::decode`] would refuse for its shape is refused here too, so a writer
+    /// never ships one.
     pub fn encode(&self) -> Result<Vec<u8>, LogError> {
+        self.encode_with(SegmentCompression::Zstd)
+            .map(|encoded| encoded.bytes)
+    }
+
+    /// The bytes put in the durable store and the plain encoding's size: format 2 when
+    /// `compression` is on and it makes the segment smaller, else format 1. The header's
+    /// `format` is written as the format chosen, whatever it holds.
+    pub fn encode_with(&self, compression: SegmentCompression) -> Result<Encoded, LogError> {
         let what = || format!("segment {} of {}", self.header.pos, self.header.key);
         self.check_shape().map_err(|reason| LogError::Corrupt {
             what: what(),
             reason,
         })?;
-        let mut bytes = crate::codec::encode(self).map_err(|e| LogError::Corrupt {
+        let codec = |e: crate::codec::CodecError| LogError::Corrupt {
             what: what(),
             reason: e.to_string(),
-        })?;
-        let sum = Sha256::digest(&bytes);
-        bytes.extend_from_slice(&sum);
-        Ok(bytes)
+        };
+        let format = match compression {
+            SegmentCompression::Zstd => SEGMENT_FORMAT,
+            SegmentCompression::Off => SEGMENT_FORMAT_PLAIN,
+        };
+        let header = SegmentHeader {
+            format,
+            ..self.header.clone()
+        };
+        let mut codec_bytes = crate::codec::encode(&SegmentRef {
+            header: &header,
+            pages: &self.pages,
+        })
+        .map_err(codec)?;
+        let raw_len = (codec_bytes.len() + CHECKSUM_LEN) as u64;
+        if format == SEGMENT_FORMAT {
+            let frame = crate::codec::compress(&codec_bytes).map_err(codec)?;
+            if compression_pays(frame.len(), codec_bytes.len()) {
+                let mut bytes =
+                    Vec::with_capacity(COMPRESSED_PREFIX_LEN + frame.len() + CHECKSUM_LEN);
+                bytes.extend_from_slice(&SEGMENT_FORMAT.to_le_bytes());
+                bytes.extend_from_slice(&(codec_bytes.len() as u64).to_le_bytes());
+                bytes.extend_from_slice(&frame);
+                return Ok(Encoded {
+                    bytes: sealed(bytes),
+                    raw_len,
+                });
+            }
+            // Not smaller: plain after all. The codec bytes begin with the header's format
+            // (a u32, pinned by `golden_segment_bytes_are_pinned`), so only it changes.
+            codec_bytes[..4].copy_from_slice(&SEGMENT_FORMAT_PLAIN.to_le_bytes());
+        }
+        Ok(Encoded {
+            bytes: sealed(codec_bytes),
+            raw_len,
+        })
     }
 
-    /// Decodes and checks the bytes fetched from `segment_key(key, pos)`. Anything that fails a
-    /// check is [`LogError::Corrupt`] naming that key; nothing of a refused segment is used.
+    /// Decodes and checks the bytes fetched from `segment_key(key, pos)`, of either format.
+    /// Anything that fails a check is [`LogError::Corrupt`] naming that key; nothing of a
+    /// refused segment is used.
     pub fn decode(bytes: &[u8], key: &LeaseKey, pos: LogPos) -> Result<Segment, LogError> {
         let corrupt = |reason: String| LogError::Corrupt {
             what: segment_key(key, pos),
@@ -163,11 +256,37 @@ impl Segment {
         if Sha256::digest(body).as_slice() != sum {
             return Err(corrupt("its SHA-256 does not match its bytes".to_string()));
         }
-        let seg: Segment = crate::codec::decode(body).map_err(|e| corrupt(e.to_string()))?;
+        let format = match body {
+            [a, b, c, d, ..] => u32::from_le_bytes([*a, *b, *c, *d]),
+            _ => {
+                return Err(corrupt(format!(
+                    "{} bytes, shorter than a format",
+                    body.len()
+                )));
+            }
+        };
+        let seg: Segment = match format {
+            SEGMENT_FORMAT_PLAIN => {
+                crate::codec::decode(body).map_err(|e| corrupt(e.to_string()))?
+            }
+            SEGMENT_FORMAT => {
+                let Some((claim, frame)) = body[4..].split_first_chunk::<8>() else {
+                    return Err(corrupt("format 2, cut before its raw length".to_string()));
+                };
+                let raw = crate::codec::decompress(frame, u64::from_le_bytes(*claim))
+                    .map_err(|e| corrupt(e.to_string()))?;
+                crate::codec::decode(&raw).map_err(|e| corrupt(e.to_string()))?
+            }
+            other => {
+                return Err(corrupt(format!(
+                    "format {other}; this build reads {SEGMENT_FORMAT_PLAIN} and {SEGMENT_FORMAT}"
+                )));
+            }
+        };
         let h = &seg.header;
-        if h.format != SEGMENT_FORMAT {
+        if h.format != format {
             return Err(corrupt(format!(
-                "format {}; this build reads {SEGMENT_FORMAT}",
+                "its header says format {}, its bytes are format {format}",
                 h.format
             )));
         }
@@ -233,6 +352,19 @@ impl Segment {
             Some(_) => Ok(()),
         }
     }
+}
+
+/// Whether a zstd frame of `frame_len` bytes, behind its prefix, is smaller than the
+/// `plain_len` codec bytes it compresses: only then is a segment written as format 2.
+pub fn compression_pays(frame_len: usize, plain_len: usize) -> bool {
+    COMPRESSED_PREFIX_LEN.saturating_add(frame_len) < plain_len
+}
+
+/// `body` with its SHA-256 appended.
+fn sealed(mut body: Vec<u8>) -> Vec<u8> {
+    let sum = Sha256::digest(&body);
+    body.extend_from_slice(&sum);
+    body
 }
 
 /// Whether `size` is a SQLite page size: a power of two from 512 to 65,536.

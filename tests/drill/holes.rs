@@ -215,6 +215,35 @@ fn hole11_an_erasure_that_timed_out_on_postgres_and_s3_is_finished() {
         "--faults",
         "forget-paused",
         "--delete-one-by-one",
+        // A finding of its own (below), about local copies, not the durable objects of hole 11.
+        "--tolerate",
+        "forgetter-copy",
+    ]);
+    assert!(count(&summary, "forget-paused") > 0, "{summary}");
+}
+
+/// A finding, not yet triaged: the replica that forgot a tenant sometimes keeps its own local
+/// directory (`forgotten-local-file-left`, "handed off or forgetting"): seen with this run once
+/// in two (CI's run of 2026-12-01: replica-1 forgot t1 at floor 2, its forget answered ok, and
+/// at the end its state root still held `ledger.db` and `tenure` of epoch 2), and once with
+/// `forget-late-put` on PostgreSQL + S3. The drill tolerates it as the gap `forgetter-copy`
+/// until it is fixed (scripts/drill.sh).
+#[cfg(all(feature = "postgres", feature = "s3"))]
+#[test]
+#[ignore = "finding: the forgetting replica sometimes keeps its local directory; not yet triaged"]
+fn promise5_the_forgetting_replica_keeps_no_local_copy_on_postgres_and_s3() {
+    let summary = keeps_every_promise(&[
+        "--backend",
+        "postgres-s3",
+        "--seed",
+        "777001",
+        "--seconds",
+        "30",
+        "--replicas",
+        "4",
+        "--faults",
+        "forget-paused",
+        "--delete-one-by-one",
     ]);
     assert!(count(&summary, "forget-paused") > 0, "{summary}");
 }

@@ -130,6 +130,8 @@ impl RuntimeConfigBuilder {
         compaction: Compaction;
         /// [`RuntimeConfig::segment_limit`].
         segment_limit: u64;
+        /// [`RuntimeConfig::segment_compression`].
+        segment_compression: leasehold::log::segment::SegmentCompression;
         /// [`RuntimeConfig::async_pending_limit`].
         async_pending_limit: u64;
         /// [`RuntimeConfig::retain`].

@@ -210,6 +210,7 @@ async fn start(
             plan.key.clone(),
             record.epoch,
             rt.segment_limit,
+            rt.segment_compression,
             LogStart {
                 tip: restored.position,
                 image_pos: restored.image_log,

@@ -15,7 +15,7 @@ use leasehold::deadline::put_deadline;
 use leasehold::durable::Put;
 use leasehold::layout::{LogPos, segment_key};
 use leasehold::lease::LeaseError;
-use leasehold::log::segment::encoded_bound;
+use leasehold::log::segment::{SegmentCompression, encoded_bound};
 use leasehold::log::{Changes, Segment};
 use leasehold::plan::reconcile::PutOf;
 use leasehold::{Error, LeaseKey};
@@ -59,8 +59,11 @@ pub(crate) struct LogShip {
     key: LeaseKey,
     /// The tenure's epoch: the directory its segments go to.
     epoch: u64,
-    /// The most bytes one segment may take (`segment_limit`).
+    /// The most bytes one segment may take (`segment_limit`; its plain size, whether it is
+    /// written compressed or not).
     segment_limit: u64,
+    /// How segments are written.
+    compression: SegmentCompression,
     /// The tip the lease store confirmed last (or the restore found).
     tip: Option<LogPos>,
     /// The segment in flight, and its bytes.
@@ -106,13 +109,20 @@ pub(crate) struct LogStart {
 
 impl LogShip {
     /// The log of the tenure of `key` at `epoch`, whose segments take at most `segment_limit`
-    /// bytes, starting where the restore left it.
-    pub(crate) fn new(key: LeaseKey, epoch: u64, segment_limit: u64, start: LogStart) -> Self {
+    /// bytes (plain) and are written with `compression`, starting where the restore left it.
+    pub(crate) fn new(
+        key: LeaseKey,
+        epoch: u64,
+        segment_limit: u64,
+        compression: SegmentCompression,
+        start: LogStart,
+    ) -> Self {
         let (tips, _) = watch::channel(start.tip);
         Self {
             key,
             epoch,
             segment_limit,
+            compression,
             tip: start.tip,
             in_flight: None,
             pending: VecDeque::new(),
@@ -274,13 +284,13 @@ impl LogShip {
         let segment = Segment::from_changes(&self.key, to, self.tip, changes, stamp);
         let limit = self.segment_limit;
         let encoded = segment
-            .encode()
+            .encode_with(self.compression)
             .map_err(|e| e.to_string())
-            .and_then(|bytes| match bytes.len() as u64 {
+            .and_then(|encoded| match encoded.raw_len {
                 len if len > limit => Err(format!(
                     "it takes {len} bytes, more than segment_limit ({limit})"
                 )),
-                _ => Ok(bytes),
+                _ => Ok(encoded.bytes),
             });
         let bytes = match encoded {
             Ok(bytes) => bytes,
@@ -522,7 +532,7 @@ mod tests {
             carried: (0, 0),
             tip_stamp_ms: 0,
         };
-        LogShip::new(key, 1, segment_limit, start)
+        LogShip::new(key, 1, segment_limit, SegmentCompression::Zstd, start)
     }
 
     #[test]
