@@ -92,11 +92,14 @@ async fn a_run_whose_lease_lapses_during_its_commit_is_reported_fenced_and_ends_
     let a = fleet.replica_with("replica-a", "replica-a", move |c| {
         images(c);
         c.clock = Arc::new(c2);
+        // The test counts the clock's reads of one run (below); no idle check reads it between.
+        c.passivate_after = None;
     });
     let t = a.open().await;
     insert(&t, "kept").await.unwrap();
-    // Reads: the admission check and the check before COMMIT see the lease; the one after does not.
-    clock.arm(2);
+    // Reads: the run's activity stamp (passivation's idle bookkeeping), the admission check and
+    // the check before COMMIT see the lease; the one after does not.
+    clock.arm(3);
     let outcome = insert(&t, "late").await;
     assert!(
         matches!(outcome, Err(Error::Fenced { .. })),

@@ -78,6 +78,8 @@ pub struct Spawn {
     pub tuning: crate::tuning::Tuning,
     /// Whether the replicas join the run's fleet (`--clients addresses`).
     pub transport: bool,
+    /// Whether the replicas passivate idle tenants (runs with the `passivate` fault).
+    pub passivate: bool,
 }
 
 /// One running replica process.
@@ -130,6 +132,9 @@ impl Proc {
         }
         if spec.transport {
             cmd.arg("--transport");
+        }
+        if spec.passivate {
+            cmd.arg("--passivate");
         }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -195,6 +195,7 @@ pub async fn run(mut args: DriveArgs) -> Result<ExitCode, BoxError> {
         generation: 0,
         tuning: args.tuning.clone(),
         transport: args.clients == Clients::Addresses,
+        passivate: kinds.contains(&FaultKind::Passivate),
     };
     let mut cluster = Cluster::new(
         template,

@@ -7,8 +7,8 @@
 //!  tenure (tenant, epoch), granted to replica R at `start`, ended by `end`
 //!    explained  ⇐  the driver asked R for a handoff or forget of that tenant in [start, end],
 //!                  or a close of R before `end`
-//!               ⇐  R never opened it and was granted a later epoch (an open's acquire that
-//!                  landed too late, retried: `Tenure::never_began`)
+//!               ⇐  R never opened it and a later epoch was granted (an open whose acquire
+//!                  landed too late or whose restore failed: `Tenure::never_began`)
 //!               ⇐  a fault impaired R (or every replica: a SIGSTOP may hold the lease store's
 //!                  lock) at some time in [start, end]
 //!               ⇐  a passivation: R released it flushed, and the driver's own record shows

@@ -123,18 +123,13 @@ pub struct Tenure {
 }
 
 impl Tenure {
-    /// A grant its replica never served under: never opened, and the same replica was granted a
-    /// later epoch of the tenant — an open whose acquire landed but whose answer came too late
-    /// (or whose restore outlived the lease), retried under a new epoch. Nothing can have been
-    /// acknowledged in it (every acknowledged write is checked on its own), and no close or
-    /// handoff had it to flush.
+    /// A grant its replica never served under: never opened, and a later epoch of the tenant was
+    /// granted (to it or another) — an open whose acquire landed but whose answer came too late,
+    /// or whose restore failed or outlived the lease, and someone opened the tenant since.
+    /// Nothing can have been acknowledged in it (every acknowledged write is checked on its
+    /// own), and no close or handoff had it to flush.
     pub fn never_began(&self, later: &[&Tenure]) -> bool {
-        !self.opened
-            && self.grants.iter().any(|g| {
-                later
-                    .iter()
-                    .any(|t| t.grants.iter().any(|h| h.replica == g.replica))
-            })
+        !self.opened && !self.grants.is_empty() && later.iter().any(|t| !t.grants.is_empty())
     }
 
     /// Whether it ended in a graceful handoff (final image published, lease handed back).

@@ -78,6 +78,10 @@ pub struct ReplicaArgs {
     /// `--clients addresses` (`crate::addresses`); report every acquire (`acquired` lines).
     #[arg(long)]
     pub transport: bool,
+    /// Passivate tenants idle for `protocol::PASSIVATE_AFTER` (runs with the `passivate` fault);
+    /// off otherwise, so that a paused or cut-off replica's tenants are not let go as idle.
+    #[arg(long)]
+    pub passivate: bool,
 }
 
 /// The replica's state, shared by the tasks serving requests.
@@ -176,7 +180,7 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     }
     config.drain_timeout = protocol::DRAIN_TIMEOUT;
     config.store_deadline = protocol::STORE_DEADLINE;
-    config.passivate_after = Some(protocol::PASSIVATE_AFTER);
+    config.passivate_after = args.passivate.then_some(protocol::PASSIVATE_AFTER);
     config.put_lifetime = tuning.put_lifetime();
     config.reconcile_every = Some(protocol::RECONCILE_EVERY);
     config.arbiters = 2;
