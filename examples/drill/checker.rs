@@ -12,7 +12,7 @@
 //! | `tip-moved-back`            | log     | the store watcher read a log tip below one it had read before under the same floor    |
 //! | `ack-after-successor`       | 1       | a write ran (`run_at`, before its commit) after a later tenure's lease was surely acquired |
 //! | `forgotten-object-left`     | 5       | a durable object of an epoch at or below the tenant's floor is left: listed right after the forget returned, again a little later (a late put), and at the end |
-//! | `forgotten-local-file-left` | 5       | a state root keeps the tenant's directory and that root's last tenure of it is at or below the floor (right after the forget: the forgetting replica's root; at the end: every root) |
+//! | `forgotten-local-file-left` | 5       | a state root keeps the tenant's directory and that root's last tenure of it is at or below the floor (right after the forget: the forgetting replica's root, by its marker; at the end: every root, by the newest tenure the history names there or the directory's marker if newer) |
 //! | `forgotten-write-read`      | 4, 5    | an acknowledged write of an epoch at or below the floor is read back                  |
 //! | `overlapping-tenures`       | 1       | one epoch granted to two processes, or an image taken after a later tenure acquired   |
 //! | `refused-write-present`     | 1       | a write refused with a definite error (fenced, draining, …) is read back              |
@@ -67,6 +67,8 @@
 //! (through the `LeaseStore` and `DurableStore` traits) on either backend; S3 lists are
 //! strongly consistent, so `forgotten-object-left` means the same on both.
 
+mod local_files;
+use local_files::check_local_files;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::finale::Final;
@@ -535,51 +537,4 @@ fn forgotten_at(rec: &Record, tenant: u32, floor: u64) -> u64 {
         .iter()
         .find(|n| n.tenant == Some(tenant) && n.text.ends_with(&text))
         .map_or(0, |n| n.at)
-}
-
-fn check_local_files(rec: &Record, fin: &Final, tolerance: Tolerance, report: &mut Report) {
-    for &(slot, tenant, ref files) in &fin.local_dirs {
-        let floor = fin.floors.get(&tenant).copied().unwrap_or(0);
-        if floor == 0 {
-            continue;
-        }
-        let on_this_root = |t: &Tenure| t.grants.iter().any(|g| g.slot == Some(slot));
-        let last = rec
-            .tenures
-            .range((tenant, 0)..=(tenant, u64::MAX))
-            .filter(|(_, t)| on_this_root(t))
-            .map(|(&(_, epoch), t)| (epoch, t))
-            .max_by_key(|&(epoch, _)| epoch);
-        let Some((epoch, tenure)) = last else {
-            report.unattributed_local_dirs += 1;
-            continue;
-        };
-        if epoch > floor {
-            continue;
-        }
-        // The forgetting tenure's own root, or a tenure that handed off, must have no copy;
-        // a lost tenure keeps its copy until the next open there (the known gap).
-        let forgetter = rec.tenures.get(&(tenant, floor)).is_some_and(on_this_root);
-        let stale = !forgetter && !tenure.graceful();
-        let violation = Violation {
-            rule: "forgotten-local-file-left",
-            tenant: Some(tenant),
-            at: forgotten_at(rec, tenant, floor),
-            detail: format!(
-                "the state root of replica-{} keeps t{tenant}'s directory {files:?}; its last \
-                 tenure there was epoch {epoch} ({}), at or below the floor {floor}",
-                slot + 1,
-                if stale {
-                    "lost, not handed off"
-                } else {
-                    "handed off or forgetting"
-                }
-            ),
-        };
-        if stale && tolerance.stale_local_copy {
-            report.tolerated.push(violation);
-        } else {
-            report.violations.push(violation);
-        }
-    }
 }

@@ -556,7 +556,13 @@ impl Cluster {
             Ok(Answer::Failed { code, owner, .. }) if code == "LEASEHOLD_LEASE_HELD" => {
                 Err(OpenError::Held(owner))
             }
-            Ok(Answer::Failed { code, .. }) => Err(OpenError::Failed(code)),
+            Ok(Answer::Failed { code, message, .. }) => {
+                // An open that failed may have acquired a tenure and written its files: the
+                // timeline says so (`forgotten-local-file-left`, `orphan-object` triage).
+                let text = format!("{}: open failed: {code}: {message}", proc.label);
+                self.history.note(Some(tenant), text);
+                Err(OpenError::Failed(code))
+            }
             Ok(_) => Err(OpenError::Failed("unexpected answer".into())),
             Err(_) => Err(OpenError::Unreachable),
         }

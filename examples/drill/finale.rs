@@ -38,6 +38,9 @@ pub struct Final {
     pub objects: HashMap<u32, Vec<String>>,
     /// Local tenant directories left in the replicas' state roots: `(slot, tenant, files)`.
     pub local_dirs: Vec<(usize, u32, Vec<String>)>,
+    /// The tenure marker of each of those directories that has a readable one, by `(slot,
+    /// tenant)`: the epoch of the open that wrote its files (only an open creates the directory).
+    pub local_markers: HashMap<(usize, u32), u64>,
     /// What could not be gathered (the drill failed, not the runtime).
     pub problems: Vec<String>,
     /// What the stores hold of each tenant after the last retention (`crate::storage`).
@@ -228,6 +231,9 @@ async fn list_leftovers(
                     .map(|e| e.file_name().to_string_lossy().into_owned())
                     .collect();
                 fin.local_dirs.push((slot.index, tenant, files));
+                if let Ok(Some(epoch)) = leasehold::paths::read_tenure(&slot.root, &org, &id) {
+                    fin.local_markers.insert((slot.index, tenant), epoch);
+                }
             }
         }
     }
