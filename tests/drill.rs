@@ -417,24 +417,33 @@ fn drill_catches_a_build_that_acks_before_the_tip() {
 /// A tenant forgotten while its owner is stopped leaves no local copy on the zombie once it
 /// resumes (`forgotten-local-file-left`), and its segments landing late are gone within the
 /// erasure bound (hole 10, pinned in `holes` too).
+///
+/// Every run must keep every promise; a run in which no forget happened proves nothing, and
+/// the next seed is tried (at most three): on the SQLite lease file a replica stopped while it
+/// holds the file's write lock stalls every replica until it resumes, and the forget then finds
+/// nobody to take the tenant over (CI's run of 2026-12-01, seed 4).
 #[test]
 fn drill_a_forgotten_tenant_leaves_no_local_copy_on_a_zombie() {
-    let (code, output) = drill(&[
-        "--seed",
-        "4",
-        "--seconds",
-        "12",
-        "--faults",
-        "forget-paused",
-    ]);
-    let summary = summary(&output);
-    assert_eq!(code, Some(0), "{summary}");
-    assert!(count(summary, "forget-paused") > 0, "no forget: {summary}");
-    assert!(count(summary, "forgotten") > 0, "nothing erased: {summary}");
-    assert!(
-        !output.contains("TOLERATED forgotten-local-file-left"),
-        "{summary}"
-    );
+    for seed in ["4", "5", "6"] {
+        let (code, output) = drill(&[
+            "--seed",
+            seed,
+            "--seconds",
+            "12",
+            "--faults",
+            "forget-paused",
+        ]);
+        let summary = summary(&output);
+        assert_eq!(code, Some(0), "{summary}");
+        assert!(
+            !output.contains("TOLERATED forgotten-local-file-left"),
+            "{summary}"
+        );
+        if count(summary, "forget-paused") > 0 && count(summary, "forgotten") > 0 {
+            return;
+        }
+    }
+    panic!("no run of three forgot a tenant while its owner was stopped");
 }
 
 /// A segment flipped or deleted in the store — one the restore needs, the tip's among them —

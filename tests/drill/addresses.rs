@@ -78,14 +78,22 @@ fn drill_addresses_three_replicas_keep_every_promise_through_moves_and_kills() {
 
 /// The harness can fail: a build that runs a command without looking for its key's stored
 /// reply (`--break ignore-idempotency-keys`) runs a retried note twice, and `ran-twice` says so.
+/// A retry needs a lost answer, which the faults make likely but not certain in one short run
+/// (CI's run of 2026-12-01 had none on seed 1): the control passes when one of three seeds
+/// catches the build, and fails when none does.
 #[test]
 fn drill_addresses_catch_a_build_that_ignores_idempotency_keys() {
-    let mut args = address_run("1", "8");
-    args.extend(["--break", "ignore-idempotency-keys"]);
-    let (code, output) = drill(&args);
-    let summary = summary(&output);
-    assert_eq!(code, Some(1), "the drill must fail: {summary}");
-    assert!(output.contains("VIOLATION ran-twice"), "{summary}");
+    let mut summaries = Vec::new();
+    for seed in ["1", "2", "3"] {
+        let mut args = address_run(seed, "8");
+        args.extend(["--break", "ignore-idempotency-keys"]);
+        let (code, output) = drill(&args);
+        if code == Some(1) && output.contains("VIOLATION ran-twice") {
+            return;
+        }
+        summaries.push(summary(&output).to_string());
+    }
+    panic!("no run caught the build that ignores idempotency keys: {summaries:#?}");
 }
 
 #[cfg(all(feature = "postgres", feature = "s3"))]
