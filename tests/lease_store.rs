@@ -503,7 +503,7 @@ async fn an_outage_fails_every_call_without_reaching_the_store() {
     );
     faulty.set_down(false);
     assert_eq!(faulty.acquire(&k, "a", TTL).await.unwrap().epoch, 1);
-    assert_eq!(LeaseOp::ALL.len(), 16);
+    assert_eq!(LeaseOp::ALL.len(), 17);
 }
 
 #[tokio::test]
