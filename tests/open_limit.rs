@@ -43,6 +43,9 @@ async fn hole16_child_process_entry() {
         if let Some(n) = forced {
             c.max_open = n;
         }
+        // The ceiling without passivation: with it, an open at `max_open` lets the least
+        // recently used idle tenant go instead of being refused (tests/passivation.rs).
+        c.passivate_after = None;
     });
     let mut opened = Vec::new();
     let mut per_tenant = 0;
