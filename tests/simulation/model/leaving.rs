@@ -238,8 +238,13 @@ impl State {
     /// it counts depends on how many the background sweeps took first.
     pub(super) fn sweep_local(mut self, r: usize) -> Outcomes {
         if self.lease_down {
-            // It reads the floor of every tenant with a directory here: with none, nothing.
-            let dirs = |d: Dir| self.dirs[r].iter().filter(|&&x| x == d).count();
+            // It reads the floor of every tenant with a directory here that is not open here
+            // (an open tenant's copy is live): with none, nothing.
+            let dirs = |d: Dir| {
+                (0..TENANTS)
+                    .filter(|&t| self.dirs[r][t] == d && self.table[r][t].is_none())
+                    .count()
+            };
             let outcomes = match (dirs(Dir::Present), dirs(Dir::Maybe)) {
                 (0, 0) => vec![Res::Count(0)],
                 (0, _) => vec![Res::StoreDown, Res::Count(0)],
