@@ -23,8 +23,9 @@
 //! the log's state (never `beyond_log`); below a kept segment, any image at that position
 //! whose pages sum to what the segment was cut from — an image beyond the log, right after a
 //! change of mode. A walk never steps from a segment to one whose state it was not cut from: a
-//! later log whose image beyond the log is gone is refused (`OutsideRetention`), never served
-//! from the wrong state (docs/guarantees.md, point-in-time restore).
+//! later log whose image beyond the log is gone is refused (`OutsideRetention`), one whose image
+//! fails its checks is `Corrupt`: never served from the wrong state (docs/guarantees.md,
+//! point-in-time restore).
 //!
 //! Bad input touches nothing: the destination is checked before any store call, the file is
 //! built beside it under a temporary name and linked into place only when complete. The file
@@ -319,6 +320,16 @@ enum Holds {
     Sum(u64),
 }
 
+/// What [`image_at`] found at a position.
+enum AtPosition {
+    /// The newest image that fetches, verifies and holds what was asked for.
+    Image(Box<(Manifest, Vec<u8>)>),
+    /// None; `damaged`: a manifest named one there that failed its checks (its bytes' SHA-256
+    /// or size), so the state the walk needs exists but is damaged — `Corrupt`, not the end of
+    /// the retention window.
+    None { damaged: bool },
+}
+
 /// The newest image among `images` whose `log` is `at`, that fetches, verifies and holds what
 /// `holds` asks for.
 async fn image_at(
@@ -327,14 +338,16 @@ async fn image_at(
     images: &[Manifest],
     at: Option<LogPos>,
     holds: Holds,
-) -> Result<Option<(Manifest, Vec<u8>)>, LogError> {
+) -> Result<AtPosition, LogError> {
     let fits = |m: &&Manifest| m.log == at && (holds != Holds::Log || !m.beyond_log);
+    let mut damaged = false;
     for m in images.iter().filter(fits) {
         let ikey = image_key(key, m.epoch, m.seq);
         let Some(bytes) = store.get_sized(&ikey, m.size).await? else {
             continue;
         };
         if verify(m, &bytes).is_err() {
+            damaged = true;
             continue;
         }
         if let Holds::Sum(sum) = holds
@@ -342,9 +355,17 @@ async fn image_at(
         {
             continue;
         }
-        return Ok(Some((m.clone(), bytes)));
+        return Ok(AtPosition::Image(Box::new((m.clone(), bytes))));
     }
-    Ok(None)
+    Ok(AtPosition::None { damaged })
+}
+
+/// The walk needs `what`, an image that failed its checks: the restore stops (`Corrupt`).
+fn damaged_image(what: String) -> LogError {
+    LogError::Corrupt {
+        what,
+        reason: "it fails its checks (SHA-256 or size against its manifest), and no other image holds that state".to_string(),
+    }
 }
 
 /// Walks back from `tip` to the target, then on to the newest image at or before it.
@@ -381,10 +402,13 @@ async fn walk(
                 )));
             }
         }
-        if found.is_some()
-            && let Some(image) = image_at(store, key, images, Some(pos), holds(&kept)).await?
-        {
-            break Some(image);
+        // Whether an image the walk needed here failed its checks.
+        let mut damaged = false;
+        if found.is_some() {
+            match image_at(store, key, images, Some(pos), holds(&kept)).await? {
+                AtPosition::Image(image) => break Some(*image),
+                AtPosition::None { damaged: d } => damaged = d,
+            }
         }
         if pos.epoch <= floor {
             return Err(outside(format!(
@@ -401,8 +425,10 @@ async fn walk(
             && seg.header.created_at_ms <= unix_ms
         {
             found = Some(pos);
-            if let Some(image) = image_at(store, key, images, Some(pos), Holds::Log).await? {
-                break Some(image);
+            if let AtPosition::Image(image) =
+                image_at(store, key, images, Some(pos), Holds::Log).await?
+            {
+                break Some(*image);
             }
         }
         let prev = seg.header.prev;
@@ -412,8 +438,11 @@ async fn walk(
             {
                 // A change of durability mode: the later log continued from an image a tenure
                 // without a log took here, not from this segment's state.
+                if damaged {
+                    return Err(damaged_image(format!("the image beyond the log at {pos}")));
+                }
                 return Err(outside(format!(
-                    "the segment after {pos} continues from an image beyond the log at {pos} that is not retained (or fails its checks)"
+                    "the segment after {pos} continues from an image beyond the log at {pos} that is not retained"
                 )));
             }
             kept.push(seg);
@@ -427,11 +456,20 @@ async fn walk(
             }
             // The start of the log: an image taken without a log, or an empty database.
             None => match image_at(store, key, images, None, holds(&kept)).await? {
-                Some(image) => break Some(image),
-                None if holds(&kept) == Holds::Sum(PageSums::empty().total()) => break None,
-                None => {
+                AtPosition::Image(image) => break Some(*image),
+                AtPosition::None { .. }
+                    if holds(&kept) == Holds::Sum(PageSums::empty().total()) =>
+                {
+                    break None;
+                }
+                AtPosition::None { damaged: true } => {
+                    return Err(damaged_image(
+                        "the image the log's first segment continues from".to_string(),
+                    ));
+                }
+                AtPosition::None { damaged: false } => {
                     return Err(outside(
-                        "the log's first segment continues from an image that is not retained (or fails its checks)"
+                        "the log's first segment continues from an image that is not retained"
                             .to_string(),
                     ));
                 }

@@ -531,8 +531,9 @@ fn regression_a_single_late_tip_move_on_the_batched_path_is_absorbed_by_the_retr
 }
 
 /// `LEASEHOLD_SIM_SEED=4`, shrunk: a lease lapsing during a commit came to `Fenced` where the
-/// model expects `Ok` (the tip's compare-and-set is the check after COMMIT), on a machine at a
-/// load average of 14; the replay passes (timing decides), so it pins the sequence only.
+/// model expected only `Ok` (the tip's compare-and-set is the check after COMMIT). Another clock
+/// read on the replica (the tenant's orphan listing) took the trap's first read, so the lapse
+/// came at the check before COMMIT: the model now allows either outcome on a logged tenure.
 #[test]
 fn seed4_a_lease_lapsing_during_a_commit_after_a_forget_and_a_snapshot() {
     use Op::*;
@@ -576,5 +577,31 @@ fn seed4_a_lease_lapsing_during_a_commit_after_a_forget_and_a_snapshot() {
         Renew { r: 0 },
         Read { t: 0, at: Newest },
         Ticket { t: 1, at: Newest },
+    ]);
+}
+
+/// CI's seed 1796161051000058891, shrunk: `Shipped`, `Images`, `Shipped`; the `Images` tenure's
+/// final image (beyond the log) is the head and the next log continued from it; the head is
+/// damaged. A point-in-time restore to the later log's first position needs that image: the
+/// runtime answered `OutsideRetention` ("not retained (or fails its checks)"), the model
+/// `Corrupt`. Now both say `Corrupt` for an image there that fails its checks, and
+/// `OutsideRetention` only for one that is gone. Seen: `op #9 PitrAt { t: 0, target:
+/// Position((2, 1)) } came to [OutsideRetention]: the model expected [Corrupt]`.
+#[test]
+fn a_restore_whose_base_image_is_damaged_is_corrupt_not_outside_retention() {
+    use Op::*;
+    replay(&[
+        Log {
+            modes: [Shipped, Mode::Images, Shipped],
+            sizes: Sizes::Small,
+        },
+        Open { r: 1, t: 0 },
+        Open { r: 0, t: 1 },
+        Read { t: 0, at: Newest },
+        RaceHandoffWrite { t: 0, at: Newest },
+        Open { r: 2, t: 0 },
+        Advance { ms: 1000 },
+        Ticket { t: 0, at: Newest },
+        CorruptHead { t: 0 },
     ]);
 }

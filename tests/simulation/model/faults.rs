@@ -411,12 +411,24 @@ impl State {
     ///
     /// Under `Shipped` no check follows the commit: the tip's compare-and-set in the lease
     /// store (whose clock has not moved yet) is the authority, and the write is acknowledged.
-    pub(super) fn lapse_during_commit(&mut self, k: (usize, u64), id: String) -> Res {
-        if self.logged(k) {
-            let out = self.write(k, id);
-            self.now += TTL_MS + 1;
-            return out;
+    /// The trap springs at the replica's second clock read after the run, and on a logged
+    /// tenure another reader may take the first (the tenant's orphan listing, the supervisor's
+    /// idle check): the trap then springs at the check before COMMIT and the batch is refused,
+    /// its tenure ended (outcomes: either).
+    pub(super) fn lapse_during_commit(&self, k: (usize, u64), id: String) -> super::Outcomes {
+        let mut early = self.clone();
+        let refused = early.lapse_at_the_commit_check(k);
+        if !self.logged(k) {
+            return vec![(vec![refused], early)];
         }
+        let mut shipped = self.clone();
+        let out = shipped.write(k, id);
+        shipped.now += TTL_MS + 1;
+        vec![(vec![out], shipped), (vec![refused], early)]
+    }
+
+    /// The lease lapses by the check before COMMIT: the batch is refused, the tenure ends.
+    fn lapse_at_the_commit_check(&mut self, k: (usize, u64)) -> Res {
         let admitted = self.admission(k);
         self.now += TTL_MS + 1;
         match admitted {

@@ -245,13 +245,26 @@ impl State {
                     break Some(image);
                 }
             }
+            if found
+                && let Some(last) = kept.last()
+                && seg.after != ts.segments[last].before
+            {
+                // A mode change: the later log continued from an image beyond the log here,
+                // which is not retained (the end of the window) or fails its checks.
+                return Err(self.image_missing_or_damaged(t, Some(at), &kept));
+            }
             if found {
                 kept.push(at);
             }
             match seg.prev {
                 Some(prev) => at = prev,
                 None if !found => return Err(Stop::Missing),
-                None => break self.pitr_image(t, None, &kept, &mut racing),
+                None => match self.pitr_image(t, None, &kept, &mut racing) {
+                    Some(image) => break Some(image),
+                    // The log began on an empty database.
+                    None if kept.last().is_none_or(|p| ts.segments[p].before == 0) => break None,
+                    None => return Err(self.image_missing_or_damaged(t, None, &kept)),
+                },
             }
         };
         let start = self.start_of(t, image);
@@ -285,6 +298,24 @@ impl State {
         let (at, retired) = chosen?;
         *racing |= retired;
         Some(at)
+    }
+
+    /// Why no image at `at` fits a walk that needs one there (`kept`: the segments it holds,
+    /// the oldest last): `Corrupt` when one that would fit fails its checks — the state exists,
+    /// damaged — else `Missing` (outside the retention window).
+    fn image_missing_or_damaged(&self, t: usize, at: Option<Pos>, kept: &[Pos]) -> Stop {
+        let ts = &self.tenants[t];
+        let damaged = (ts.objects.iter()).any(|(o, image)| {
+            o.0 > ts.floor
+                && image.log == at
+                && image.corrupt
+                && (!kept.is_empty() || !image.beyond_log)
+        });
+        if damaged {
+            Stop::Corrupt
+        } else {
+            Stop::Missing
+        }
     }
 
     /// Whether a point-in-time restore of tenant `t` to `target` must give the log's content,

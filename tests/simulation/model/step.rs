@@ -106,9 +106,10 @@ impl State {
                 single(vec![Res::Ok], s)
             }
             Op::LapseInCommit { t, at } => s.on(t, at, |s, k| vec![s.lapse_in_commit(k)]),
-            Op::LapseDuringCommit { t, at } => {
-                s.on(t, at, |s, k| vec![s.lapse_during_commit(k, id(0))])
-            }
+            Op::LapseDuringCommit { t, at } => match s.key_of(t, at) {
+                None => single(vec![Res::Skipped], s),
+                Some(k) => s.lapse_during_commit(k, id(0)),
+            },
             Op::ForgetDuringUpload { t, at } => match s.key_of(t, at) {
                 None => single(vec![Res::Skipped, Res::Skipped], s),
                 Some(k) => s.forget_during_upload(k),
