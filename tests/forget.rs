@@ -327,6 +327,31 @@ async fn a_forget_that_cannot_delete_still_ends_the_tenure_and_the_leftovers_are
     .await;
 }
 
+/// Promise 5: once the floor is raised the forgetting replica's own copy is dead, whatever the
+/// durable store answered. A forget whose erasure failed (the store down, or on PostgreSQL + S3
+/// a sweep one key at a time past its deadline) removed the local directory only if the erasure
+/// succeeded, and left it to the local sweep otherwise — which skips a tenant still in the
+/// replica's table, so the drill found the copy at its end (`forgetter-copy`, docs/testing.md).
+/// Failed before the fix: `ledger.db` was still there when the forget answered.
+#[actix_rt::test]
+async fn promise5_a_forget_whose_erasure_failed_leaves_no_local_copy_when_it_answers() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica("replica-a");
+    let t = a.open().await;
+    insert(&t, "k-1").await.unwrap();
+    fleet.durable.set_down(true);
+    let forgotten = t.forget().await;
+    assert!(
+        matches!(forgotten, Err(leasehold::Error::Store(_))),
+        "the caller hears the deletes failed: {forgotten:?}"
+    );
+    assert!(
+        !a.ledger_file().exists(),
+        "the forgetting replica's local copy is gone when the forget answers"
+    );
+    fleet.durable.set_down(false);
+}
+
 #[actix_rt::test]
 async fn a_forget_that_cannot_raise_the_floor_ends_the_tenure_like_an_abandon() {
     let fleet = Fleet::with_store_clock().await;

@@ -290,7 +290,8 @@ impl TenantActor {
 
     /// Waits for this replica's puts of the tenant that outlived their deadline, deletes every
     /// durable copy at or below `floor` (asking again, up to [`leasehold::sweep::ERASE_TRIES`] times, when a
-    /// sweep fails: a sweep keeps what it deleted), then the local directory. Renewals go on
+    /// sweep fails: a sweep keeps what it deleted), then the local directory — whatever the
+    /// durable erasure answered: the floor is raised and this copy is dead. Renewals go on
     /// meanwhile: the lease is still registered. A put still running after `drain_timeout`, or
     /// a sweep that failed every time, makes the forget report its erasure incomplete; the
     /// floor's pending erasure in the lease store then has any replica's periodic pass finish
@@ -304,13 +305,18 @@ impl TenantActor {
                 .durable
                 .settle_puts(&key.prefix(), rt.drain_timeout)
                 .await;
-            erase_floor(rt.durable.as_ref(), &key, floor).await?;
-            settled?;
+            let erased = erase_floor(rt.durable.as_ref(), &key, floor).await;
+            // The floor is raised: this replica's copy is dead whatever the store answered, and
+            // goes now (the local sweep skips a tenant still in the replica's table).
             let root = rt.state_root.clone();
             let (org, tenant) = (key.org().clone(), key.tenant().clone());
-            tokio::task::spawn_blocking(move || paths::remove_tenant_dir(&root, &org, &tenant))
-                .await
-                .map_err(|e| Error::Closed(format!("local delete task failed: {e}")))??;
+            let removed =
+                tokio::task::spawn_blocking(move || paths::remove_tenant_dir(&root, &org, &tenant))
+                    .await
+                    .map_err(|e| Error::Closed(format!("local delete task failed: {e}")));
+            erased?;
+            settled?;
+            removed??;
             Ok(())
         };
         ctx.spawn(
