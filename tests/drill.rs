@@ -46,11 +46,21 @@ fn drill_binary() -> PathBuf {
     if cfg!(feature = "s3") {
         features.push("s3");
     }
+    if cfg!(feature = "cli") {
+        features.push("cli");
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
     build
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--quiet", "--example", "drill", "--features"])
+        .args([
+            "build",
+            "--quiet",
+            "--workspace",
+            "--example",
+            "drill",
+            "--features",
+        ])
         .arg(features.join(" "));
     if !cfg!(debug_assertions) {
         build.arg("--release");
@@ -145,6 +155,11 @@ const FAULT_KINDS: [&str; 8] = [
 /// acknowledged write at all: the declared tail is 0 (`lost-acknowledged`, docs/testing.md),
 /// through SIGKILL under load and mid-upload, SIGSTOP past the lease, a partition and a store
 /// stall — the seed's first round is partition, kill, pause, kill-upload, store.
+///
+/// And after its close and the drop of its supervisor, a replica process holds no more threads
+/// or file descriptors than before it started (the drill's `leak` rule, `--fail-on-leak`).
+/// Before actors stopped after a close (hole 7), every replica kept its arbiter threads, the
+/// observer thread and 8 descriptors, and a run with `restart` faults failed.
 #[test]
 fn drill_on_a_fixed_seed_keeps_every_promise() {
     let (code, output) = drill(&[
@@ -154,6 +169,7 @@ fn drill_on_a_fixed_seed_keeps_every_promise() {
         "20",
         "--faults",
         CLASSIC_KINDS,
+        "--fail-on-leak",
     ]);
     let summary = summary(&output);
     assert_eq!(code, Some(0), "the drill failed: {summary}");
@@ -170,7 +186,7 @@ fn drill_on_a_fixed_seed_keeps_every_promise() {
     let faults: u64 = FAULT_KINDS.iter().map(|k| count(summary, k)).sum();
     assert!(faults >= 5, "only {faults} faults injected: {summary}");
     // (`kill-upload` comes fourth in the first round, but finds no owner on some runs: it is
-    // pinned on its own by `drill_on_shipped_a_kill_mid_upload_loses_nothing`.)
+    // run again by `drill_leaving_under_late_puts_drains_and_kills_keeps_every_promise`.)
     for kind in ["kill", "partition", "pause", "store"] {
         assert!(count(summary, kind) > 0, "no {kind} fault: {summary}");
     }
@@ -179,12 +195,53 @@ fn drill_on_a_fixed_seed_keeps_every_promise() {
     // what the store watcher must have read.
     assert!(count(summary, "tips_read") > 0, "{summary}");
     assert!(count(summary, "graceful") > 0, "{summary}");
-    assert!(count(summary, "closed") > 0, "{summary}");
+    assert!(count(summary, "closed") >= 2, "{summary}");
+    assert_eq!(
+        count(summary, "leaks"),
+        0,
+        "a replica process leaked: {summary}"
+    );
     // The end audit ran: every ended tenure judged, restores judged against the history, the
     // stores listed.
     assert!(count(summary, "ended") > 0, "{summary}");
     assert!(count(summary, "pitr_checked") > 0, "{summary}");
     assert!(count(summary, "durable_objects") > 0, "{summary}");
+}
+
+/// A random seed (from the clock, printed; `LEASEHOLD_DRILL_SEED` pins one) with every default
+/// fault kind and retention deleting (`retain` 6 s, an image every 100 segments): what the
+/// pinned seeds do not try. Every promise kept, no acknowledged write lost, no replica process
+/// leaking after its close. A failure prints the seed; rerun it with `cargo run --example drill
+/// -- --seed <seed> --seconds 20 --retain-ms 6000 --compact-segments 100` (scripts/drill.sh
+/// runs more seeds and modes).
+#[test]
+fn drill_on_a_random_seed_keeps_every_promise() {
+    let seed = std::env::var("LEASEHOLD_DRILL_SEED").unwrap_or_else(|_| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        (now.map_or(1, |d| d.as_nanos()) % 1_000_000_000).to_string()
+    });
+    eprintln!("drill seed: {seed} (LEASEHOLD_DRILL_SEED={seed} replays this run)");
+    let (code, output) = drill(&[
+        "--seed",
+        &seed,
+        "--seconds",
+        "20",
+        "--retain-ms",
+        "6000",
+        "--compact-segments",
+        "100",
+        "--fail-on-leak",
+    ]);
+    let summary = summary(&output);
+    assert_eq!(count(summary, "violations"), 0, "seed {seed}: {summary}");
+    assert_eq!(
+        count(summary, "lost_otherwise"),
+        0,
+        "seed {seed}: {summary}"
+    );
+    assert_eq!(count(summary, "leaks"), 0, "seed {seed}: {summary}");
+    assert!(count(summary, "acked") > 0, "seed {seed}: {summary}");
+    assert_eq!(code, Some(0), "seed {seed}: the drill failed: {summary}");
 }
 
 /// `Async` acknowledges at the local commit and ships every `every` (here 500 ms): a crash may
@@ -223,100 +280,55 @@ fn drill_async_loses_no_more_than_its_period() {
     assert_eq!(code, Some(0), "the drill failed: {summary}");
 }
 
-/// After its close and the drop of its supervisor, a replica process must hold no more threads
-/// or file descriptors than before it started (the drill's `leak` rule, `--fail-on-leak`).
-/// Before actors stopped after a close (hole 7), every replica kept its arbiter threads, the
-/// observer thread and 8 descriptors, and this test failed.
+/// The faults around a tenant's leaving, one run, each kind at least once (the first round of
+/// the schedule is a shuffle of every kind): every promise kept, nothing acknowledged lost.
+///
+/// - `drain-kill` (writes through a ticket while a handoff drains, SIGKILL 2.5–2.8 s into a 3 s
+///   drain) loses no more than the declared crash tail, 0 on `Shipped` (promise 3). Before
+///   snapshots ran while draining (hole 4), writes acknowledged ~3 s before the crash were lost
+///   (`lost-beyond-tail`).
+/// - `forget-late-put` (the owner's puts land 1.6 s late, past the 1 s store deadline; a snapshot
+///   times out and a forget follows at once) leaves nothing at or below the floor, listed right
+///   after the forget and once the erasure bound passed (promise 5). Before the forget waited
+///   for late puts (hole 6), the late image landed after the forget returned `Ok` and stayed
+///   (`forgotten-object-left`); before the reconciliation (the change-log review's hole 8) the
+///   other tenants' late images stayed beside no manifest (`orphan-object`).
+/// - `close-during-open` (a handoff, then one replica's open and close back to back): the open
+///   is refused or handed off (promise 2). Before the fix (hole 1) the open completed after the
+///   close took its table and the tenure served on a replica about to stop
+///   (`graceful-not-flushed`).
+/// - `kill-upload` (the owner's puts, segments too, slowed by 300–800 ms, SIGKILL mid-upload)
+///   loses nothing on `Shipped` — the control of `drill_catches_a_build_that_acks_before_the_tip`.
+/// - `handoff-late-put` (the old owner's image puts land 1.6 s late after a handoff; the
+///   successor forgets): nothing left once the erasure bound passed (the change-log review's
+///   hole 5, `forgotten-object-left` on three tenants of four before its fix).
 #[test]
-fn drill_replicas_hold_nothing_after_close() {
+fn drill_leaving_under_late_puts_drains_and_kills_keeps_every_promise() {
+    let kinds = [
+        "drain-kill",
+        "forget-late-put",
+        "close-during-open",
+        "kill-upload",
+        "handoff-late-put",
+    ];
     let (code, output) = drill(&[
         "--seed",
-        "3",
+        "5",
         "--seconds",
-        "4",
-        "--replicas",
-        "2",
-        "--tenants",
-        "2",
+        "28",
         "--faults",
-        "restart",
-        "--fail-on-leak",
+        &kinds.join(","),
     ]);
     let summary = summary(&output);
-    assert!(count(summary, "closed") >= 2, "{summary}");
+    for kind in kinds {
+        assert!(count(summary, kind) > 0, "no {kind} fault: {summary}");
+    }
     assert!(count(summary, "acked") > 0, "{summary}");
-    assert_eq!(
-        (code, count(summary, "leaks")),
-        (Some(0), 0),
-        "a replica process leaked after its close: {summary}"
-    );
-}
-
-/// A crash late in a long drain (the `drain-kill` fault: writes through a ticket while a handoff
-/// drains, SIGKILL 2.5–2.8 s into a 3 s drain) loses no more than the declared crash tail
-/// (docs/guarantees.md, promise 3): the checker's tail bound fails the run otherwise. On the
-/// default `Shipped` that tail is 0: nothing acknowledged through the ticket may be lost. The
-/// Before snapshots ran while draining (hole 4), this seed lost writes acknowledged ~3 s before
-/// the crash (`lost-beyond-tail`, tail bound 2,000 ms).
-#[test]
-fn drill_a_crash_late_in_a_long_drain_loses_no_more_than_the_tail() {
-    let (code, output) = drill(&["--seed", "5", "--seconds", "8", "--faults", "drain-kill"]);
-    let summary = summary(&output);
-    assert!(count(summary, "drain-kill") > 0, "no drain-kill: {summary}");
-    assert!(count(summary, "acked") > 0, "{summary}");
-    assert_eq!(count(summary, "violations"), 0, "{summary}");
+    assert!(count(summary, "forgotten") > 0, "nothing erased: {summary}");
+    assert_eq!(count(summary, "lost_otherwise"), 0, "{summary}");
     assert!(
         count(summary, "tail_max_ms") <= count(summary, "tail_bound_ms"),
         "{summary}"
-    );
-    assert_eq!(code, Some(0), "the drill failed: {summary}");
-}
-
-/// A put that outlived its deadline and lands after the forget returned leaves nothing at or
-/// below the floor (docs/guarantees.md, promise 5): the `forget-late-put` fault makes the owner's
-/// puts land 1.6 s late (past the 1 s store deadline), asks for a snapshot (it times out) and
-/// forgets at once; the drill lists the store right after the forget and twice the store
-/// deadline later. Before the forget waited for late puts (hole 6), the late image landed after
-/// the forget returned `Ok` and stayed (`forgotten-object-left`).
-#[test]
-fn drill_a_late_put_leaves_nothing_of_a_forgotten_tenant() {
-    let (code, output) = drill(&[
-        "--seed",
-        "6",
-        "--seconds",
-        "8",
-        "--faults",
-        "forget-late-put",
-    ]);
-    let summary = summary(&output);
-    assert!(
-        count(summary, "forget-late-put") > 0,
-        "no such fault: {summary}"
-    );
-    assert!(count(summary, "forgotten") > 0, "nothing erased: {summary}");
-    assert_eq!(count(summary, "violations"), 0, "{summary}");
-    assert_eq!(code, Some(0), "the drill failed: {summary}");
-}
-
-/// An open under way when a close begins is refused or handed off (docs/guarantees.md, promise
-/// 2): the `close-during-open` fault hands a tenant off, then sends one replica its open and its
-/// close back to back. Before the fix (hole 1) the open completed after the close took its
-/// table, the close returned nothing unflushed, and the tenure served on a replica about to
-/// stop (`graceful-not-flushed`).
-#[test]
-fn drill_a_close_refuses_or_hands_off_an_open_under_way() {
-    let (code, output) = drill(&[
-        "--seed",
-        "8",
-        "--seconds",
-        "8",
-        "--faults",
-        "close-during-open",
-    ]);
-    let summary = summary(&output);
-    assert!(
-        count(summary, "close-during-open") > 0,
-        "no such fault: {summary}"
     );
     assert_eq!(count(summary, "violations"), 0, "{summary}");
     assert_eq!(code, Some(0), "the drill failed: {summary}");
@@ -375,19 +387,6 @@ fn drill_catches_a_build_that_skips_the_final_image() {
     );
 }
 
-/// The control of the next test: the same seed and faults without the switch lose nothing on
-/// `Shipped`, though the owner is killed while its segments wait on slowed puts.
-#[test]
-fn drill_on_shipped_a_kill_mid_upload_loses_nothing() {
-    let (code, output) = drill(&["--seed", "7", "--seconds", "8", "--faults", "kill-upload"]);
-    let summary = summary(&output);
-    assert!(count(summary, "kill-upload") > 0, "{summary}");
-    assert!(count(summary, "acked") > 0, "{summary}");
-    assert_eq!(count(summary, "lost_otherwise"), 0, "{summary}");
-    assert_eq!(count(summary, "violations"), 0, "{summary}");
-    assert_eq!(code, Some(0), "the drill failed: {summary}");
-}
-
 /// With `Shipped`, a build that acknowledges a batch at its local commit, before its segment is
 /// put and the tip moved (`ack-before-tip`), loses acknowledged writes to a SIGKILL while
 /// segments are in flight: `kill-upload` slows the owner's puts (segments too) by 300–800 ms and
@@ -416,7 +415,11 @@ fn drill_catches_a_build_that_acks_before_the_tip() {
 
 /// A tenant forgotten while its owner is stopped leaves no local copy on the zombie once it
 /// resumes (`forgotten-local-file-left`), and its segments landing late are gone within the
-/// erasure bound (hole 10, pinned in `holes` too).
+/// erasure bound: hole 10 of the change-log review on `Shipped` (a paused replica's segment put
+/// in flight when its lease was found lost, landing after the successor's forget; seen with the
+/// full fault set, seed 12, 30 s: `twice the store deadline later, t1 (floor 2) keeps 1 objects
+/// at or below the floor: [".../e00000001/log-000000000091.seg"]`). Hole 10 on `Async` is
+/// pinned in `holes`.
 ///
 /// Every run must keep every promise; a run in which no forget happened proves nothing, and
 /// the next seed is tried (at most three): on the SQLite lease file a replica stopped while it

@@ -1,9 +1,7 @@
 //! Known gaps of the runtime (`--tolerate GAP,…`): violations a run reports as `TOLERATED`
 //! instead of failing, each named after the hole of the change-log review it belongs to
-//! (docs/testing.md, the process drill). CI tolerates the gaps today's runtime shows on the
-//! default fault kinds, so the random-seed drill stays green while the rules keep reporting
-//! them; each gap leaves CI's list when its fix merges, and the pinned test of its hole
-//! (`tests/drill.rs`, ignored until then) runs without it.
+//! (docs/testing.md, the process drill). Every gap here is fixed and CI tolerates none; the
+//! names stay so that a run reproducing an old report can still ask for one.
 //!
 //! | gap                 | tolerates                                                        | holes    |
 //! | ------------------- | ---------------------------------------------------------------- | -------- |
@@ -14,7 +12,7 @@
 //! | `unexplained-end`   | `unexplained-tenure-end`                                          | 11, 12   |
 //! | `unreadable`        | `unreadable-at-end`                                               | 1        |
 //! | `pitr-window`       | `pitr-outside-retention`, `pitr-failed`                           | 3, 4     |
-//! | `forgetter-copy`    | `forgotten-local-file-left` of the forgetting (or handing-off) replica's own root | a finding of 2026-12-01, not yet triaged (docs/testing.md) |
+//! | `forgetter-copy`    | `forgotten-local-file-left` of the forgetting (or handing-off) replica's own root | a finding of 2026-12-01, fixed (the forget removes its copy whatever the store answered; docs/testing.md) |
 
 use crate::checker::Violation;
 
@@ -36,7 +34,7 @@ pub enum KnownGap {
     /// A point-in-time restore inside the window refused or failed.
     PitrWindow,
     /// The replica that forgot a tenant (or handed it off) keeps its local directory: seen on
-    /// PostgreSQL + S3 with `forget-paused` and `forget-late-put`, not yet triaged.
+    /// PostgreSQL + S3 with `forget-paused` and `forget-late-put`; fixed.
     ForgetterCopy,
 }
 

@@ -132,6 +132,9 @@ fn example_addresses_runs_green() {
     if cfg!(feature = "s3") {
         features.push("s3");
     }
+    if cfg!(feature = "cli") {
+        features.push("cli");
+    }
     run.current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["run", "--quiet", "--example", "addresses", "--features"])
         .arg(features.join(" "));
