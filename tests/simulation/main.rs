@@ -8,8 +8,9 @@
 //!   the state it leads to.
 //! - `world` — the system under test: supervisors, stores, clocks, handles.
 //! - `check` — runs a sequence on a fresh world beside the model and says where they part.
-//! - `hardening`, `change_log` — pinned sequences of the hardening's holes and fault classes,
-//!   and of the change log (with the ignored regressions of what the simulation found).
+//! - `hardening`, `change_log`, `passivation` — pinned sequences of the hardening's holes and
+//!   fault classes, of the change log (with the ignored regressions of what the simulation
+//!   found), and of passivation.
 //!
 //! ## What the model holds the runtime to
 //! - Two cases in three run on `Durability::Shipped`, the default; a leading `Periodic` or
@@ -53,6 +54,7 @@ mod log_review;
 mod messages;
 mod model;
 mod ops;
+mod passivation;
 mod world;
 
 use std::time::Instant;
@@ -92,8 +94,17 @@ fn cases() -> u32 {
 
 /// Runs `config.cases` generated sequences (5 to 25 ops) on a build with `breakage`.
 fn simulate(config: Config, breakage: Breakage) -> Result<(), TestError<Vec<Op>>> {
+    simulate_these(config, breakage, ops::ops())
+}
+
+/// Runs `config.cases` sequences drawn from `cases` on a build with `breakage`.
+fn simulate_these(
+    config: Config,
+    breakage: Breakage,
+    cases: impl proptest::strategy::Strategy<Value = Vec<Op>>,
+) -> Result<(), TestError<Vec<Op>>> {
     let mut runner = TestRunner::new(config);
-    runner.run(&ops::ops(), |ops| {
+    runner.run(&cases, |ops| {
         check::run_case(&ops, breakage).map_err(TestCaseError::fail)
     })
 }
@@ -334,6 +345,57 @@ fn a_build_that_acknowledges_before_the_tip_moved_is_caught() {
         ack_before_tip: true,
         ..Breakage::default()
     });
+}
+
+/// A build whose passivation lets go of a tenant without settling its log or publishing its
+/// final image (`passivate_unsettled`) loses acknowledged writes on `Images` (on `Shipped` the
+/// log holds them already): the passivation cases catch it, the model expecting the final image
+/// in the store and the reopened tenant to hold every acknowledged write (promise 12).
+#[test]
+fn a_build_that_passivates_without_settling_is_caught() {
+    let broken = Breakage {
+        passivate_unsettled: true,
+        ..Breakage::default()
+    };
+    let config = Config {
+        cases: 100,
+        ..broken_build_config()
+    };
+    match simulate_these(config, broken, ops::passivation_ops()) {
+        Err(TestError::Fail(reason, ops)) => {
+            eprintln!("caught {broken:?} with {ops:?}:\n{reason}");
+        }
+        other => panic!("the simulation did not catch {broken:?}: {other:?}"),
+    }
+}
+
+/// The same sequence on a correct build and on one whose passivation does not settle: an
+/// acknowledged write, the tenant idle past `passivate_after` (its replica lets it go), then a
+/// read on the handle the host kept, which reopens the tenant from the stores. The broken build
+/// is reported at the passivation (no final image in the store), the correct one passes.
+#[test]
+fn a_passivation_that_loses_an_acknowledged_write_is_reported_at_once() {
+    use Op::*;
+    let ops = [
+        Passivation { images: true },
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Passivate {
+            t: 0,
+            at: Newest,
+            ms: 0,
+        },
+        Read { t: 0, at: Newest },
+    ];
+    replay(&ops);
+    let broken = Breakage {
+        passivate_unsettled: true,
+        ..Breakage::default()
+    };
+    let Err(why) = check::run_case(&ops, broken) else {
+        panic!("a passivation that published nothing went unnoticed")
+    };
+    assert!(why.starts_with("op #3"), "{why}");
 }
 
 /// With `Shipped`, a write whose segment cannot be put (the durable store is down) must not be

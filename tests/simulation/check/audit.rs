@@ -2,6 +2,7 @@
 //!
 //! - **Every ended tenure is explained** ([`Ends`]): a tenure seen released must have been
 //!   handed off (or its replica closed), one seen forgotten must have been forgotten, one seen
+//!   passivated must have seen time pass (an idle check follows every clock move), one seen
 //!   abandoned must have been abandoned, or met a fault the world injected, time passing, or a
 //!   handoff or forget that failed — judged from the statuses the world read and the world's
 //!   own record of what it did, never from what the runtime says about why.
@@ -115,11 +116,19 @@ fn explains(op: &Op, t: usize, replica: Option<usize>, status: TenantStatus) -> 
         | Op::LapseDuringCommit { .. }
         | Op::ZombieShip { .. }
         | Op::Advance { .. }
+        | Op::Passivate { .. }
+        | Op::RacePassivateWrite { .. }
         | Op::Settle => true,
         Op::DrainedHandoff { pause, .. } => pause > 0,
         _ => false,
     };
+    // Let go for being idle: time passed on every clock (an idle check follows every move).
+    let idled = matches!(
+        *op,
+        Op::Passivate { .. } | Op::RacePassivateWrite { .. } | Op::Advance { .. } | Op::Settle
+    );
     match status {
+        TenantStatus::Passivated => idled,
         TenantStatus::Released => handed_off,
         TenantStatus::Forgotten => forgotten,
         _ => handed_off || forgotten || faulted,

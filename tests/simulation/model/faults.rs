@@ -273,7 +273,10 @@ impl State {
                 tenure.replica == r
                     && !matches!(
                         tenure.status,
-                        Status::Released | Status::Abandoned | Status::Forgotten
+                        Status::Released
+                            | Status::Abandoned
+                            | Status::Forgotten
+                            | Status::Passivated
                     )
             })
             .map(|(k, _)| *k)

@@ -102,6 +102,7 @@ impl State {
             pending: false,
             since_image: restored.segments,
             state: restored.state,
+            last_touch: now,
         };
         self.tenures.insert((t, epoch), tenure);
         self.local_sweeps[r][t] = false;
