@@ -349,7 +349,8 @@ fn a_build_that_acknowledges_before_the_tip_moved_is_caught() {
 
 /// A build whose passivation lets go of a tenant without settling its log or publishing its
 /// final image (`passivate_unsettled`) loses acknowledged writes on `Images` (on `Shipped` the
-/// log holds them already): the passivation cases catch it, the model expecting the final image
+/// log holds them already; there it is caught as a passivation that never asked whether its
+/// lease held): the passivation cases on `Images` catch it, the model expecting the final image
 /// in the store and the reopened tenant to hold every acknowledged write (promise 12).
 #[test]
 fn a_build_that_passivates_without_settling_is_caught() {
@@ -361,7 +362,7 @@ fn a_build_that_passivates_without_settling_is_caught() {
         cases: 100,
         ..broken_build_config()
     };
-    match simulate_these(config, broken, ops::passivation_ops()) {
+    match simulate_these(config, broken, ops::passivation_ops(true)) {
         Err(TestError::Fail(reason, ops)) => {
             eprintln!("caught {broken:?} with {ops:?}:\n{reason}");
         }

@@ -18,18 +18,14 @@ impl State {
             Op::Write { t, at } => s.reaching(t, at, true, |s, k| vec![s.write(k, id(0))]),
             Op::Read { t, at } => s.reaching(t, at, true, |s, k| vec![s.read(k)]),
             Op::Ticket { t, at } => s.reaching(t, at, true, |s, k| s.ticket(k, id(0))),
-            Op::Snapshot { t, at } => {
-                s.reaching(t, at, true, |s, k| vec![s.snapshot(k, false)])
-            }
+            Op::Snapshot { t, at } => s.reaching(t, at, true, |s, k| vec![s.snapshot(k, false)]),
             Op::Handoff { t, at } => s.on(t, at, |s, k| vec![s.handoff(k, false)]),
             Op::Stalled {
                 t,
                 at,
                 handoff: true,
             } => s.on(t, at, |s, k| vec![s.handoff(k, true)]),
-            Op::Stalled { t, at, .. } => {
-                s.reaching(t, at, true, |s, k| vec![s.snapshot(k, true)])
-            }
+            Op::Stalled { t, at, .. } => s.reaching(t, at, true, |s, k| vec![s.snapshot(k, true)]),
             Op::DrainedHandoff {
                 t,
                 at,
