@@ -320,10 +320,11 @@ fn resolve(op: &Op, i: usize, states: &[State], history: &History) -> Op {
             at,
             ms: states[0].idle_in(t, at),
         },
-        Op::RacePassivateWrite { t, at, .. } => Op::RacePassivateWrite {
+        Op::RacePassivate { t, at, with, .. } => Op::RacePassivate {
             t,
             at,
             ms: states[0].idle_in(t, at),
+            with,
         },
         other => other,
     }

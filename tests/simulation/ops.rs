@@ -165,12 +165,30 @@ pub enum Op {
     /// that tenure is passivated, with any other idle by then. `ms` is filled in by the
     /// checker from the model (0 when the tenure does not serve).
     Passivate { t: usize, at: At, ms: u64 },
-    /// As [`Op::Passivate`], with a write sent on the handle at the moment its replica's idle
-    /// check runs: the write may reach the tenant first (it is used, so not idle: it serves
-    /// on), or the passivation first (the write waits for it and reopens the tenant).
-    RacePassivateWrite { t: usize, at: At, ms: u64 },
+    /// As [`Op::Passivate`], with a call (`with`) sent the moment the idle check of the
+    /// tenure's replica has begun its passivations: it meets the flush under way, or the tenure
+    /// let go (docs/testing.md, "Passivation in the simulation").
+    RacePassivate {
+        t: usize,
+        at: At,
+        ms: u64,
+        with: Racer,
+    },
     /// Every fault cleared and every lease left to expire: how each case ends (never generated).
     Settle,
+}
+
+/// The call that races a passivation ([`Op::RacePassivate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Racer {
+    /// A write on the tenure's handle.
+    Write,
+    /// `Supervisor::open` of the tenant on the tenure's replica.
+    Open,
+    /// A handoff on the tenure's handle.
+    Handoff,
+    /// A forget on the tenure's handle.
+    Forget,
 }
 
 /// How large the batches of a change log's case get.
@@ -218,7 +236,7 @@ impl Op {
             | Op::BlockingRun { .. }
             | Op::BulkWrite { .. }
             | Op::ZombieShip { .. }
-            | Op::RacePassivateWrite { .. }
+            | Op::RacePassivate { .. }
             | Op::WriteWhileDown { .. } => 1,
             Op::DrainedHandoff { .. } => 2,
             _ => 0,

@@ -3,6 +3,7 @@
 
 use crate::ops::At::{Newest, Older};
 use crate::ops::Op::*;
+use crate::ops::Racer;
 use crate::replay;
 
 /// Found by this simulation: a tenant whose passivation's flush failed (the durable store down,
@@ -59,10 +60,11 @@ fn regression_a_kept_handle_reopens_a_tenant_passivated_again_and_again() {
         Read { t: 0, at: Older(1) },
         Handoff { t: 1, at: Newest },
         Renew { r: 1 },
-        RacePassivateWrite {
+        RacePassivate {
             t: 0,
             at: Older(2),
             ms: 0,
+            with: Racer::Write,
         },
         Read { t: 0, at: Newest },
         Forget { t: 0, at: Older(1) },

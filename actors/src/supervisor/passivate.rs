@@ -8,6 +8,7 @@
 //!   a tenant opens ──> noted (its activity cell) ──> idle check armed at oldest + passivate_after
 //!   idle check: Recency::pick(before = now − passivate_after) ──> Passivate{judged} to each
 //!                 refused (a ticket, used since) ──> noted again at now
+//!                 begun, then its flush failed (serves on) ──> noted again at now
 //!   open at max_open: Recency::pick(any age, one) ──> Passivate ──> wait until it has left
 //!                 ──> the open goes again (at most EVICTION_TRIES victims, then OpenLimit)
 //! ```

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use leasehold_actors::TenantStatus;
 
 use crate::model::{REPLICAS, State, TENANTS};
-use crate::ops::{At, Op, log_hole_fixed};
+use crate::ops::{At, Op, Racer, log_hole_fixed};
 use crate::world::{Seen, World};
 
 /// The record the rule that every ended tenure is explained works from.
@@ -92,7 +92,12 @@ fn explains(op: &Op, t: usize, replica: Option<usize>, status: TenantStatus) -> 
             ..
         } => on_tenant(u),
         Op::Close { r } | Op::OpenDuringClose { r, .. } => on_replica(r),
-        Op::Move { t: u, .. } => on_tenant(u),
+        Op::Move { t: u, .. }
+        | Op::RacePassivate {
+            t: u,
+            with: Racer::Handoff,
+            ..
+        } => on_tenant(u),
         _ => false,
     };
     let forgotten = match *op {
@@ -100,7 +105,12 @@ fn explains(op: &Op, t: usize, replica: Option<usize>, status: TenantStatus) -> 
         | Op::RaceHandoffForget { t: u, .. }
         | Op::ForgetDuringUpload { t: u, .. }
         | Op::ForgetBehindHungPut { t: u, .. }
-        | Op::ZombieShip { t: u, .. } => on_tenant(u),
+        | Op::ZombieShip { t: u, .. }
+        | Op::RacePassivate {
+            t: u,
+            with: Racer::Forget,
+            ..
+        } => on_tenant(u),
         _ => false,
     };
     let faulted = match *op {
@@ -117,7 +127,7 @@ fn explains(op: &Op, t: usize, replica: Option<usize>, status: TenantStatus) -> 
         | Op::ZombieShip { .. }
         | Op::Advance { .. }
         | Op::Passivate { .. }
-        | Op::RacePassivateWrite { .. }
+        | Op::RacePassivate { .. }
         | Op::Settle => true,
         Op::DrainedHandoff { pause, .. } => pause > 0,
         _ => false,
@@ -125,7 +135,7 @@ fn explains(op: &Op, t: usize, replica: Option<usize>, status: TenantStatus) -> 
     // Let go for being idle: time passed on every clock (an idle check follows every move).
     let idled = matches!(
         *op,
-        Op::Passivate { .. } | Op::RacePassivateWrite { .. } | Op::Advance { .. } | Op::Settle
+        Op::Passivate { .. } | Op::RacePassivate { .. } | Op::Advance { .. } | Op::Settle
     );
     match status {
         TenantStatus::Passivated => idled,

@@ -22,7 +22,7 @@
 //! ```
 
 use super::{Outcomes, REPLICAS, Res, State, Status, TENANTS};
-use crate::ops::At;
+use crate::ops::{At, Racer};
 
 /// `passivate_after` of the driven replicas in the passivation cases (ms, the replicas'
 /// manual clocks): shorter than a lease's term less its margin, so that a tenure opened or
@@ -98,26 +98,38 @@ impl State {
     /// Time passes, `ms` on every clock, and each driven replica runs its idle check.
     pub(super) fn pass_time(&mut self, ms: u64) {
         self.now += ms;
-        self.idle_checks();
+        self.idle_checks(None);
     }
 
     /// Every driven replica's idle check: each serving tenure in its table, idle for
-    /// `passivate_after`, is passivated.
-    pub(super) fn idle_checks(&mut self) {
-        let Some(after) = self.passivate_after else {
-            return;
-        };
+    /// `passivate_after`, is passivated — but `spare`, whose passivation another call overtook.
+    pub(super) fn idle_checks(&mut self, spare: Option<(usize, u64)>) {
         for r in 0..REPLICAS {
             for t in 0..TENANTS {
                 let Some(epoch) = self.table[r][t] else {
                     continue;
                 };
-                let tenure = &self.tenures[&(t, epoch)];
-                if tenure.status == Status::Serving && tenure.last_touch + after <= self.now {
-                    self.passivate((t, epoch));
+                let k = (t, epoch);
+                if Some(k) != spare && self.idle(k) {
+                    self.passivate(k);
                 }
             }
         }
+    }
+
+    /// Whether tenure `k` serves and has been idle for `passivate_after` (never, with
+    /// passivation off).
+    fn idle(&self, k: (usize, u64)) -> bool {
+        let tenure = &self.tenures[&k];
+        self.passivate_after.is_some_and(|after| {
+            tenure.status == Status::Serving && tenure.last_touch + after <= self.now
+        })
+    }
+
+    /// Whether tenure `k` is in its replica's table.
+    fn in_table(&self, k: (usize, u64)) -> bool {
+        let (t, epoch) = k;
+        self.table[self.tenures[&k].replica][t] == Some(epoch)
     }
 
     /// The passivation of tenure `k`: a handoff's flush; `Passivated` once it is released.
@@ -144,24 +156,78 @@ impl State {
         }
     }
 
-    /// `Op::RacePassivateWrite`: time passes `ms`, every other replica's idle check, then the
-    /// idle check of the tenure's replica and, the moment it has begun its passivations, a
-    /// write on the handle. The write meets the flush under way or the tenure let go: it waits
-    /// for the passivation to end and reopens the tenant; a flush that failed leaves the tenure
-    /// serving and the write runs there; a passivation that lost the lease refuses it —
-    /// `Draining` while it was under way, `Fenced` once it had ended.
-    pub(super) fn race_passivate_write(&self, k: (usize, u64), ms: u64, id: String) -> Outcomes {
-        let mut s = self.clone();
-        s.now += ms;
-        let before = s.target(k);
-        let serving = s.tenures[&before].status == Status::Serving;
-        s.idle_checks();
+    /// `Op::RacePassivate`: time passes `ms`, every other replica's idle check, then the idle
+    /// check of the tenure's replica and, the moment it has begun its passivations, `with` —
+    /// a call that meets the flush under way or the tenure let go:
+    /// - a write or a forget on the handle waits for the passivation to end and reopens the
+    ///   tenant (a flush that failed leaves the tenure serving: the call goes there); one that
+    ///   lost the lease refuses a write — `Draining` while under way, `Fenced` once ended;
+    ///   a forget may also overtake the flush (while its final image uploads: the forget
+    ///   waits for it and erases it), as it overtakes a handoff's;
+    /// - an open of the tenant on that replica waits for the passivation to end and opens a new
+    ///   tenure (or finds the tenure serving on);
+    /// - a handoff answers `Ok` once the tenure is passivated; refused (`Draining`) while the
+    ///   passivation was under way if it then serves on, or hands off if it came after.
+    pub(super) fn race_passivate(
+        &self,
+        k: (usize, u64),
+        ms: u64,
+        with: Racer,
+        id: String,
+    ) -> Outcomes {
+        let mut base = self.clone();
+        base.now += ms;
+        let before = base.target(k);
+        let serving = base.tenures[&before].status == Status::Serving;
+        let mut s = base.clone();
+        s.idle_checks(None);
+        let after = s.tenures[&before].status;
+        let chosen = serving && base.in_table(before) && base.idle(before);
+        let lost = chosen && after == Status::Abandoned;
+        let served_on = chosen && after == Status::Serving;
         let mut outcomes = Vec::new();
-        if serving && s.tenures[&before].status == Status::Abandoned {
-            outcomes.push((vec![Res::Draining], s.clone()));
+        match with {
+            Racer::Write => {
+                if lost {
+                    outcomes.push((vec![Res::Draining], s.clone()));
+                }
+                let written = s.write_through(k, id);
+                outcomes.push((vec![written], s));
+            }
+            Racer::Open => {
+                let (t, _) = before;
+                let opened = s.open(base.tenures[&before].replica, t);
+                outcomes.push((vec![opened], s));
+            }
+            Racer::Handoff => {
+                if served_on || lost {
+                    outcomes.push((vec![Res::Draining], s.clone()));
+                }
+                let handed = s.handoff(before, false);
+                outcomes.push((vec![handed], s));
+            }
+            Racer::Forget => {
+                if chosen {
+                    // The forget overtakes the flush: it never let go.
+                    let mut overtaken = base.clone();
+                    overtaken.idle_checks(Some(before));
+                    if overtaken.tenures[&before].dirty && !overtaken.logged(before) {
+                        // During the final image's upload: the forget waits for it.
+                        let mut uploading = overtaken.clone();
+                        let _ = uploading.publish(before, false);
+                        let forgot = uploading.forget(before);
+                        outcomes.push((vec![forgot], uploading));
+                    }
+                    let forgot = overtaken.forget(before);
+                    outcomes.push((vec![forgot], overtaken));
+                }
+                let forgot = match s.reach(k) {
+                    Ok(k) => s.forget(k),
+                    Err(refused) => refused,
+                };
+                outcomes.push((vec![forgot], s));
+            }
         }
-        let written = s.write_through(k, id);
-        outcomes.push((vec![written], s));
         outcomes
     }
 }

@@ -90,9 +90,9 @@ impl State {
                 s.pass_time(ms);
                 single(vec![Res::Ok], s)
             }
-            Op::RacePassivateWrite { t, at, ms } => match s.key_of(t, at) {
+            Op::RacePassivate { t, at, ms, with } => match s.key_of(t, at) {
                 None => single(vec![Res::Skipped], s),
-                Some(k) => s.race_passivate_write(k, ms, id(0)),
+                Some(k) => s.race_passivate(k, ms, with, id(0)),
             },
             Op::Renew { r } => {
                 let out = s.renew(r);

@@ -1,6 +1,7 @@
 //! The passivation cases (a leading [`Op::Passivation`]): the everyday ops and the outages and
 //! stalls of the first fault classes, with passivation on, and the ops that let a tenure go
-//! idle ([`Op::Passivate`]) or race its idle check with a write ([`Op::RacePassivateWrite`]).
+//! idle ([`Op::Passivate`]) or race its passivation with a write, an open, a handoff or a
+//! forget ([`Op::RacePassivate`]).
 //!
 //! Every clock move of these cases goes through the world's `pass_time`, which runs each
 //! replica's idle check right after it, as the model does: the runtime's own idle timer (real
@@ -10,12 +11,22 @@
 
 use proptest::prelude::*;
 
-use super::{Op, everyday_op, faulty_op, on};
+use super::{Op, Racer, at, everyday_op, faulty_op, on, tenant};
 
 /// The leading op: on `Images` one case in two (a passivation that did not publish its final
 /// image loses writes there; on `Shipped` everything acknowledged is in the log already).
 pub(super) fn case() -> impl Strategy<Value = Op> {
     any::<bool>().prop_map(|images| Op::Passivation { images })
+}
+
+/// The call that races a passivation.
+fn racer() -> impl Strategy<Value = Racer> {
+    prop::sample::select(vec![
+        Racer::Write,
+        Racer::Open,
+        Racer::Handoff,
+        Racer::Forget,
+    ])
 }
 
 /// One op of a passivation case.
@@ -34,7 +45,8 @@ pub(super) fn op() -> BoxedStrategy<Op> {
         100 => everyday,
         10 => faulty_op(),
         12 => on(|t, at| Op::Passivate { t, at, ms: 0 }),
-        5 => on(|t, at| Op::RacePassivateWrite { t, at, ms: 0 }),
+        8 => (tenant(), at(), racer())
+            .prop_map(|(t, at, with)| Op::RacePassivate { t, at, ms: 0, with }),
     ]
     .boxed()
 }

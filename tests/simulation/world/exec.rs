@@ -105,8 +105,8 @@ impl World {
                 self.pass_time(ms).await;
                 vec![Res::Ok]
             }
-            Op::RacePassivateWrite { t, at, ms } => match on(t, at) {
-                Some(h) => vec![self.race_passivate_write(t, &h, ms, id(0)).await],
+            Op::RacePassivate { t, at, ms, with } => match on(t, at) {
+                Some(h) => vec![self.race_passivate(t, &h, (ms, with), id(0)).await],
                 None => vec![Res::Skipped],
             },
             Op::Renew { r } => vec![settle(unit(self.sups[r].renew_now())).await],
@@ -148,7 +148,7 @@ impl World {
         }
     }
 
-    async fn open(&mut self, r: usize, t: usize) -> Res {
+    pub(super) async fn open(&mut self, r: usize, t: usize) -> Res {
         let (org, tenant) = tenant_ids(t);
         let opened = settle_raw(self.sups[r].open(&org, &tenant)).await;
         let res = self.opened(r, t, opened);

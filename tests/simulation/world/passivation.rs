@@ -15,8 +15,9 @@ use std::time::Instant;
 use futures::future::join_all;
 use leasehold_actors::{TenantRef, TenantStatus};
 
-use super::{SETTLE, World, insert, settle, settle_raw};
+use super::{SETTLE, World, insert, settle, settle_raw, unit};
 use crate::model::{REPLICAS, Res};
+use crate::ops::Racer;
 
 impl World {
     /// Time passes (`ms` on every clock); in the passivation cases every driven replica then
@@ -50,15 +51,15 @@ impl World {
         }
     }
 
-    /// `Op::RacePassivateWrite`: time passes, the other replicas' idle checks run (their
+    /// `Op::RacePassivate`: time passes (`ms`), the other replicas' idle checks run (their
     /// passivations end), then the idle check of the replica the handle `h` of tenant `t` is
-    /// bound to, and the write `id` is sent on `h` the moment that check has begun its
-    /// passivations: it meets the flush under way.
-    pub(super) async fn race_passivate_write(
-        &self,
+    /// bound to, and `with` is sent the moment that check has begun its passivations (a write
+    /// inserts `id`): it meets the flush under way.
+    pub(super) async fn race_passivate(
+        &mut self,
         t: usize,
         h: &TenantRef,
-        ms: u64,
+        (ms, with): (u64, Racer),
         id: String,
     ) -> Res {
         let r = self.owners[&(t, h.epoch())];
@@ -66,9 +67,14 @@ impl World {
         self.idle_checks((0..REPLICAS).filter(|&o| o != r).collect())
             .await;
         let _ = settle_raw(self.sups[r].passivate_idle_now()).await;
-        let written = settle(insert(h, id)).await;
+        let outcome = match with {
+            Racer::Write => settle(insert(h, id)).await,
+            Racer::Open => self.open(r, t).await,
+            Racer::Handoff => settle(unit(h.handoff())).await,
+            Racer::Forget => settle(unit(h.forget())).await,
+        };
         self.until_no_passivation_under_way().await;
-        written
+        outcome
     }
 
     /// Records every handle that a call bound to a new tenure (a passivated one's reopening)
