@@ -171,6 +171,9 @@ pub struct Tenure {
     /// Its last activity (model time): its open, or the last run, admission, ticket's end or
     /// snapshot sent to it; it is idle once `passivate_after` has passed since.
     pub last_touch: u64,
+    /// The supervisor of its replica that opened it (`State::generations`): its handles reopen
+    /// the tenant through that one.
+    pub generation: u64,
 }
 
 /// A tenant's row in the lease store.
@@ -356,6 +359,8 @@ pub struct State {
     /// The epoch each handle is bound to, by the key it was recorded under, once a call rebound
     /// it (absent: its own).
     pub bound: BTreeMap<(usize, u64), u64>,
+    /// `[replica]`: how many times it restarted (its supervisor now).
+    pub generations: Vec<u64>,
 }
 
 type Outcomes = Vec<(Vec<Res>, State)>;
@@ -392,6 +397,7 @@ impl State {
             passivate_after: None,
             shares: BTreeMap::new(),
             bound: BTreeMap::new(),
+            generations: vec![0; REPLICAS + 1],
         }
     }
 

@@ -72,3 +72,25 @@ fn regression_a_kept_handle_reopens_a_tenant_passivated_again_and_again() {
         Read { t: 0, at: Newest },
     ]);
 }
+
+/// A kept handle reopens through the supervisor that handed it out: once that replica has
+/// closed (and restarted), a call on the handle of a tenure passivated there answers `Closed`,
+/// and the tenant opens on the restarted replica as a new tenure.
+#[test]
+fn regression_a_kept_handle_of_a_closed_replica_answers_closed() {
+    replay(&[
+        Passivation { images: true },
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Passivate {
+            t: 0,
+            at: Newest,
+            ms: 0,
+        },
+        Close { r: 0 },
+        Write { t: 0, at: Newest },
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Older(1) },
+        Read { t: 0, at: Newest },
+    ]);
+}

@@ -10,7 +10,7 @@
 //! A handle the host kept re-resolves: a run, admission, snapshot or forget on a passivated
 //! tenure reopens the tenant on the same replica (a new epoch, restored from the stores) and
 //! goes there, the handle — and every clone of it — bound to the new tenure from then on; the
-//! reopen's refusal is the call's answer. A handoff of a passivated tenure answers `Ok` (it is
+//! reopen's refusal is the call's answer (`Closed` once that replica's supervisor has closed). A handoff of a passivated tenure answers `Ok` (it is
 //! flushed and released already) and an abandon does nothing.
 //!
 //! ```text
@@ -51,6 +51,10 @@ impl State {
         }
         let (t, _) = k;
         let replica = self.tenures[&target].replica;
+        if self.tenures[&target].generation != self.generations[replica] {
+            // The supervisor that handed the handle out has closed since.
+            return Err(Res::Closed);
+        }
         let newest = self.tenures.keys().filter(|n| n.0 == t).map(|n| n.1).max();
         match self.open(replica, t) {
             Res::Epoch(epoch) => {

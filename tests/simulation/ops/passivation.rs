@@ -7,7 +7,8 @@
 //! replica's idle check right after it, as the model does: the runtime's own idle timer (real
 //! time) then never finds a tenant idle that the model has not let go already. So the ops that
 //! move clocks inside a call (a drained handoff's pause, the lapses, a zombie's ship) stay out,
-//! as do close, crash and late landings (docs/testing.md, "Passivation in the simulation").
+//! as do crash (a dead process's kept handles would reopen through a supervisor that lives on
+//! in this process) and late landings (docs/testing.md, "Passivation in the simulation").
 
 use proptest::prelude::*;
 
@@ -44,6 +45,7 @@ pub(super) fn op() -> BoxedStrategy<Op> {
     prop_oneof![
         100 => everyday,
         10 => faulty_op(),
+        3 => super::replica().prop_map(|r| Op::Close { r }),
         12 => on(|t, at| Op::Passivate { t, at, ms: 0 }),
         8 => (tenant(), at(), racer())
             .prop_map(|(t, at, with)| Op::RacePassivate { t, at, ms: 0, with }),
