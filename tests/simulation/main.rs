@@ -39,6 +39,12 @@
 //!   restart of a replica, an open in flight at close, a forget forced during an upload, a
 //!   lapse inside a run, a run blocking past `drain_timeout`, and periodic snapshots with the
 //!   crash bound judged from the stores (docs/testing.md, "The simulation's fault classes").
+//! - In the passivation cases (a leading `Passivation`, one in nine) a tenant idle for
+//!   `passivate_after` by the replicas' clocks is let go at the idle check that follows every
+//!   clock move, like a handoff's flush; a call on a handle the host kept reopens it on the same
+//!   replica (a new epoch, every acknowledged write restored); a write, open, handoff or forget
+//!   may race the flush (docs/testing.md, "Passivation in the simulation"). Elsewhere no
+//!   replica passivates.
 //! - Ops that expose a hole whose fix has not merged (`ops::UNFIXED_HOLES`) stay out of the
 //!   generated mix; each hole is pinned by an ignored `holeN_…` test in `hardening`.
 //!
