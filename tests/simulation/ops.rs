@@ -537,12 +537,6 @@ pub fn ops() -> impl Strategy<Value = Vec<Op>> {
     prop::strategy::Union::new_weighted(families).prop_flat_map(sequence)
 }
 
-/// The passivation cases alone, on `Images` or on `Shipped` (a leading [`Op::Passivation`]):
-/// for the test that a build whose passivation does not settle is caught.
-pub fn passivation_ops(images: bool) -> impl Strategy<Value = Vec<Op>> {
-    Just(Some(Op::Passivation { images })).prop_flat_map(sequence)
-}
-
 /// A sequence after the case's leading mode op, if any.
 fn sequence(mode: Option<Op>) -> impl Strategy<Value = Vec<Op>> {
     let periodic = mode == Some(Op::Periodic);
