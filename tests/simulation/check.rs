@@ -277,7 +277,8 @@ fn judge(
 }
 
 /// Makes an op the model and the world can both carry out (on the chain of the first branch):
-/// a damage "so many segments before the tip" gets that position; a point-in-time restore gets
+/// a damage "so many segments before the tip" gets that position; a passivation the time until
+/// its tenure is idle; a point-in-time restore gets
 /// the `back`-th position from the tip at which it has a segment to apply (the nearest such
 /// when there are fewer), or, by time, the wall-clock time an earlier op began at and the tip
 /// then.
@@ -312,6 +313,18 @@ fn resolve(op: &Op, i: usize, states: &[State], history: &History) -> Op {
             t,
             pos: position(t, back),
             delete,
+        },
+        // Time passes until the tenure the handle is bound to has been idle long enough.
+        Op::Passivate { t, at, .. } => Op::Passivate {
+            t,
+            at,
+            ms: states[0].idle_in(t, at),
+        },
+        Op::RacePassivate { t, at, with, .. } => Op::RacePassivate {
+            t,
+            at,
+            ms: states[0].idle_in(t, at),
+            with,
         },
         other => other,
     }

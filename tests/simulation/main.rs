@@ -8,8 +8,9 @@
 //!   the state it leads to.
 //! - `world` — the system under test: supervisors, stores, clocks, handles.
 //! - `check` — runs a sequence on a fresh world beside the model and says where they part.
-//! - `hardening`, `change_log` — pinned sequences of the hardening's holes and fault classes,
-//!   and of the change log (with the ignored regressions of what the simulation found).
+//! - `hardening`, `change_log`, `passivation` — pinned sequences of the hardening's holes and
+//!   fault classes, of the change log (with the ignored regressions of what the simulation
+//!   found), and of passivation.
 //!
 //! ## What the model holds the runtime to
 //! - Two cases in three run on `Durability::Shipped`, the default; a leading `Periodic` or
@@ -38,6 +39,12 @@
 //!   restart of a replica, an open in flight at close, a forget forced during an upload, a
 //!   lapse inside a run, a run blocking past `drain_timeout`, and periodic snapshots with the
 //!   crash bound judged from the stores (docs/testing.md, "The simulation's fault classes").
+//! - In the passivation cases (a leading `Passivation`, one in nine) a tenant idle for
+//!   `passivate_after` by the replicas' clocks is let go at the idle check that follows every
+//!   clock move, like a handoff's flush; a call on a handle the host kept reopens it on the same
+//!   replica (a new epoch, every acknowledged write restored); a write, open, handoff or forget
+//!   may race the flush (docs/testing.md, "Passivation in the simulation"). Elsewhere no
+//!   replica passivates.
 //! - Ops that expose a hole whose fix has not merged (`ops::UNFIXED_HOLES`) stay out of the
 //!   generated mix; each hole is pinned by an ignored `holeN_…` test in `hardening`.
 //!
@@ -53,6 +60,7 @@ mod log_review;
 mod messages;
 mod model;
 mod ops;
+mod passivation;
 mod world;
 
 use std::time::Instant;
@@ -334,6 +342,48 @@ fn a_build_that_acknowledges_before_the_tip_moved_is_caught() {
         ack_before_tip: true,
         ..Breakage::default()
     });
+}
+
+/// A build whose passivation lets go of a tenant without settling its log or publishing its
+/// final image (`passivate_unsettled`, breaking promise 12) is caught within the usual mix of
+/// cases (the passivation cases among them): shrunk, by a passivation whose lease had lapsed,
+/// which the correct build's flush finds fenced and the broken one lets go without asking; the
+/// lost write itself is shown by the test below.
+#[test]
+fn a_build_that_passivates_without_settling_is_caught() {
+    assert_caught(Breakage {
+        passivate_unsettled: true,
+        ..Breakage::default()
+    });
+}
+
+/// The same sequence on a correct build and on one whose passivation does not settle: an
+/// acknowledged write, the tenant idle past `passivate_after` (its replica lets it go), then a
+/// read on the handle the host kept, which reopens the tenant from the stores. The broken build
+/// is reported at the passivation (no final image in the store), the correct one passes.
+#[test]
+fn a_passivation_that_loses_an_acknowledged_write_is_reported_at_once() {
+    use Op::*;
+    let ops = [
+        Passivation { images: true },
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Passivate {
+            t: 0,
+            at: Newest,
+            ms: 0,
+        },
+        Read { t: 0, at: Newest },
+    ];
+    replay(&ops);
+    let broken = Breakage {
+        passivate_unsettled: true,
+        ..Breakage::default()
+    };
+    let Err(why) = check::run_case(&ops, broken) else {
+        panic!("a passivation that published nothing went unnoticed")
+    };
+    assert!(why.starts_with("op #3"), "{why}");
 }
 
 /// With `Shipped`, a write whose segment cannot be put (the durable store is down) must not be

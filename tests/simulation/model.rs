@@ -16,6 +16,7 @@ mod composite;
 mod faults;
 mod leaving;
 mod log;
+mod passivation;
 mod pitr;
 mod retention;
 mod serving;
@@ -23,6 +24,7 @@ mod step;
 
 pub use faults::{Held, HeldPut};
 pub use leaving::LOGGED_FLUSH_NEEDS_THE_LEASE;
+pub use passivation::PASSIVATE_AFTER_MS;
 pub use pitr::PitrTarget;
 pub use serving::FAILED_OPEN_LEAVES_NO_DIR;
 
@@ -127,6 +129,9 @@ pub enum Status {
     Abandoned,
     /// Erased.
     Forgotten,
+    /// Let go for being idle (promise 12): flushed and released like a handoff; a call on a
+    /// handle of it reopens the tenant on its replica.
+    Passivated,
 }
 
 /// One tenure: a tenant's lease at one epoch, held by one replica.
@@ -163,6 +168,12 @@ pub struct Tenure {
     /// Logged: the identity of the ledger's bytes at `tip` (what the next segment is cut on;
     /// 0 is an empty database).
     pub state: u64,
+    /// Its last activity (model time): its open, or the last run, admission, ticket's end or
+    /// snapshot sent to it; it is idle once `passivate_after` has passed since.
+    pub last_touch: u64,
+    /// The supervisor of its replica that opened it (`State::generations`): its handles reopen
+    /// the tenant through that one.
+    pub generation: u64,
 }
 
 /// A tenant's row in the lease store.
@@ -339,6 +350,17 @@ pub struct State {
     pub successor: Option<(usize, usize)>,
     /// What that open and forget came to.
     pub successor_outcomes: Option<(Res, Res)>,
+    /// `passivate_after` of the driven replicas (ms), in the passivation cases.
+    pub passivate_after: Option<u64>,
+    /// The handle of a tenure shares its binding with the handle of another (the key its world
+    /// handle was cloned from): a tenure a call reopened after a passivation is reached through
+    /// the handle that reopened it. Absent: a handle of its own.
+    pub shares: BTreeMap<(usize, u64), (usize, u64)>,
+    /// The epoch each handle is bound to, by the key it was recorded under, once a call rebound
+    /// it (absent: its own).
+    pub bound: BTreeMap<(usize, u64), u64>,
+    /// `[replica]`: how many times it restarted (its supervisor now).
+    pub generations: Vec<u64>,
 }
 
 type Outcomes = Vec<(Vec<Res>, State)>;
@@ -372,6 +394,10 @@ impl State {
             next_state: 1,
             successor: None,
             successor_outcomes: None,
+            passivate_after: None,
+            shares: BTreeMap::new(),
+            bound: BTreeMap::new(),
+            generations: vec![0; REPLICAS + 1],
         }
     }
 
@@ -406,7 +432,8 @@ impl State {
         }
     }
 
-    /// Runs `f` on the tenure `at` addresses, or skips the op when there is none.
+    /// Runs `f` on the tenure the handle `at` addresses is bound to, or skips the op when there
+    /// is none: a call that does not re-resolve (a handoff, an abandon).
     fn on(
         mut self,
         t: usize,
@@ -414,7 +441,33 @@ impl State {
         f: impl FnOnce(&mut State, (usize, u64)) -> Vec<Res>,
     ) -> Outcomes {
         let out = match self.key_of(t, at) {
-            Some(k) => f(&mut self, k),
+            Some(k) => {
+                let k = self.target(k);
+                f(&mut self, k)
+            }
+            None => vec![Res::Skipped],
+        };
+        vec![(out, self)]
+    }
+
+    /// Runs `f` on the tenure a call on the handle `at` addresses reaches: its bound tenure, or,
+    /// when that was passivated, the tenant reopened on its replica (whose refusal is the
+    /// call's answer). `touch`: the call counts as the tenant's activity.
+    fn reaching(
+        mut self,
+        t: usize,
+        at: At,
+        touch: bool,
+        f: impl FnOnce(&mut State, (usize, u64)) -> Vec<Res>,
+    ) -> Outcomes {
+        let out = match self.key_of(t, at).map(|k| self.reach(k)) {
+            Some(Ok(k)) => {
+                if touch {
+                    self.touch(k);
+                }
+                f(&mut self, k)
+            }
+            Some(Err(refused)) => vec![refused],
             None => vec![Res::Skipped],
         };
         vec![(out, self)]

@@ -5,6 +5,8 @@ use proptest::prelude::*;
 
 use crate::model::{Mode, PitrTarget, Pos, REPLICAS, TENANTS, TTL_MS};
 
+mod passivation;
+
 /// Which tenure of a tenant an op addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum At {
@@ -153,8 +155,40 @@ pub enum Op {
     /// skipped): `Shipped` answers `Unshipped`; `Async` acknowledges it and loses it when the
     /// period's shipment fails. Either way the tenure ends.
     WriteWhileDown { t: usize, at: At },
+    /// Passivation on for this case (docs/guarantees.md, promise 12): the driven replicas let a
+    /// tenant go once it was idle for `model::PASSIVATE_AFTER_MS`, and every clock move is
+    /// followed by each replica's idle check; on `Images` when `images`, else on `Shipped`. Only
+    /// ever the first op.
+    Passivation { images: bool },
+    /// Time passes (`ms`) until the tenure of `t` that `at` addresses (the one its handle is
+    /// bound to) has been idle for `passivate_after`, and every replica runs its idle check:
+    /// that tenure is passivated, with any other idle by then. `ms` is filled in by the
+    /// checker from the model (0 when the tenure does not serve).
+    Passivate { t: usize, at: At, ms: u64 },
+    /// As [`Op::Passivate`], with a call (`with`) sent the moment the idle check of the
+    /// tenure's replica has begun its passivations: it meets the flush under way, or the tenure
+    /// let go (docs/testing.md, "Passivation in the simulation").
+    RacePassivate {
+        t: usize,
+        at: At,
+        ms: u64,
+        with: Racer,
+    },
     /// Every fault cleared and every lease left to expire: how each case ends (never generated).
     Settle,
+}
+
+/// The call that races a passivation ([`Op::RacePassivate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Racer {
+    /// A write on the tenure's handle.
+    Write,
+    /// `Supervisor::open` of the tenant on the tenure's replica.
+    Open,
+    /// A handoff on the tenure's handle.
+    Handoff,
+    /// A forget on the tenure's handle.
+    Forget,
 }
 
 /// How large the batches of a change log's case get.
@@ -202,6 +236,7 @@ impl Op {
             | Op::BlockingRun { .. }
             | Op::BulkWrite { .. }
             | Op::ZombieShip { .. }
+            | Op::RacePassivate { .. }
             | Op::WriteWhileDown { .. } => 1,
             Op::DrainedHandoff { .. } => 2,
             _ => 0,
@@ -474,12 +509,13 @@ fn log_case() -> impl Strategy<Value = Op> {
     ([mode(), mode(), mode()], sizes).prop_map(|(modes, sizes)| Op::Log { modes, sizes })
 }
 
-/// A sequence of 5 to 25 ops: each tenant opened somewhere, then anything. Half the cases run
-/// on the default, `Shipped`; one in eight on `Images` with periodic snapshots on (a leading
-/// [`Op::Periodic`]), one in eight on `Images` without (a leading [`Op::Images`]), and one in
-/// four are the change log's cases (a leading [`Op::Log`]).
-/// `LEASEHOLD_SIM_FAMILY` (`shipped`, `periodic`, `images` or `log`) runs only the cases of
-/// one family: to hunt in one, or to time it.
+/// A sequence of 5 to 25 ops: each tenant opened somewhere, then anything. Four cases in nine
+/// run on the default, `Shipped`; one in nine on `Images` with periodic snapshots on (a
+/// leading [`Op::Periodic`]), one in nine on `Images` without (a leading [`Op::Images`]), two
+/// in nine are the change log's cases (a leading [`Op::Log`]) and one in nine passivates idle
+/// tenants (a leading [`Op::Passivation`]).
+/// `LEASEHOLD_SIM_FAMILY` (`shipped`, `periodic`, `images`, `log` or `passivation`) runs only
+/// the cases of one family: to hunt in one, or to time it.
 pub fn ops() -> impl Strategy<Value = Vec<Op>> {
     let family = std::env::var("LEASEHOLD_SIM_FAMILY").unwrap_or_default();
     let weight = |name: &str, w: u32| match family.as_str() {
@@ -492,6 +528,10 @@ pub fn ops() -> impl Strategy<Value = Vec<Op>> {
         (weight("periodic", 1), Just(Some(Op::Periodic)).boxed()),
         (weight("images", 1), Just(Some(Op::Images)).boxed()),
         (weight("log", 2), log_case().prop_map(Some).boxed()),
+        (
+            weight("passivation", 1),
+            passivation::case().prop_map(Some).boxed(),
+        ),
     ];
     families.retain(|(w, _)| *w > 0);
     prop::strategy::Union::new_weighted(families).prop_flat_map(sequence)
@@ -504,6 +544,7 @@ fn sequence(mode: Option<Op>) -> impl Strategy<Value = Vec<Op>> {
         Some(Op::Log { sizes, .. }) => {
             prop::collection::vec(log_op(sizes != Sizes::Small), 3..=23).boxed()
         }
+        Some(Op::Passivation { .. }) => prop::collection::vec(passivation::op(), 3..=23).boxed(),
         _ => prop::collection::vec(op(periodic), 3..=23).boxed(),
     };
     (replica(), replica(), rest).prop_map(move |(r0, r1, rest)| {

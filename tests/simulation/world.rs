@@ -8,6 +8,7 @@
 //! - `world/faults.rs` — carrying out the fault classes (late landings, close, crash, lapses…).
 //! - `world/calls.rs` — the calls into the runtime, each reduced to a [`Res`].
 //! - `world/observe.rs` — reading what the stores, the directories and the tenants say.
+//! - `world/passivation.rs` — time passing with idle checks, and handles that re-resolved.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -24,7 +25,9 @@ use leasehold_actors::{
 };
 use tempfile::TempDir;
 
-use crate::model::{COMPACT_SEGMENTS, MARGIN_MS, Mode, REPLICAS, TENANTS, TTL_MS};
+use crate::model::{
+    COMPACT_SEGMENTS, MARGIN_MS, Mode, PASSIVATE_AFTER_MS, REPLICAS, TENANTS, TTL_MS,
+};
 use crate::ops::{At, Op, Sizes};
 
 /// The lease store's clock at model time 0.
@@ -69,6 +72,9 @@ pub struct Case {
     pub log_case: bool,
     /// The durable store reads at [`SLOW_READ_PER_MIB`].
     pub slow: bool,
+    /// The driven replicas passivate tenants idle for `PASSIVATE_AFTER_MS` (`Op::Passivation`);
+    /// otherwise no replica passivates.
+    pub passivation: bool,
 }
 
 impl Case {
@@ -79,6 +85,7 @@ impl Case {
             modes: vec![Mode::Shipped; REPLICAS + 1],
             log_case: false,
             slow: false,
+            passivation: false,
         };
         match ops.first() {
             Some(Op::Periodic) => {
@@ -86,6 +93,12 @@ impl Case {
                 case.modes = vec![Mode::Images; REPLICAS + 1];
             }
             Some(Op::Images) => case.modes = vec![Mode::Images; REPLICAS + 1],
+            Some(Op::Passivation { images }) => {
+                case.passivation = true;
+                if *images {
+                    case.modes = vec![Mode::Images; REPLICAS + 1];
+                }
+            }
             Some(Op::Log { modes, sizes }) => {
                 case.modes[..REPLICAS].copy_from_slice(modes);
                 (case.periodic, case.log_case) = (true, true);
@@ -108,6 +121,7 @@ mod exec;
 mod faults;
 mod log;
 mod observe;
+mod passivation;
 pub(crate) use calls::{
     count, insert, read, settle, settle_raw, snapshot, ticket_insert, ticket_work, unit,
     wait_for_drain,
@@ -310,6 +324,11 @@ impl World {
             };
             cfg.retain = RETAIN;
         }
+        // No passivation the model does not know of: off, unless the case turns it on (then on
+        // the driven replicas only; the final one, which opens everything at the end, keeps
+        // what it opens).
+        cfg.passivate_after = (self.case.passivation && r < REPLICAS)
+            .then_some(Duration::from_millis(PASSIVATE_AFTER_MS));
         cfg.drain_timeout = DRAIN_TIMEOUT;
         cfg.store_deadline = STORE_DEADLINE;
         cfg.put_lifetime = Duration::from_millis(PUT_LIFETIME_MS);

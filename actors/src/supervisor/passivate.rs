@@ -8,6 +8,7 @@
 //!   a tenant opens ──> noted (its activity cell) ──> idle check armed at oldest + passivate_after
 //!   idle check: Recency::pick(before = now − passivate_after) ──> Passivate{judged} to each
 //!                 refused (a ticket, used since) ──> noted again at now
+//!                 begun, then its flush failed (serves on) ──> noted again at now
 //!   open at max_open: Recency::pick(any age, one) ──> Passivate ──> wait until it has left
 //!                 ──> the open goes again (at most EVICTION_TRIES victims, then OpenLimit)
 //! ```
@@ -142,20 +143,52 @@ impl SupervisorActor {
         let asks = chosen.into_iter().map(|(tenant, c)| {
             let idle_ms = now.saturating_sub(c.last_ms);
             let ask = tenant.passivate(PassivationReason::Idle, c.touches, idle_ms);
-            async move { (c.key, ask.await.is_ok()) }
+            async move { (c.key, tenant, ask.await.is_ok()) }
         });
         let all = futures::future::join_all(asks);
         Box::pin(all.into_actor(self).map(move |answers, act, ctx| {
             let mut begun = 0;
-            for (key, accepted) in answers {
+            for (key, tenant, accepted) in answers {
                 if accepted {
                     begun += 1;
+                    act.note_if_it_serves_again(key, tenant, ctx);
                 } else {
                     act.note_activity(&key, Some(act.rt.now_ms()), ctx);
                 }
             }
             begun
         }))
+    }
+
+    /// A passivation begun: once it is over, a tenant whose flush failed serves on, and is
+    /// noted again as used now (it left the order of last activity when it was chosen), so the
+    /// idle check that finds it idle again, or an eviction, tries again.
+    fn note_if_it_serves_again(
+        &mut self,
+        key: LeaseKey,
+        tenant: TenantRef,
+        ctx: &mut Context<Self>,
+    ) {
+        let limit = self.rt.leave_limit();
+        let over = async move {
+            let passivating = TenantStatus::Passivating;
+            loop {
+                let until = tokio::time::Instant::now() + limit;
+                let now = tenant.wait_while_status(|s| s == passivating, until).await;
+                if now != passivating {
+                    return (tenant.epoch(), now);
+                }
+            }
+        };
+        ctx.spawn(over.into_actor(self).map(move |(epoch, now), act, ctx| {
+            let same = act
+                .table
+                .get(&key)
+                .is_some_and(|e| e.tenant.epoch() == epoch);
+            if now == TenantStatus::Serving && same {
+                act.note_activity(&key, Some(act.rt.now_ms()), ctx);
+            }
+        }));
     }
 
     /// An open met `max_open`: with passivation on, the least recently used idle tenant is
@@ -179,6 +212,7 @@ impl SupervisorActor {
         let idle_ms = now.saturating_sub(chosen.last_ms);
         let ask = victim.passivate(PassivationReason::Evicted, chosen.touches, idle_ms);
         let until = tokio::time::Instant::now() + self.rt.leave_limit();
+        let victim_status = victim.clone();
         let left = async move {
             let accepted = ask.await.is_ok();
             if accepted {
@@ -191,8 +225,10 @@ impl SupervisorActor {
             ..open
         };
         let addr = ctx.address();
+        let serving = victim_status.clone();
         Box::pin(left.into_actor(self).then(move |accepted, act, ctx| {
-            if !accepted {
+            // Refused, or its flush failed and it serves on: noted again as used now.
+            if !accepted || serving.status_now() == TenantStatus::Serving {
                 act.note_activity(&chosen.key, Some(act.rt.now_ms()), ctx);
             }
             actix::fut::wrap_future(async move { addr.send(again).await.map_err(|_| stopped())? })

@@ -2,6 +2,7 @@
 //!
 //! - **Every ended tenure is explained** ([`Ends`]): a tenure seen released must have been
 //!   handed off (or its replica closed), one seen forgotten must have been forgotten, one seen
+//!   passivated must have seen time pass (an idle check follows every clock move), one seen
 //!   abandoned must have been abandoned, or met a fault the world injected, time passing, or a
 //!   handoff or forget that failed — judged from the statuses the world read and the world's
 //!   own record of what it did, never from what the runtime says about why.
@@ -17,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use leasehold_actors::TenantStatus;
 
 use crate::model::{REPLICAS, State, TENANTS};
-use crate::ops::{At, Op, log_hole_fixed};
+use crate::ops::{At, Op, Racer, log_hole_fixed};
 use crate::world::{Seen, World};
 
 /// The record the rule that every ended tenure is explained works from.
@@ -91,7 +92,12 @@ fn explains(op: &Op, t: usize, replica: Option<usize>, status: TenantStatus) -> 
             ..
         } => on_tenant(u),
         Op::Close { r } | Op::OpenDuringClose { r, .. } => on_replica(r),
-        Op::Move { t: u, .. } => on_tenant(u),
+        Op::Move { t: u, .. }
+        | Op::RacePassivate {
+            t: u,
+            with: Racer::Handoff,
+            ..
+        } => on_tenant(u),
         _ => false,
     };
     let forgotten = match *op {
@@ -99,7 +105,12 @@ fn explains(op: &Op, t: usize, replica: Option<usize>, status: TenantStatus) -> 
         | Op::RaceHandoffForget { t: u, .. }
         | Op::ForgetDuringUpload { t: u, .. }
         | Op::ForgetBehindHungPut { t: u, .. }
-        | Op::ZombieShip { t: u, .. } => on_tenant(u),
+        | Op::ZombieShip { t: u, .. }
+        | Op::RacePassivate {
+            t: u,
+            with: Racer::Forget,
+            ..
+        } => on_tenant(u),
         _ => false,
     };
     let faulted = match *op {
@@ -115,11 +126,19 @@ fn explains(op: &Op, t: usize, replica: Option<usize>, status: TenantStatus) -> 
         | Op::LapseDuringCommit { .. }
         | Op::ZombieShip { .. }
         | Op::Advance { .. }
+        | Op::Passivate { .. }
+        | Op::RacePassivate { .. }
         | Op::Settle => true,
         Op::DrainedHandoff { pause, .. } => pause > 0,
         _ => false,
     };
+    // Let go for being idle: time passed on every clock (an idle check follows every move).
+    let idled = matches!(
+        *op,
+        Op::Passivate { .. } | Op::RacePassivate { .. } | Op::Advance { .. } | Op::Settle
+    );
     match status {
+        TenantStatus::Passivated => idled,
         TenantStatus::Released => handed_off,
         TenantStatus::Forgotten => forgotten,
         _ => handed_off || forgotten || faulted,

@@ -59,6 +59,7 @@ fn status_of(s: Status) -> TenantStatus {
         Status::Released => TenantStatus::Released,
         Status::Abandoned => TenantStatus::Abandoned,
         Status::Forgotten => TenantStatus::Forgotten,
+        Status::Passivated => TenantStatus::Passivated,
     }
 }
 

@@ -201,6 +201,8 @@ impl FleetWorld {
             cfg.margin = Duration::from_millis(2_000);
             cfg.renew_every = None;
             cfg.snapshot_every = None;
+            // No passivation: this model does not know of it.
+            cfg.passivate_after = None;
             cfg.reconcile_every = None;
             cfg.store_deadline = Duration::from_millis(250);
             cfg.arbiters = 1;

@@ -222,6 +222,8 @@ impl MsgWorld {
             cfg.margin = Duration::from_millis(MARGIN_MS);
             cfg.renew_every = None;
             cfg.snapshot_every = None;
+            // No passivation: this model does not know of it.
+            cfg.passivate_after = None;
             cfg.reconcile_every = None;
             cfg.store_deadline = Duration::from_millis(250);
             cfg.arbiters = 1;

@@ -273,7 +273,10 @@ impl State {
                 tenure.replica == r
                     && !matches!(
                         tenure.status,
-                        Status::Released | Status::Abandoned | Status::Forgotten
+                        Status::Released
+                            | Status::Abandoned
+                            | Status::Forgotten
+                            | Status::Passivated
                     )
             })
             .map(|(k, _)| *k)
@@ -295,6 +298,7 @@ impl State {
             self.registered[r][t] = None;
             self.local_sweeps[r][t] = true;
         }
+        self.generations[r] += 1;
     }
 
     /// Replica `r` crashes: its serving tenures are never addressed again (and never flush,

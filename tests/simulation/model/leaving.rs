@@ -108,6 +108,10 @@ impl State {
 
     /// `TenantRef::handoff` with no admitted work.
     pub(super) fn handoff(&mut self, k: (usize, u64), hung: bool) -> Res {
+        if self.tenures[&k].status == Status::Passivated {
+            // Let go by a passivation: flushed and released already.
+            return Res::Ok;
+        }
         if let Err(e) = self.begin_drain(k) {
             return e;
         }

@@ -102,6 +102,8 @@ impl State {
             pending: false,
             since_image: restored.segments,
             state: restored.state,
+            last_touch: now,
+            generation: self.generations[r],
         };
         self.tenures.insert((t, epoch), tenure);
         self.local_sweeps[r][t] = false;

@@ -15,18 +15,17 @@ impl State {
                 let out = s.open(r, t);
                 single(vec![out], s)
             }
-            Op::Write { t, at } => s.on(t, at, |s, k| vec![s.write(k, id(0))]),
-            Op::Read { t, at } => s.on(t, at, |s, k| vec![s.read(k)]),
-            Op::Ticket { t, at } => s.on(t, at, |s, k| s.ticket(k, id(0))),
-            Op::Snapshot { t, at } => s.on(t, at, |s, k| vec![s.snapshot(k, false)]),
+            Op::Write { t, at } => s.reaching(t, at, true, |s, k| vec![s.write(k, id(0))]),
+            Op::Read { t, at } => s.reaching(t, at, true, |s, k| vec![s.read(k)]),
+            Op::Ticket { t, at } => s.reaching(t, at, true, |s, k| s.ticket(k, id(0))),
+            Op::Snapshot { t, at } => s.reaching(t, at, true, |s, k| vec![s.snapshot(k, false)]),
             Op::Handoff { t, at } => s.on(t, at, |s, k| vec![s.handoff(k, false)]),
-            Op::Stalled { t, at, handoff } => s.on(t, at, |s, k| {
-                vec![if handoff {
-                    s.handoff(k, true)
-                } else {
-                    s.snapshot(k, true)
-                }]
-            }),
+            Op::Stalled {
+                t,
+                at,
+                handoff: true,
+            } => s.on(t, at, |s, k| vec![s.handoff(k, true)]),
+            Op::Stalled { t, at, .. } => s.reaching(t, at, true, |s, k| vec![s.snapshot(k, true)]),
             Op::DrainedHandoff {
                 t,
                 at,
@@ -41,7 +40,7 @@ impl State {
                 ticks
                     .into_iter()
                     .flat_map(|tick| {
-                        s.clone().on(t, at, |s, k| {
+                        s.clone().reaching(t, at, true, |s, k| {
                             s.drained_handoff(k, (pause, renew), (id(0), id(1)), tick)
                         })
                     })
@@ -49,18 +48,52 @@ impl State {
             }
             Op::RaceHandoffWrite { t, at } => match s.key_of(t, at) {
                 None => single(vec![Res::Skipped, Res::Skipped], s),
-                Some(k) => s.race_handoff_write(k, id(0)),
+                Some(k) if s.passivated(k) => {
+                    // The handoff finds the tenure let go already (`Ok`); the write reopens it.
+                    let written = s.write_through(k, id(0));
+                    single(vec![written, Res::Ok], s)
+                }
+                Some(k) => {
+                    let k = s.target(k);
+                    s.touch(k);
+                    s.race_handoff_write(k, id(0))
+                }
             },
             Op::RaceHandoffForget { t, at } => match s.key_of(t, at) {
                 None => single(vec![Res::Skipped, Res::Skipped], s),
-                Some(k) => s.race_handoff_forget(k),
+                Some(k) if s.passivated(k) => {
+                    let forgot = match s.reach(k) {
+                        Ok(k) => s.forget(k),
+                        Err(refused) => refused,
+                    };
+                    single(vec![forgot, Res::Ok], s)
+                }
+                Some(k) => {
+                    let k = s.target(k);
+                    s.race_handoff_forget(k)
+                }
             },
             Op::Abandon { t, at } => s.on(t, at, |s, k| vec![s.abandon(k)]),
-            Op::Forget { t, at } => s.on(t, at, |s, k| vec![s.forget(k)]),
+            Op::Forget { t, at } => s.reaching(t, at, false, |s, k| vec![s.forget(k)]),
             Op::Advance { ms } => {
-                s.now += ms;
+                s.pass_time(ms);
                 single(vec![Res::Ok], s)
             }
+            Op::Passivation { images } => {
+                s.passivate_after = Some(super::PASSIVATE_AFTER_MS);
+                if images {
+                    s.modes = vec![Mode::Images; REPLICAS + 1];
+                }
+                single(vec![Res::Ok], s)
+            }
+            Op::Passivate { ms, .. } => {
+                s.pass_time(ms);
+                single(vec![Res::Ok], s)
+            }
+            Op::RacePassivate { t, at, ms, with } => match s.key_of(t, at) {
+                None => single(vec![Res::Skipped], s),
+                Some(k) => s.race_passivate(k, ms, with, id(0)),
+            },
             Op::Renew { r } => {
                 let out = s.renew(r);
                 single(vec![out], s)
@@ -202,7 +235,7 @@ impl State {
                 s.armed.clear();
                 s.land_before_release = false;
                 s.land_all();
-                s.now += TTL_MS + 1;
+                s.pass_time(TTL_MS + 1);
                 single(vec![Res::Ok], s)
             }
         }

@@ -14,7 +14,14 @@ use crate::ops::{At, Op};
 
 impl World {
     /// Carries out `op`, its writes inserting `ids`; one [`Res`] per call, as the model's.
+    /// Handles that a call re-resolved (a passivated tenant reopened) are noted after it.
     pub async fn exec(&mut self, op: &Op, ids: &[String]) -> Vec<Res> {
+        let out = self.exec_op(op, ids).await;
+        self.note_rebound_handles();
+        out
+    }
+
+    async fn exec_op(&mut self, op: &Op, ids: &[String]) -> Vec<Res> {
         let id = |i: usize| ids[i].clone();
         let on = |t: usize, at: At| self.handle(t, at);
         match *op {
@@ -94,10 +101,14 @@ impl World {
                 Some(h) => vec![settle(unit(h.forget())).await],
                 None => vec![Res::Skipped],
             },
-            Op::Advance { ms } => {
-                self.advance(ms);
+            Op::Advance { ms } | Op::Passivate { ms, .. } => {
+                self.pass_time(ms).await;
                 vec![Res::Ok]
             }
+            Op::RacePassivate { t, at, ms, with } => match on(t, at) {
+                Some(h) => vec![self.race_passivate(t, &h, (ms, with), id(0)).await],
+                None => vec![Res::Skipped],
+            },
             Op::Renew { r } => vec![settle(unit(self.sups[r].renew_now())).await],
             Op::DurableDown(down) => {
                 self.durable.set_down(down);
@@ -123,7 +134,7 @@ impl World {
                 self.leases.disarm_late();
                 self.durable.clear_late_puts();
                 self.land().await;
-                self.advance(TTL_MS + 1);
+                self.pass_time(TTL_MS + 1).await;
                 vec![Res::Ok]
             }
             Op::Age
@@ -137,7 +148,7 @@ impl World {
         }
     }
 
-    async fn open(&mut self, r: usize, t: usize) -> Res {
+    pub(super) async fn open(&mut self, r: usize, t: usize) -> Res {
         let (org, tenant) = tenant_ids(t);
         let opened = settle_raw(self.sups[r].open(&org, &tenant)).await;
         let res = self.opened(r, t, opened);

@@ -96,7 +96,7 @@ impl World {
                 Some(h) => self.forget_during_upload(&h).await,
                 None => vec![Res::Skipped, Res::Skipped],
             },
-            Op::Periodic | Op::Images | Op::Log { .. } => vec![Res::Ok],
+            Op::Periodic | Op::Images | Op::Log { .. } | Op::Passivation { .. } => vec![Res::Ok],
             _ => unreachable!("not a fault op: {op:?}"),
         }
     }

@@ -32,6 +32,13 @@ impl World {
         // A tenure that ended on a failed segment hands its lease back after its caller heard
         // why: the statuses settle first (bounded), then the stores are read.
         let settle_until = std::time::Instant::now() + Duration::from_secs(2);
+        // A handle bound to a newer tenure since: its old one was passivated (and is final).
+        let rebound: Vec<_> = (self.handles.keys().copied())
+            .filter(|&k| self.rebound(k))
+            .collect();
+        for k in rebound {
+            self.finished.entry(k).or_insert(TenantStatus::Passivated);
+        }
         let statuses = loop {
             let finished = &self.finished;
             let statuses: Vec<_> = join_all(

@@ -1,0 +1,96 @@
+//! Pinned sequences of the passivation cases (a leading `Op::Passivation`; docs/testing.md,
+//! "Passivation in the simulation").
+
+use crate::ops::At::{Newest, Older};
+use crate::ops::Op::*;
+use crate::ops::Racer;
+use crate::replay;
+
+/// Found by this simulation: a tenant whose passivation's flush failed (the durable store down,
+/// its final image not published) serves on, and must be let go once it has been idle again —
+/// the supervisor had taken it out of its order of last activity when it chose it, and nothing
+/// put it back, so it was never passivated again (nor evicted at `max_open`).
+#[test]
+fn regression_a_tenant_whose_passivation_failed_is_passivated_once_idle_again() {
+    replay(&[
+        Passivation { images: true },
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        DurableDown(true),
+        Passivate {
+            t: 0,
+            at: Newest,
+            ms: 0,
+        },
+        DurableDown(false),
+        Renew { r: 0 },
+        Passivate {
+            t: 0,
+            at: Newest,
+            ms: 0,
+        },
+        Read { t: 0, at: Newest },
+    ]);
+}
+
+/// A handle the host kept re-resolves, every time: the first tenure is passivated, a write on
+/// its handle reopens the tenant (a new epoch), that tenure is passivated in turn, and a read on
+/// the first handle — bound to the second tenure now — reopens it once more; a handoff of a
+/// passivated tenure answers `Ok`, a write racing the idle check waits for the passivation and
+/// reopens the tenant, and a forget on a kept handle erases the tenant it reopens.
+#[test]
+fn regression_a_kept_handle_reopens_a_tenant_passivated_again_and_again() {
+    replay(&[
+        Passivation { images: false },
+        Open { r: 1, t: 0 },
+        Open { r: 1, t: 1 },
+        Write { t: 0, at: Newest },
+        Passivate {
+            t: 0,
+            at: Newest,
+            ms: 0,
+        },
+        Write { t: 0, at: Newest },
+        Renew { r: 1 },
+        Passivate {
+            t: 0,
+            at: Newest,
+            ms: 0,
+        },
+        Read { t: 0, at: Older(1) },
+        Handoff { t: 1, at: Newest },
+        Renew { r: 1 },
+        RacePassivate {
+            t: 0,
+            at: Older(2),
+            ms: 0,
+            with: Racer::Write,
+        },
+        Read { t: 0, at: Newest },
+        Forget { t: 0, at: Older(1) },
+        Open { r: 2, t: 0 },
+        Read { t: 0, at: Newest },
+    ]);
+}
+
+/// A kept handle reopens through the supervisor that handed it out: once that replica has
+/// closed (and restarted), a call on the handle of a tenure passivated there answers `Closed`,
+/// and the tenant opens on the restarted replica as a new tenure.
+#[test]
+fn regression_a_kept_handle_of_a_closed_replica_answers_closed() {
+    replay(&[
+        Passivation { images: true },
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Passivate {
+            t: 0,
+            at: Newest,
+            ms: 0,
+        },
+        Close { r: 0 },
+        Write { t: 0, at: Newest },
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Older(1) },
+        Read { t: 0, at: Newest },
+    ]);
+}
