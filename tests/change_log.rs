@@ -556,6 +556,52 @@ async fn an_open_whose_restore_took_most_of_the_term_renews_before_it_serves() {
         .expect("the open renewed: 11 s after the acquire the tenant still holds");
 }
 
+/// Hole 1's class, at open: a restore longer than the lease's term (a large tenant on a slow
+/// link) was fenced at every open — the acquire's term ran out while the image and segments
+/// were read, and the open answered `Fenced` — so the tenant never opened again. The open now
+/// renews while it restores. Here the restore's first read takes 12 s of the holder's clock on
+/// a 10 s lease (8 s term), a second at a time. Failed before the fix: `b`'s open answered
+/// `LEASEHOLD_FENCED`.
+#[actix_rt::test]
+async fn promise3_an_open_whose_restore_outlasts_the_term_keeps_its_lease_and_serves() {
+    let fleet = Arc::new(Fleet::with_store_clock().await);
+    fleet.assert_store_clock_is_manual();
+    let a = fleet.replica("a");
+    let t = a.open().await;
+    for i in 0..3 {
+        insert(&t, &format!("k{i}")).await.unwrap();
+    }
+    t.handoff().await.unwrap();
+    let f = fleet.clone();
+    fleet.durable.before_next(
+        leasehold::testkit::StoreOp::Get,
+        hook(async move {
+            for _ in 0..12 {
+                f.advance(Duration::from_secs(1));
+                // The store's view: more than 3 s left, or the holder renewed (it renews once
+                // less than half its 8 s term is left, 5 s by the store's clock). Without
+                // renewals this waits out its limit and the lease runs out.
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                while std::time::Instant::now() < deadline {
+                    let record = f.leases.read(&key()).await.unwrap().unwrap();
+                    if record.expires_at_ms > now(&f.store_clock) + 3_000 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }),
+    );
+    let b = fleet.replica("b");
+    let t2 = b
+        .sup
+        .open(&org(), &tenant())
+        .await
+        .expect("the open kept its lease through a restore longer than the term");
+    insert(&t2, "k3").await.unwrap();
+    assert_eq!(keys_of(&t2).await, ["k0", "k1", "k2", "k3"]);
+}
+
 #[actix_rt::test]
 async fn a_zombies_refused_segment_is_taken_back() {
     // Found by the drill: a replica paused past its lease put a segment after a successor had

@@ -3,6 +3,7 @@
 //! epochs beside the open (never in it).
 
 use std::sync::Arc;
+use std::time::Duration;
 use std::time::Instant;
 
 use actix::prelude::*;
@@ -121,6 +122,71 @@ async fn acquire(rt: &Runtime, key: &LeaseKey, attempt: u64) -> Result<(LeaseRec
     }
 }
 
+/// The holder's term of a lease, in milliseconds: `ttl − margin`.
+fn term_ms(rt: &Runtime) -> u64 {
+    leasehold::clock::duration_ms(rt.ttl.saturating_sub(rt.margin))
+}
+
+/// Whether an open still restoring (or about to serve) should renew its lease: less than half
+/// the term is left by the holder's clock.
+fn renewal_due(valid_until_ms: u64, now_ms: u64, term_ms: u64) -> bool {
+    valid_until_ms.saturating_sub(now_ms) < term_ms / 2
+}
+
+/// How often an open still restoring looks at its term (real time; the judgment is on the
+/// runtime's clock).
+fn term_poll(rt: &Runtime) -> Duration {
+    (rt.ttl.saturating_sub(rt.margin) / 8)
+        .clamp(Duration::from_millis(10), Duration::from_millis(250))
+}
+
+/// Runs `work` (a restore's fetch from the durable store) while keeping the acquired lease's
+/// term: whenever less than half of it is left, renews; a renewal the store refuses, or the
+/// term running out by the holder's clock, ends the open `Fenced` (a lapsed term is never
+/// revived: M42). Without it a restore longer than the term — a large tenant on a slow link —
+/// was fenced at every open, and the tenant never opened again (hole 1's class,
+/// docs/guarantees.md "Limits").
+async fn keeping_the_term<T>(
+    rt: &Runtime,
+    key: &LeaseKey,
+    epoch: u64,
+    cell: &LeaseCell,
+    work: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let fenced = || Error::Fenced {
+        key: key.to_string(),
+    };
+    let renewals = async {
+        loop {
+            tokio::time::sleep(term_poll(rt)).await;
+            let now = rt.now_ms();
+            if !cell.holds(now) {
+                return fenced();
+            }
+            if !renewal_due(cell.valid_until_ms(), now, term_ms(rt)) {
+                continue;
+            }
+            match rt
+                .leases
+                .renew(key, rt.replica.as_str(), epoch, rt.ttl)
+                .await
+            {
+                Ok(_) => {
+                    cell.extend(now);
+                    tracing::debug!(key = %key, epoch, "renewed while restoring");
+                }
+                // The term from the last renewal still counts; the next poll asks again.
+                Err(e) if e.outcome_unknown() => {}
+                Err(e) => return Error::from(e),
+            }
+        }
+    };
+    tokio::select! {
+        done = work => done,
+        ended = renewals => Err(ended),
+    }
+}
+
 /// Restores, opens and starts the tenant of an acquired lease.
 async fn start(
     plan: &OpenPlan,
@@ -141,13 +207,16 @@ async fn start(
     // The durable head and log are the authority: a local file left by an abandoned tenure is
     // replaced, never recovered (L2). Exactly the head and tip read by the acquire are fetched
     // (and checked) before anything local is touched.
-    let fetched = leasehold::log::fetch_log(
+    let fetch = leasehold::log::fetch_log(
         rt.durable.as_ref(),
         &plan.key,
         record.head.as_ref(),
         record.tip,
         record.floor,
-    )
+    );
+    let fetched = keeping_the_term(rt, &plan.key, record.epoch, &cell, async {
+        fetch.await.map_err(Error::from)
+    })
     .await?;
     let inherited = inherited(&fetched);
     let (tenure_dir, epoch, path) = (dir.clone(), record.epoch, db_path.clone());
@@ -179,8 +248,7 @@ async fn start(
     // renew once before serving, so the tenant is not handed out with almost no term left.
     // A restore that outlived the term is fenced (M42), never revived by a renewal.
     let sent_at = rt.now_ms();
-    let term = leasehold::clock::duration_ms(rt.ttl.saturating_sub(rt.margin));
-    if cell.holds(sent_at) && cell.valid_until_ms().saturating_sub(sent_at) < term / 2 {
+    if cell.holds(sent_at) && renewal_due(cell.valid_until_ms(), sent_at, term_ms(rt)) {
         match rt
             .leases
             .renew(&plan.key, rt.replica.as_str(), record.epoch, rt.ttl)
@@ -295,4 +363,18 @@ fn sweep_beside(rt: Arc<Runtime>, key: LeaseKey, floor: u64) {
         };
         rt.events.emit(event);
     });
+}
+
+#[cfg(test)]
+mod term_tests {
+    use super::renewal_due;
+
+    #[test]
+    fn an_open_renews_once_less_than_half_its_term_is_left() {
+        // A term of 8 s that runs until 10 s.
+        assert!(!renewal_due(10_000, 2_000, 8_000), "all of it left");
+        assert!(!renewal_due(10_000, 6_000, 8_000), "exactly half left");
+        assert!(renewal_due(10_000, 6_001, 8_000), "less than half");
+        assert!(renewal_due(10_000, 12_000, 8_000), "past its end");
+    }
 }
