@@ -57,7 +57,8 @@ drill_pid=$!
 trap 'kill "$drill_pid" 2>/dev/null; lh_servers_stop; rm -f "$drill_log"' EXIT
 
 lh_log "nice cargo test --workspace --features \"$features\" (every target but the drill) $*"
-lh_run nice -n 10 "$cargo" test --workspace --features "$features" "${others[@]}" "$@" || step=$?
+lh_run nice -n 10 "$cargo" test --no-fail-fast --workspace --features "$features" "${others[@]}" \
+    "$@" || step=$?
 lh_log "all targets but the drill: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
 status=$step
 # The runtime's tests once more on PostgreSQL + S3: the same tests, another backend (a matrix).
@@ -67,7 +68,7 @@ matrix=(--test handoff --test forget --test drain --test sweep --test local_file
     --test change_log --test change_log_pitr --test tip_burst --test reconcile --test messages
     --test passivation)
 lh_log "runtime tests with LEASEHOLD_TEST_BACKEND=postgres-s3"
-lh_run env LEASEHOLD_TEST_BACKEND=postgres-s3 nice -n 10 "$cargo" test --workspace \
+lh_run env LEASEHOLD_TEST_BACKEND=postgres-s3 nice -n 10 "$cargo" test --no-fail-fast --workspace \
     --features "$features" "${matrix[@]}" "$@" || step=$?
 lh_log "runtime tests on postgres-s3: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
 [[ $status != 0 ]] || status=$step

@@ -139,7 +139,10 @@ async fn hole9_an_acquire_that_timed_out_but_landed_is_recognised_by_its_retry()
         .await
         .unwrap()
         .expect("the attempt landed");
-    let retry = bounded.acquire_attempt(&k, "a", TTL, 41).await.unwrap();
+    // The retry under a generous deadline: on a loaded machine an acquire (an fsync of the
+    // lease file) may take longer than the 50 ms that made the first one time out.
+    let patient = Deadline::new(faulty.shared(), Duration::from_secs(10)).unwrap();
+    let retry = patient.acquire_attempt(&k, "a", TTL, 41).await.unwrap();
     assert_eq!((retry.owner.as_str(), retry.epoch), ("a", landed.epoch));
     gate.notify_one();
 }
