@@ -9,13 +9,13 @@
 # 4. exports LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_S3_ENDPOINT, LEASEHOLD_TEST_S3_BUCKET and
 #    dummy AWS_* credentials;
 # 5. builds every test target with the testkit, postgres, s3 and cli features (cli builds the
-#    operator command, which tests/operator_cli.rs runs) and the drill example, then runs two
-#    things side by side: the process drill's tests (tests/drill.rs: replica processes, mostly
-#    waiting on real time) at normal priority, its output kept in a file and printed when it
-#    ends; and, niced so the drill's leases keep their timing, every other target, then the
-#    runtime's tests again with LEASEHOLD_TEST_BACKEND=postgres-s3 (the backend matrix), then
-#    the doc tests; arguments are appended to every cargo test command (scripts/test.sh --
-#    --nocapture);
+#    operator command, which tests/operator_cli.rs runs; the drill example among them), then
+#    runs two things side by side: the process drill's tests (tests/drill.rs: replica
+#    processes, mostly waiting on real time) at normal priority, its output kept in a file and
+#    printed when it ends; and, niced so the drill's leases keep their timing, every other
+#    target; once both are over, the runtime's tests again with
+#    LEASEHOLD_TEST_BACKEND=postgres-s3 (the backend matrix), then the doc tests; arguments are
+#    appended to every cargo test command (scripts/test.sh -- --nocapture);
 # 6. stops both servers and removes their temp dir on exit, and exits with the tests' status
 #    (each part says passed or FAILED; every part runs whatever an earlier one did).
 #
@@ -37,12 +37,20 @@ cargo="${CARGO:-cargo}"
 features="testkit postgres s3 cli"
 status=0
 step=0
-# Every test target but the drill's, named one by one (cargo has no --exclude for a target).
+# Every test target but the drill's, named one by one (cargo has no --exclude for a target),
+# as cargo itself lists them (tests/simulation/main.rs is the target `simulation`).
 others=(--lib --bins --examples --benches)
-for file in tests/*.rs; do
-    name="$(basename "$file" .rs)"
+targets="$("$cargo" metadata --no-deps --format-version 1 | python3 -c '
+import json, sys
+meta = json.load(sys.stdin)
+print("\n".join(t["name"] for p in meta["packages"] for t in p["targets"] if "test" in t["kind"]))')"
+for name in $targets; do
     [[ $name == drill ]] || others+=(--test "$name")
 done
+if [[ ${#others[@]} -lt 40 || " ${others[*]} " != *" --test simulation "* ]]; then
+    lh_log "the list of test targets looks wrong: ${others[*]}"
+    exit 1
+fi
 lh_log "building every test target (the drill example among them)"
 lh_run "$cargo" test --workspace --all-targets --features "$features" --no-run "$@" || step=$?
 if [[ $step != 0 ]]; then
@@ -61,27 +69,28 @@ lh_run nice -n 10 "$cargo" test --no-fail-fast --workspace --features "$features
     "$@" || step=$?
 lh_log "all targets but the drill: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
 status=$step
-# The runtime's tests once more on PostgreSQL + S3: the same tests, another backend (a matrix).
-step=0
-matrix=(--test handoff --test forget --test drain --test sweep --test local_files
-    --test fencing --test guarded_ledger --test observers --test close --test hardening
-    --test change_log --test change_log_pitr --test tip_burst --test reconcile --test messages
-    --test passivation)
-lh_log "runtime tests with LEASEHOLD_TEST_BACKEND=postgres-s3"
-lh_run env LEASEHOLD_TEST_BACKEND=postgres-s3 nice -n 10 "$cargo" test --no-fail-fast --workspace \
-    --features "$features" "${matrix[@]}" "$@" || step=$?
-lh_log "runtime tests on postgres-s3: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
-[[ $status != 0 ]] || status=$step
-step=0
-lh_log "cargo test --workspace --doc --features \"$features\" $*"
-lh_run nice -n 10 "$cargo" test --workspace --doc --features "$features" "$@" || step=$?
-lh_log "doc tests: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
-[[ $status != 0 ]] || status=$step
-
 step=0
 lh_log "waiting for the drill's tests"
 wait "$drill_pid" || step=$?
 cat "$drill_log"
 lh_log "the drill's tests: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
 [[ $status != 0 ]] || status=$step
+# The runtime's tests once more on PostgreSQL + S3: the same tests, another backend (a matrix),
+# once the drill is over (its runs on the same servers slowed them past their deadlines).
+step=0
+matrix=(--test handoff --test forget --test drain --test sweep --test local_files
+    --test fencing --test guarded_ledger --test observers --test close --test hardening
+    --test change_log --test change_log_pitr --test tip_burst --test reconcile --test messages
+    --test passivation)
+lh_log "runtime tests with LEASEHOLD_TEST_BACKEND=postgres-s3"
+lh_run env LEASEHOLD_TEST_BACKEND=postgres-s3 "$cargo" test --no-fail-fast --workspace \
+    --features "$features" "${matrix[@]}" "$@" || step=$?
+lh_log "runtime tests on postgres-s3: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
+[[ $status != 0 ]] || status=$step
+step=0
+lh_log "cargo test --workspace --doc --features \"$features\" $*"
+lh_run "$cargo" test --workspace --doc --features "$features" "$@" || step=$?
+lh_log "doc tests: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
+[[ $status != 0 ]] || status=$step
+
 exit "$status"
