@@ -174,6 +174,33 @@ async fn cl3_a_missing_segment_is_named() {
     );
 }
 
+/// Final review, hole 3: an object under a segment's key larger than any segment can be (the
+/// codec's limit, 1 GiB, and its SHA-256) was fetched whole — into memory, with a deadline grown
+/// by its size (at 8 MiB/s, hours for a few GiB) — before its bytes were refused. Its size is
+/// asked first anyway: such a segment is `Corrupt`, named, and never read.
+#[tokio::test]
+async fn cl3_a_segment_larger_than_any_segment_can_be_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Watched::default();
+    let (log, _, pos) = three_states(&store, dir.path()).await;
+    let oversized = segment_key(&key(), pos[1]);
+    store
+        .claimed_sizes
+        .lock()
+        .unwrap()
+        .push((oversized.clone(), 3 << 30));
+    let dest = dir.path().join("big.db");
+    let err = restore_log(&store, &key(), None, log.tip, 0, &dest)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LogError::Corrupt { what, reason } if *what == oversized && reason.contains("larger than")),
+        "{err:?}"
+    );
+    assert!(!store.was_read(&oversized), "never fetched");
+    assert!(!dest.exists());
+}
+
 #[tokio::test]
 async fn cl3_a_segment_that_does_not_apply_to_the_state_fails_and_leaves_no_file() {
     let dir = tempfile::tempdir().unwrap();

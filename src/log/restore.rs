@@ -26,6 +26,7 @@
 
 use std::path::Path;
 
+use super::segment::MAX_STORED_LEN;
 use super::{LogError, PageSums, Segment, apply, finish};
 use crate::deadline::MIN_PUT_BYTES_PER_SEC;
 use crate::durable::DurableStore;
@@ -163,6 +164,13 @@ impl Prefetched {
         let mut sizes = Vec::new();
         for (p, size) in window.into_iter().zip(sized) {
             match size {
+                // The position asked for, larger than any segment can be: never fetched.
+                Ok(Some(bytes)) if sizes.is_empty() => {
+                    sizes.push((p, within_segment_bounds(key, p, bytes)?));
+                }
+                // One below it, larger than any segment: left to the walk, which refuses it
+                // if it asks for it.
+                Ok(Some(bytes)) if bytes > MAX_STORED_LEN => break,
                 Ok(Some(bytes)) => sizes.push((p, bytes)),
                 // The position asked for: missing, or the store failed.
                 Ok(None) if sizes.is_empty() => return Ok(None),
@@ -178,6 +186,22 @@ impl Prefetched {
         }
         self.by_pos.remove(&pos).unwrap_or(Ok(None))
     }
+}
+
+/// `bytes`, the stored size of the segment at `pos`, when a segment can be that large; else
+/// [`LogError::Corrupt`] naming it: an object over [`MAX_STORED_LEN`] under a segment's key is
+/// refused before a byte of it is fetched (its get would hold it whole in memory, with a
+/// deadline grown by its size).
+fn within_segment_bounds(key: &LeaseKey, pos: LogPos, bytes: u64) -> Result<u64, LogError> {
+    if bytes > MAX_STORED_LEN {
+        return Err(LogError::Corrupt {
+            what: segment_key(key, pos),
+            reason: format!(
+                "it takes {bytes} bytes, larger than any segment can be ({MAX_STORED_LEN})"
+            ),
+        });
+    }
+    Ok(bytes)
 }
 
 /// The first positions of `sizes` (the one asked for first) whose bytes stay within
@@ -254,6 +278,7 @@ pub(crate) async fn fetch_segment(
     let Some(size) = store.size(&segment_key(key, pos)).await? else {
         return Ok(None);
     };
+    let size = within_segment_bounds(key, pos, size)?;
     let got = store.get_sized(&segment_key(key, pos), size).await;
     let key = key.clone();
     decode_off_thread(move || decode_found(got, &key, pos)).await?
