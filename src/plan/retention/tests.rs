@@ -19,6 +19,7 @@ fn image(epoch: u64, seq: u64, log: u64, created: u64) -> ImageInfo {
         log: (log > 0).then_some(pos(epoch, log)),
         created_at_ms: created,
         beyond_log: false,
+        base: None,
     }
 }
 
@@ -141,6 +142,7 @@ fn an_image_whose_log_never_reached_its_position_is_never_the_base() {
         log: Some(pos(2, 11)),
         created_at_ms: HOUR,
         beyond_log: false,
+        base: None,
     };
     let n = ImageInfo {
         epoch: 3,
@@ -148,6 +150,7 @@ fn an_image_whose_log_never_reached_its_position_is_never_the_base() {
         log: Some(pos(2, 10)),
         created_at_ms: 30 * HOUR,
         beyond_log: false,
+        base: None,
     };
     let mut segments: Vec<LogPos> = (1..=10).map(|s| pos(2, s)).collect();
     segments.push(pos(3, 11));
@@ -267,6 +270,7 @@ fn pitr_across_modes_the_image_a_later_log_continued_from_stays_while_the_window
         log: Some(pos(1, 10)),
         created_at_ms: created,
         beyond_log: true,
+        base: None,
     };
     let mut images = vec![
         image(1, 1, 5, HOUR),

@@ -56,6 +56,10 @@ enum Step {
     Tenure { logged: bool },
     /// The live tenure's segment is put but its tip move fails; the tenure ends.
     FailedShip,
+    /// The live tenure puts an image and its manifest, then crashes before its head moves: a
+    /// complete image no head ever names, which no replica remembers; the next tenure begins
+    /// in the same mode.
+    UnnamedImage,
     /// Retention runs now, and its plan is applied.
     Retention,
 }
@@ -67,6 +71,7 @@ fn step() -> impl Strategy<Value = (Step, u64)> {
         1 => Just(Step::Tenure { logged: true }),
         1 => Just(Step::Tenure { logged: false }),
         1 => Just(Step::FailedShip),
+        1 => Just(Step::UnnamedImage),
         2 => Just(Step::Retention),
     ];
     (step, 1..=5u64)
@@ -178,6 +183,7 @@ impl Tenant {
                     log: self.tip,
                     created_at_ms: self.now,
                     beyond_log,
+                    base: self.head,
                 };
                 self.next_image += 1;
                 self.images.push(Img { info, state });
@@ -191,6 +197,12 @@ impl Tenant {
             Step::FailedShip if self.logged => {
                 self.put_segment();
                 self.new_tenure(true);
+            }
+            Step::UnnamedImage => {
+                let head = self.head;
+                self.apply(Step::Image);
+                self.head = head;
+                self.new_tenure(self.logged);
             }
             Step::Tenure { logged } => self.new_tenure(logged),
             Step::Retention => self.retain_now(),
