@@ -100,6 +100,39 @@ async fn cl7_every_position_and_time_restores_its_state() {
     }
 }
 
+/// Final review, hole 5 in point-in-time restore: an image at the target's position was served
+/// as the log's state there on its manifest's word. A manifest whose `log` was damaged (one digit)
+/// made an image of v1 claim v2's position, and a restore to that position returned v1. An image
+/// used as the log's state at a position must sum to what the segment there left; one that does
+/// not is passed over (here for the true image of v2).
+#[tokio::test]
+async fn cl7_an_image_whose_manifest_names_the_wrong_position_is_never_served_as_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = history(dir.path()).await;
+    publish(
+        &h.store,
+        dir.path(),
+        (4, 2),
+        &h.states[0],
+        None,
+        Some(h.pos[1]),
+    )
+    .await;
+    let dest = dir.path().join("v2.db");
+    restore_to_from(
+        &h.store,
+        &key(),
+        Some(h.tip),
+        0,
+        Target::Position(h.pos[1]),
+        &dest,
+    )
+    .await
+    .unwrap();
+    assert_eq!(version(&dest), ["Text(\"v2\")"]);
+    assert_eq!(std::fs::read(&dest).unwrap(), h.states[1]);
+}
+
 #[tokio::test]
 async fn cl7_a_target_outside_the_retention_window_is_refused_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();

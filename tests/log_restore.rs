@@ -103,14 +103,40 @@ async fn cl3_an_image_at_the_tip_needs_no_segment() {
         .unwrap();
     assert_restored(&dest, &states[2], &restored);
     assert_eq!(restored.segments, 0);
+    // Only the tip's segment is read, to check the image against it (none is applied).
+    let read: Vec<String> = store
+        .reads
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|k| k.ends_with(".seg"))
+        .cloned()
+        .collect();
+    assert_eq!(read, [segment_key(&key(), pos[2])]);
+}
+
+/// Final review, hole 5: a manifest has no checksum of its own, and one digit of its `log`
+/// changed (a bit flip keeps the JSON valid) made a head that holds state 1 claim the tip's
+/// position: the walk then had nothing to apply, the image was installed as the tip's state, and
+/// the acknowledged writes of segments 2 and 3 were silently gone — the next tenure would cut
+/// its segments on top. An image said to hold the tip (not beyond its log) is checked against
+/// the tip's segment: its pages must sum to what that segment left. Refused as `Corrupt`,
+/// naming the manifest; nothing installed.
+#[tokio::test]
+async fn cl3_a_head_whose_manifest_claims_the_tip_but_holds_an_older_state_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Watched::default();
+    let (log, states, pos) = three_states(&store, dir.path()).await;
+    let head = publish(&store, dir.path(), (2, 1), &states[0], None, Some(pos[2])).await;
+    let dest = dir.path().join("ledger.db");
+    let err = restore_log(&store, &key(), Some(&head), log.tip, 0, &dest)
+        .await
+        .unwrap_err();
     assert!(
-        !store
-            .reads
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|k| k.ends_with(".seg"))
+        matches!(&err, LogError::Corrupt { what, .. } if what.ends_with("snap-000001.json")),
+        "{err:?}"
     );
+    assert!(!dest.exists(), "nothing installed");
 }
 
 #[tokio::test]

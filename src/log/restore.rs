@@ -312,6 +312,11 @@ pub async fn fetch_log(
     };
     let mut segments = Vec::new();
     let mut next = walk_start(tip, base, floor).map_err(out_of_chain)?;
+    let image = match next {
+        // Nothing to apply after the image: no segment's `sum_before` checks it.
+        None => image_holds_the_tip(store, key, image, tip, floor).await?,
+        Some(_) => image,
+    };
     let mut ahead = Prefetched::default();
     while let Some(pos) = next {
         let lowest = base.map_or(1, |b| b.seq + 1);
@@ -330,6 +335,47 @@ pub async fn fetch_log(
         segments,
         tip,
     })
+}
+
+/// An image said to hold the tip's position (not beyond its log), with no segment left to apply
+/// after it, checked against the tip's segment: its pages must sum to what that segment left.
+/// Else its manifest names a position it does not hold (a manifest carries no checksum of its
+/// own: one digit of its `log` changed would install an older state as the tip's, silently
+/// dropping acknowledged writes) — [`LogError::Corrupt`] naming the manifest. Whenever a segment
+/// is applied after the image, its `sum_before` is this check. A tip segment no longer stored
+/// is not asked for: the image is then the only witness of that state. Sums are computed on a
+/// blocking thread; the image is handed back.
+async fn image_holds_the_tip(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    image: Option<(Manifest, Vec<u8>)>,
+    tip: Option<LogPos>,
+    floor: u64,
+) -> Result<Option<(Manifest, Vec<u8>)>, LogError> {
+    let (Some((manifest, bytes)), Some(tip)) = (image, tip) else {
+        return Ok(None);
+    };
+    if manifest.beyond_log || manifest.log != Some(tip) || tip.epoch <= floor {
+        return Ok(Some((manifest, bytes)));
+    }
+    let Some(seg) = fetch_segment(store, key, tip).await? else {
+        return Ok(Some((manifest, bytes)));
+    };
+    let want = seg.header.sum_after;
+    let (got, bytes) = decode_off_thread(move || {
+        let got = PageSums::of_bytes(&bytes).map(|s| s.total());
+        (got, bytes)
+    })
+    .await?;
+    if got != Ok(want) {
+        return Err(LogError::Corrupt {
+            what: crate::layout::manifest_key(key, manifest.epoch, manifest.seq),
+            reason: format!(
+                "it says its image holds {tip}, but the image's pages do not sum to what the segment there left ({got:?}, not {want})"
+            ),
+        });
+    }
+    Ok(Some((manifest, bytes)))
 }
 
 impl Fetched {
