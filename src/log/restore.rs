@@ -352,14 +352,17 @@ async fn image_holds_the_tip(
     tip: Option<LogPos>,
     floor: u64,
 ) -> Result<Option<(Manifest, Vec<u8>)>, LogError> {
-    let (Some((manifest, bytes)), Some(tip)) = (image, tip) else {
-        return Ok(None);
+    let (Some((manifest, _)), Some(tip)) = (&image, tip) else {
+        return Ok(image);
     };
     if manifest.beyond_log || manifest.log != Some(tip) || tip.epoch <= floor {
-        return Ok(Some((manifest, bytes)));
+        return Ok(image);
     }
     let Some(seg) = fetch_segment(store, key, tip).await? else {
-        return Ok(Some((manifest, bytes)));
+        return Ok(image);
+    };
+    let Some((manifest, bytes)) = image else {
+        return Ok(None);
     };
     let want = seg.header.sum_after;
     let (got, bytes) = decode_off_thread(move || {
