@@ -152,17 +152,21 @@ pub fn retention_plan(input: &RetentionInput<'_>) -> Vec<String> {
         .filter(|i| i.created_at_ms < cutoff && log_seq(i) <= head_seq && on_chain(i))
         .copied()
         .collect();
-    // Of the images at the base's position, one on the head's chain of bases: at a position of
-    // the log they all hold its state, but images taken without a log (no position) each hold
-    // their own, and the log went on from the one that was the head — not from a newer one
-    // whose head move never landed.
+    // The base is an image on the head's chain of bases whenever one is old enough: an image
+    // off it is one no head built on — a publish whose head move never landed (images taken
+    // without a log each hold their own state, and the log went on from the one that was the
+    // head), or one whose head move landed unbeknown to its tenure, whose later images were
+    // built on the head before it: the replica that put it takes it back once the head passes
+    // it by (docs/guarantees.md, "Reconciling puts of unknown outcome"), so it must not be
+    // what the window starts from. Only when no old image is on that chain (a manifest on the
+    // way unreadable) is the newest by position the base.
     let chain = head_chain(&images, input.head);
     let base = old
         .iter()
         .filter(|i| !i.beyond_log)
         .max_by_key(|i| {
             let on_head_chain = chain.contains(&(i.epoch, i.seq));
-            (log_seq(i), on_head_chain, i.created_at_ms, i.epoch, i.seq)
+            (on_head_chain, log_seq(i), i.created_at_ms, i.epoch, i.seq)
         })
         .copied();
     let switches = switch_images(&old, base.map(log_seq), &chain);
