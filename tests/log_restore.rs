@@ -139,6 +139,26 @@ async fn cl3_a_head_whose_manifest_claims_the_tip_but_holds_an_older_state_is_re
     assert!(!dest.exists(), "nothing installed");
 }
 
+/// The check of hole 5 takes a damaged tip segment for no witness: the head holds the tip's
+/// state, so the restore goes on from the image alone, as before the check (the simulation
+/// found the first version refusing it).
+#[tokio::test]
+async fn cl3_a_damaged_tip_segment_the_head_holds_is_no_reason_to_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Watched::default();
+    let (log, states, pos) = three_states(&store, dir.path()).await;
+    let head = publish(&store, dir.path(), (2, 1), &states[2], None, Some(pos[2])).await;
+    let tip_key = segment_key(&key(), pos[2]);
+    let mut damaged = store.get(&tip_key).await.unwrap().unwrap();
+    damaged[10] ^= 0x40;
+    replace(&store, &tip_key, damaged).await;
+    let dest = dir.path().join("ledger.db");
+    let restored = restore_log(&store, &key(), Some(&head), log.tip, 0, &dest)
+        .await
+        .unwrap();
+    assert_restored(&dest, &states[2], &restored);
+}
+
 #[tokio::test]
 async fn cl3_a_fallback_image_holds_an_older_position_and_the_walk_goes_further_back() {
     let dir = tempfile::tempdir().unwrap();

@@ -418,10 +418,18 @@ async fn walk(
                 Some(sum) => Holds::Sum(sum),
                 // The target itself: the log's state, as the segment there left it.
                 None if pos.epoch > floor => {
-                    let seg = super::restore::fetch_segment(store, key, pos).await?;
-                    let sum = seg.as_ref().map(|s| s.header.sum_after);
-                    here = Some(seg);
-                    Holds::Log(sum)
+                    match super::restore::fetch_segment(store, key, pos).await {
+                        Ok(seg) => {
+                            let sum = seg.as_ref().map(|s| s.header.sum_after);
+                            here = Some(seg);
+                            Holds::Log(sum)
+                        }
+                        // Itself damaged, it is no witness: the manifest's word is taken, as
+                        // before the check (the walk reads it again only if no image holds the
+                        // target, and fails on it then).
+                        Err(LogError::Corrupt { .. }) => Holds::Log(None),
+                        Err(e) => return Err(e),
+                    }
                 }
                 None => Holds::Log(None),
             };

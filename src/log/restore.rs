@@ -342,9 +342,10 @@ pub async fn fetch_log(
 /// Else its manifest names a position it does not hold (a manifest carries no checksum of its
 /// own: one digit of its `log` changed would install an older state as the tip's, silently
 /// dropping acknowledged writes) — [`LogError::Corrupt`] naming the manifest. Whenever a segment
-/// is applied after the image, its `sum_before` is this check. A tip segment no longer stored
-/// is not asked for: the image is then the only witness of that state. Sums are computed on a
-/// blocking thread; the image is handed back.
+/// is applied after the image, its `sum_before` is this check. A tip segment no longer stored,
+/// or itself damaged, is no witness: the image is then taken on its manifest's word, as before
+/// (a damaged segment the head holds must not cost the open). Sums are computed on a blocking
+/// thread; the image is handed back.
 async fn image_holds_the_tip(
     store: &dyn DurableStore,
     key: &LeaseKey,
@@ -358,8 +359,13 @@ async fn image_holds_the_tip(
     if manifest.beyond_log || manifest.log != Some(tip) || tip.epoch <= floor {
         return Ok(image);
     }
-    let Some(seg) = fetch_segment(store, key, tip).await? else {
-        return Ok(image);
+    let seg = match fetch_segment(store, key, tip).await {
+        Ok(Some(seg)) => seg,
+        // No witness (gone, or itself damaged): the image is the only one of that state, and
+        // restores as it did before the check (a damaged tip segment the head already holds
+        // costs nothing).
+        Ok(None) | Err(LogError::Corrupt { .. }) => return Ok(image),
+        Err(e) => return Err(e),
     };
     let Some((manifest, bytes)) = image else {
         return Ok(None);

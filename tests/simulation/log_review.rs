@@ -605,3 +605,63 @@ fn a_restore_whose_base_image_is_damaged_is_corrupt_not_outside_retention() {
         CorruptHead { t: 0 },
     ]);
 }
+
+/// The final review's hole-5 check first read the tip's segment to check a head image at the
+/// tip against it, and failed the open when that segment was damaged: the head holds the tip's
+/// state, so nothing was lost, and the open must go on (a damaged witness is no witness).
+/// Found by the seeded simulation (seed 1796163645075372459): `op #14 Open { r: 3, t: 0 } came
+/// to [Corrupt]: the model expected [Epoch(3)]`.
+#[test]
+fn regression_a_damaged_tip_segment_the_head_holds_costs_no_open() {
+    use Op::*;
+    replay(&[
+        Log {
+            modes: [Shipped; 3],
+            sizes: Sizes::Small,
+        },
+        Open { r: 0, t: 0 },
+        Open { r: 0, t: 1 },
+        Write { t: 0, at: Newest },
+        DrainedHandoff {
+            t: 1,
+            at: Newest,
+            pause: 10_001,
+            renew: false,
+        },
+        Move { t: 0 },
+        Write { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        Damage {
+            t: 0,
+            back: 0,
+            delete: false,
+        },
+        SweepLocal { r: 0 },
+    ]);
+}
+
+/// The same in point-in-time restore: an image at the target's position is checked against the
+/// segment there, and a damaged one is no witness (the image serves, as before the check). Seen
+/// in the same run: `op #7 PitrAt { t: 0, target: Position((1, 1)) } came to [Corrupt]: the model
+/// expected [Keys(["e003-0"])]`.
+#[test]
+fn regression_a_damaged_segment_at_the_target_an_image_holds_costs_no_point_in_time_restore() {
+    use Op::*;
+    replay(&[
+        Log {
+            modes: [Shipped; 3],
+            sizes: Sizes::Small,
+        },
+        Open { r: 0, t: 0 },
+        Open { r: 1, t: 1 },
+        Write { t: 0, at: Newest },
+        Damage {
+            t: 0,
+            back: 0,
+            delete: false,
+        },
+        Snapshot { t: 0, at: Newest },
+        SweepLocal { r: 0 },
+    ]);
+}
