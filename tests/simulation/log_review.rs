@@ -665,3 +665,44 @@ fn regression_a_damaged_segment_at_the_target_an_image_holds_costs_no_point_in_t
         SweepLocal { r: 0 },
     ]);
 }
+
+/// The final review's hole 6: the window's base is an image on the head's chain of bases whenever
+/// one is old enough. Here the `Async` tenure's second image (1, 2) is off that chain (the next
+/// tenure's image was not built on it), so retention keeps the older (1, 1) of the chain as the
+/// base, with every segment above it, and deletes (1, 2); the model held retention to the newest
+/// image by position and called it a breach (seed 1796164344909226151: `retention deleted image
+/// (1, 2) (log seq 4) of tenant 0 …, but no newer image of the chain older than retain then is
+/// kept to stand for it`). The model now lets a candidate off the head's chain go while one on it
+/// is kept (`State::retention_breach`).
+#[test]
+fn regression_the_windows_base_is_an_image_of_the_heads_chain() {
+    use Op::*;
+    replay(&[
+        Log {
+            modes: [Async, Shipped, Mode::Images],
+            sizes: Sizes::Small,
+        },
+        Open { r: 0, t: 0 },
+        Open { r: 0, t: 1 },
+        Write { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        Write { t: 1, at: Newest },
+        LapseInCommit {
+            t: 0,
+            at: At::On(2),
+        },
+        Open { r: 1, t: 0 },
+        Write { t: 1, at: Newest },
+        ForgetDuringUpload { t: 1, at: Newest },
+        Open { r: 2, t: 0 },
+        Write { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        RaceHandoffWrite {
+            t: 0,
+            at: At::On(0),
+        },
+        CorruptHead { t: 0 },
+        Write { t: 0, at: Newest },
+        LapseInCommit { t: 0, at: Newest },
+    ]);
+}
