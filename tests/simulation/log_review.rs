@@ -706,3 +706,41 @@ fn regression_the_windows_base_is_an_image_of_the_heads_chain() {
         LapseInCommit { t: 0, at: Newest },
     ]);
 }
+
+/// The same rule, when the base on the head's chain is an image of the log's start (taken
+/// without a log): the head (2, 1) was damaged, the next tenure restored by falling back to
+/// (1, 1) and built its image on it, and retention kept (1, 1) as the base (covering no segment)
+/// and deleted the damaged (2, 1), off the head's chain. The model counted only images with a
+/// log position as bases (seed 1796164732990111089: `retention deleted image (2, 1) (log seq 2)
+/// of tenant 0 …, but no newer image of the chain older than retain then is kept`).
+#[test]
+fn regression_the_windows_base_on_the_heads_chain_may_be_an_image_of_the_logs_start() {
+    use Op::*;
+    replay(&[
+        Log {
+            modes: [Async, Shipped, Mode::Images],
+            sizes: Sizes::Small,
+        },
+        Open { r: 2, t: 0 },
+        Open { r: 0, t: 1 },
+        Write { t: 0, at: Newest },
+        Write { t: 1, at: Newest },
+        LapseInCommit {
+            t: 0,
+            at: At::On(2),
+        },
+        Open { r: 1, t: 0 },
+        Write { t: 1, at: Newest },
+        ForgetDuringUpload { t: 1, at: Newest },
+        Open { r: 2, t: 0 },
+        Write { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        RaceHandoffWrite {
+            t: 0,
+            at: At::On(0),
+        },
+        CorruptHead { t: 0 },
+        Write { t: 0, at: Newest },
+        LapseInCommit { t: 0, at: Newest },
+    ]);
+}

@@ -137,10 +137,12 @@ impl State {
         // The window's base is an image of the head's chain of bases whenever one is old enough
         // (`src/plan/retention.rs`): a candidate off that chain (no later head was built on it)
         // may go while one on it is kept, its segments judged by the segment rule below.
+        // (An image of the log's start, taken without a log, is such a base too: it covers no
+        // segment.)
         let chain_base_kept = |when: u64| {
-            candidates
-                .iter()
-                .any(|(at, _)| head_chain.contains(at) && kept_old(at, when))
+            head_chain.iter().any(|at| {
+                ts.objects.get(at).is_some_and(|image| !image.beyond_log) && kept_old(at, when)
+            })
         };
         for (at, seq) in &candidates {
             let key = image_key(*at);
