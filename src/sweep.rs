@@ -167,6 +167,7 @@ pub async fn sweep_retention(
                 log: m.log,
                 created_at_ms: m.created_at_ms,
                 beyond_log: m.beyond_log,
+                base: m.base.map(|b| (b.epoch, b.seq)),
             },
             // Unreadable: kept as if published now, so it is never chosen.
             None => ImageInfo {
@@ -175,6 +176,7 @@ pub async fn sweep_retention(
                 log: None,
                 created_at_ms: now_ms,
                 beyond_log: true,
+                base: None,
             },
         });
     }

@@ -100,6 +100,39 @@ async fn cl7_every_position_and_time_restores_its_state() {
     }
 }
 
+/// Final review, hole 5 in point-in-time restore: an image at the target's position was served
+/// as the log's state there on its manifest's word. A manifest whose `log` was damaged (one digit)
+/// made an image of v1 claim v2's position, and a restore to that position returned v1. An image
+/// used as the log's state at a position must sum to what the segment there left; one that does
+/// not is passed over (here for the true image of v2).
+#[tokio::test]
+async fn cl7_an_image_whose_manifest_names_the_wrong_position_is_never_served_as_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = history(dir.path()).await;
+    publish(
+        &h.store,
+        dir.path(),
+        (4, 2),
+        &h.states[0],
+        None,
+        Some(h.pos[1]),
+    )
+    .await;
+    let dest = dir.path().join("v2.db");
+    restore_to_from(
+        &h.store,
+        &key(),
+        Some(h.tip),
+        0,
+        Target::Position(h.pos[1]),
+        &dest,
+    )
+    .await
+    .unwrap();
+    assert_eq!(version(&dest), ["Text(\"v2\")"]);
+    assert_eq!(std::fs::read(&dest).unwrap(), h.states[1]);
+}
+
 #[tokio::test]
 async fn cl7_a_target_outside_the_retention_window_is_refused_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -295,4 +328,110 @@ async fn cl7_positions_after_a_change_of_mode_start_from_the_image_the_log_conti
     .unwrap_err();
     assert!(matches!(err, LogError::OutsideRetention { .. }), "{err:?}");
     assert!(!dest.exists());
+}
+
+/// Final review, hole 4: retention kept, at a change of mode, the newest image beyond the log at
+/// that position — and the newest may be one no log ever continued from: an `Images` tenure
+/// that crashed between its manifest's put and its head's move leaves a complete image that no
+/// head ever named (no replica remembers it, and the orphan look takes only lone images and
+/// manifests). Here epoch 5 (`Images`) publishes v3 beyond the log at v2's position; epoch 6
+/// (`Images`) restores it, writes v3b and crashes after its manifest; epoch 7 (`Shipped`)
+/// restores the head, epoch 5's image, and continues the log (v4, v5), and compacts (head at
+/// v5). With both `Images` images older than `retain` and the log after the switch younger,
+/// retention kept epoch 6's image and deleted epoch 5's, and the window's moment v4 answered
+/// `OutsideRetention`. The image kept is the one on the head's chain of bases.
+#[tokio::test]
+async fn cl7_a_change_of_mode_keeps_the_image_the_log_continued_from_not_a_newer_one() {
+    use leasehold::image::{ImageFile, upload_image};
+    use leasehold::lease::LeaseRecord;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Watched::default();
+    let db = Db::create(dir.path(), "writer.db");
+    let mut log = Log::new();
+    db.run("CREATE TABLE kv(k TEXT PRIMARY KEY, v TEXT); INSERT INTO kv VALUES ('version', 'v1');");
+    log.ship(&store, 4, &db.bytes(), 1_000).await;
+    db.run("UPDATE kv SET v = 'v2';");
+    let switch = log.ship(&store, 4, &db.bytes(), 2_000).await;
+    let beyond = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        ImageFile {
+            path,
+            size: bytes.len() as u64,
+            sha256: sha256_hex(bytes),
+        }
+    };
+    db.run("UPDATE kv SET v = 'v3';");
+    let v3 = db.bytes();
+    let continued = upload_image(
+        &store,
+        &key(),
+        5,
+        1,
+        &beyond("e5.db", &v3),
+        None,
+        Some(switch),
+        true,
+        2_500,
+    )
+    .await
+    .unwrap()
+    .image_ref();
+    db.run("UPDATE kv SET v = 'v3b';");
+    let base = Some(continued.clone());
+    upload_image(
+        &store,
+        &key(),
+        6,
+        1,
+        &beyond("e6.db", &db.bytes()),
+        base.clone(),
+        Some(switch),
+        true,
+        2_600,
+    )
+    .await
+    .unwrap();
+    // Epoch 7 restored epoch 5's image (the head): its log continues from v3.
+    db.run("UPDATE kv SET v = 'v3';");
+    log.last = v3;
+    db.run("UPDATE kv SET v = 'v4';");
+    let v4 = db.bytes();
+    let at_v4 = log.ship(&store, 7, &v4, 3_000).await;
+    db.run("UPDATE kv SET v = 'v5';");
+    let tip = log.ship(&store, 7, &db.bytes(), 3_200).await;
+    let head = upload_image(
+        &store,
+        &key(),
+        7,
+        1,
+        &beyond("e7.db", &db.bytes()),
+        base,
+        Some(tip),
+        false,
+        3_300,
+    )
+    .await
+    .unwrap()
+    .image_ref();
+    let record = LeaseRecord {
+        key: key().to_string(),
+        owner: "c".into(),
+        epoch: 7,
+        expires_at_ms: 0,
+        released: false,
+        floor: 0,
+        head: Some(head),
+        tip: Some(tip),
+    };
+    // The cutoff (2,700) lies after both `Images` images and before the log after the switch.
+    leasehold::sweep::sweep_retention(&store, &key(), &record, 3_700, Duration::from_millis(1_000))
+        .await
+        .unwrap();
+    let dest = dir.path().join("v4.db");
+    restore_to_from(&store, &key(), Some(tip), 0, Target::Position(at_v4), &dest)
+        .await
+        .unwrap_or_else(|e| panic!("v4, a moment of the window: {e}"));
+    assert_eq!(std::fs::read(&dest).unwrap(), v4);
 }

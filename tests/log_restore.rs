@@ -103,14 +103,60 @@ async fn cl3_an_image_at_the_tip_needs_no_segment() {
         .unwrap();
     assert_restored(&dest, &states[2], &restored);
     assert_eq!(restored.segments, 0);
+    // Only the tip's segment is read, to check the image against it (none is applied).
+    let read: Vec<String> = store
+        .reads
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|k| k.ends_with(".seg"))
+        .cloned()
+        .collect();
+    assert_eq!(read, [segment_key(&key(), pos[2])]);
+}
+
+/// Final review, hole 5: a manifest has no checksum of its own, and one digit of its `log`
+/// changed (a bit flip keeps the JSON valid) made a head that holds state 1 claim the tip's
+/// position: the walk then had nothing to apply, the image was installed as the tip's state, and
+/// the acknowledged writes of segments 2 and 3 were silently gone — the next tenure would cut
+/// its segments on top. An image said to hold the tip (not beyond its log) is checked against
+/// the tip's segment: its pages must sum to what that segment left. Refused as `Corrupt`,
+/// naming the manifest; nothing installed.
+#[tokio::test]
+async fn cl3_a_head_whose_manifest_claims_the_tip_but_holds_an_older_state_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Watched::default();
+    let (log, states, pos) = three_states(&store, dir.path()).await;
+    let head = publish(&store, dir.path(), (2, 1), &states[0], None, Some(pos[2])).await;
+    let dest = dir.path().join("ledger.db");
+    let err = restore_log(&store, &key(), Some(&head), log.tip, 0, &dest)
+        .await
+        .unwrap_err();
     assert!(
-        !store
-            .reads
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|k| k.ends_with(".seg"))
+        matches!(&err, LogError::Corrupt { what, .. } if what.ends_with("snap-000001.json")),
+        "{err:?}"
     );
+    assert!(!dest.exists(), "nothing installed");
+}
+
+/// The check of hole 5 takes a damaged tip segment for no witness: the head holds the tip's
+/// state, so the restore goes on from the image alone, as before the check (the simulation
+/// found the first version refusing it).
+#[tokio::test]
+async fn cl3_a_damaged_tip_segment_the_head_holds_is_no_reason_to_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Watched::default();
+    let (log, states, pos) = three_states(&store, dir.path()).await;
+    let head = publish(&store, dir.path(), (2, 1), &states[2], None, Some(pos[2])).await;
+    let tip_key = segment_key(&key(), pos[2]);
+    let mut damaged = store.get(&tip_key).await.unwrap().unwrap();
+    damaged[10] ^= 0x40;
+    replace(&store, &tip_key, damaged).await;
+    let dest = dir.path().join("ledger.db");
+    let restored = restore_log(&store, &key(), Some(&head), log.tip, 0, &dest)
+        .await
+        .unwrap();
+    assert_restored(&dest, &states[2], &restored);
 }
 
 #[tokio::test]
@@ -172,6 +218,33 @@ async fn cl3_a_missing_segment_is_named() {
         matches!(&err, LogError::Corrupt { what, reason } if *what == segment_key(&key(), pos[1]) && reason.contains("missing")),
         "{err:?}"
     );
+}
+
+/// Final review, hole 3: an object under a segment's key larger than any segment can be (the
+/// codec's limit, 1 GiB, and its SHA-256) was fetched whole — into memory, with a deadline grown
+/// by its size (at 8 MiB/s, hours for a few GiB) — before its bytes were refused. Its size is
+/// asked first anyway: such a segment is `Corrupt`, named, and never read.
+#[tokio::test]
+async fn cl3_a_segment_larger_than_any_segment_can_be_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Watched::default();
+    let (log, _, pos) = three_states(&store, dir.path()).await;
+    let oversized = segment_key(&key(), pos[1]);
+    store
+        .claimed_sizes
+        .lock()
+        .unwrap()
+        .push((oversized.clone(), 3 << 30));
+    let dest = dir.path().join("big.db");
+    let err = restore_log(&store, &key(), None, log.tip, 0, &dest)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LogError::Corrupt { what, reason } if *what == oversized && reason.contains("larger than")),
+        "{err:?}"
+    );
+    assert!(!store.was_read(&oversized), "never fetched");
+    assert!(!dest.exists());
 }
 
 #[tokio::test]

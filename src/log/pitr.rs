@@ -312,8 +312,11 @@ fn manifest_of(key: &LeaseKey, object: &str) -> Option<(u64, u64)> {
 /// The state a restore needs an image at a position to hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Holds {
-    /// The log's state at the position (the target itself): an image not beyond its log.
-    Log,
+    /// The log's state at the position (the target itself): an image not beyond its log, whose
+    /// pages sum to what the segment there left (`None`: that segment is not stored, or lies at or
+    /// below the floor, and the manifest's word is taken). A manifest carries no checksum of
+    /// its own: one digit of its `log` changed would otherwise serve another state as this one.
+    Log(Option<u64>),
     /// The state whose sum is this: the one the segment after the position was cut from. After a
     /// change of durability mode that is an image beyond its log (a tenure without a log wrote
     /// it, and the next log continued from it), otherwise the log's state.
@@ -339,7 +342,12 @@ async fn image_at(
     at: Option<LogPos>,
     holds: Holds,
 ) -> Result<AtPosition, LogError> {
-    let fits = |m: &&Manifest| m.log == at && (holds != Holds::Log || !m.beyond_log);
+    let log_state = matches!(holds, Holds::Log(_));
+    let fits = |m: &&Manifest| m.log == at && (!log_state || !m.beyond_log);
+    let want = match holds {
+        Holds::Log(sum) => sum,
+        Holds::Sum(sum) => Some(sum),
+    };
     let mut damaged = false;
     for m in images.iter().filter(fits) {
         let ikey = image_key(key, m.epoch, m.seq);
@@ -350,9 +358,12 @@ async fn image_at(
             damaged = true;
             continue;
         }
-        if let Holds::Sum(sum) = holds
+        if let Some(sum) = want
             && PageSums::of_bytes(&bytes).map(|s| s.total()) != Ok(sum)
         {
+            // Another state at the same position is no damage after a change of mode; an image
+            // of the log's state that is not that state is (its manifest names the wrong place).
+            damaged |= log_state;
             continue;
         }
         return Ok(AtPosition::Image(Box::new((m.clone(), bytes))));
@@ -384,12 +395,8 @@ async fn walk(
     let mut found: Option<LogPos> = None;
     let mut kept: Vec<Segment> = Vec::new();
     let mut pos = tip;
-    // What an image at `pos` must hold: the target's own state, or the state the oldest kept
-    // segment was cut from.
-    let holds = |kept: &[Segment]| {
-        kept.last()
-            .map_or(Holds::Log, |s| Holds::Sum(s.header.sum_before))
-    };
+    // The state the oldest kept segment was cut from: what an image below it must hold.
+    let below = |kept: &[Segment]| kept.last().map(|s| s.header.sum_before);
     let image = loop {
         if found.is_none()
             && let Target::Position(p) = target
@@ -404,8 +411,29 @@ async fn walk(
         }
         // Whether an image the walk needed here failed its checks.
         let mut damaged = false;
+        // The segment at `pos`, once fetched (never one at or below the floor).
+        let mut here = None;
         if found.is_some() {
-            match image_at(store, key, images, Some(pos), holds(&kept)).await? {
+            let holds = match below(&kept) {
+                Some(sum) => Holds::Sum(sum),
+                // The target itself: the log's state, as the segment there left it.
+                None if pos.epoch > floor => {
+                    match super::restore::fetch_segment(store, key, pos).await {
+                        Ok(seg) => {
+                            let sum = seg.as_ref().map(|s| s.header.sum_after);
+                            here = Some(seg);
+                            Holds::Log(sum)
+                        }
+                        // Itself damaged, it is no witness: the manifest's word is taken, as
+                        // before the check (the walk reads it again only if no image holds the
+                        // target, and fails on it then).
+                        Err(LogError::Corrupt { .. }) => Holds::Log(None),
+                        Err(e) => return Err(e),
+                    }
+                }
+                None => Holds::Log(None),
+            };
+            match image_at(store, key, images, Some(pos), holds).await? {
                 AtPosition::Image(image) => break Some(*image),
                 AtPosition::None { damaged: d } => damaged = d,
             }
@@ -415,7 +443,11 @@ async fn walk(
                 "the chain reaches the floor {floor} at {pos} before an image at or before the target"
             )));
         }
-        let Some(seg) = super::restore::fetch_segment(store, key, pos).await? else {
+        let seg = match here {
+            Some(seg) => seg,
+            None => super::restore::fetch_segment(store, key, pos).await?,
+        };
+        let Some(seg) = seg else {
             return Err(outside(format!(
                 "{pos} is no longer retained, and no image at or before the target lies above it"
             )));
@@ -425,15 +457,15 @@ async fn walk(
             && seg.header.created_at_ms <= unix_ms
         {
             found = Some(pos);
-            if let AtPosition::Image(image) =
-                image_at(store, key, images, Some(pos), Holds::Log).await?
+            let holds = Holds::Log(Some(seg.header.sum_after));
+            if let AtPosition::Image(image) = image_at(store, key, images, Some(pos), holds).await?
             {
                 break Some(*image);
             }
         }
         let prev = seg.header.prev;
         if found.is_some() {
-            if let Holds::Sum(sum) = holds(&kept)
+            if let Some(sum) = below(&kept)
                 && seg.header.sum_after != sum
             {
                 // A change of durability mode: the later log continued from an image a tenure
@@ -455,25 +487,26 @@ async fn walk(
                 )));
             }
             // The start of the log: an image taken without a log, or an empty database.
-            None => match image_at(store, key, images, None, holds(&kept)).await? {
-                AtPosition::Image(image) => break Some(*image),
-                AtPosition::None { .. }
-                    if holds(&kept) == Holds::Sum(PageSums::empty().total()) =>
-                {
-                    break None;
+            None => {
+                let holds = below(&kept).map_or(Holds::Log(None), Holds::Sum);
+                match image_at(store, key, images, None, holds).await? {
+                    AtPosition::Image(image) => break Some(*image),
+                    AtPosition::None { .. } if below(&kept) == Some(PageSums::empty().total()) => {
+                        break None;
+                    }
+                    AtPosition::None { damaged: true } => {
+                        return Err(damaged_image(
+                            "the image the log's first segment continues from".to_string(),
+                        ));
+                    }
+                    AtPosition::None { damaged: false } => {
+                        return Err(outside(
+                            "the log's first segment continues from an image that is not retained"
+                                .to_string(),
+                        ));
+                    }
                 }
-                AtPosition::None { damaged: true } => {
-                    return Err(damaged_image(
-                        "the image the log's first segment continues from".to_string(),
-                    ));
-                }
-                AtPosition::None { damaged: false } => {
-                    return Err(outside(
-                        "the log's first segment continues from an image that is not retained"
-                            .to_string(),
-                    ));
-                }
-            },
+            }
         }
     };
     let position = found.ok_or_else(|| outside("the target was not found".to_string()))?;

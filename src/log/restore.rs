@@ -26,6 +26,7 @@
 
 use std::path::Path;
 
+use super::segment::MAX_STORED_LEN;
 use super::{LogError, PageSums, Segment, apply, finish};
 use crate::deadline::MIN_PUT_BYTES_PER_SEC;
 use crate::durable::DurableStore;
@@ -163,6 +164,13 @@ impl Prefetched {
         let mut sizes = Vec::new();
         for (p, size) in window.into_iter().zip(sized) {
             match size {
+                // The position asked for, larger than any segment can be: never fetched.
+                Ok(Some(bytes)) if sizes.is_empty() => {
+                    sizes.push((p, within_segment_bounds(key, p, bytes)?));
+                }
+                // One below it, larger than any segment: left to the walk, which refuses it
+                // if it asks for it.
+                Ok(Some(bytes)) if bytes > MAX_STORED_LEN => break,
                 Ok(Some(bytes)) => sizes.push((p, bytes)),
                 // The position asked for: missing, or the store failed.
                 Ok(None) if sizes.is_empty() => return Ok(None),
@@ -178,6 +186,22 @@ impl Prefetched {
         }
         self.by_pos.remove(&pos).unwrap_or(Ok(None))
     }
+}
+
+/// `bytes`, the stored size of the segment at `pos`, when a segment can be that large; else
+/// [`LogError::Corrupt`] naming it: an object over [`MAX_STORED_LEN`] under a segment's key is
+/// refused before a byte of it is fetched (its get would hold it whole in memory, with a
+/// deadline grown by its size).
+fn within_segment_bounds(key: &LeaseKey, pos: LogPos, bytes: u64) -> Result<u64, LogError> {
+    if bytes > MAX_STORED_LEN {
+        return Err(LogError::Corrupt {
+            what: segment_key(key, pos),
+            reason: format!(
+                "it takes {bytes} bytes, larger than any segment can be ({MAX_STORED_LEN})"
+            ),
+        });
+    }
+    Ok(bytes)
 }
 
 /// The first positions of `sizes` (the one asked for first) whose bytes stay within
@@ -254,6 +278,7 @@ pub(crate) async fn fetch_segment(
     let Some(size) = store.size(&segment_key(key, pos)).await? else {
         return Ok(None);
     };
+    let size = within_segment_bounds(key, pos, size)?;
     let got = store.get_sized(&segment_key(key, pos), size).await;
     let key = key.clone();
     decode_off_thread(move || decode_found(got, &key, pos)).await?
@@ -287,6 +312,11 @@ pub async fn fetch_log(
     };
     let mut segments = Vec::new();
     let mut next = walk_start(tip, base, floor).map_err(out_of_chain)?;
+    let image = match next {
+        // Nothing to apply after the image: no segment's `sum_before` checks it.
+        None => image_holds_the_tip(store, key, image, tip, floor).await?,
+        Some(_) => image,
+    };
     let mut ahead = Prefetched::default();
     while let Some(pos) = next {
         let lowest = base.map_or(1, |b| b.seq + 1);
@@ -305,6 +335,56 @@ pub async fn fetch_log(
         segments,
         tip,
     })
+}
+
+/// An image said to hold the tip's position (not beyond its log), with no segment left to apply
+/// after it, checked against the tip's segment: its pages must sum to what that segment left.
+/// Else its manifest names a position it does not hold (a manifest carries no checksum of its
+/// own: one digit of its `log` changed would install an older state as the tip's, silently
+/// dropping acknowledged writes) — [`LogError::Corrupt`] naming the manifest. Whenever a segment
+/// is applied after the image, its `sum_before` is this check. A tip segment no longer stored,
+/// or itself damaged, is no witness: the image is then taken on its manifest's word, as before
+/// (a damaged segment the head holds must not cost the open). Sums are computed on a blocking
+/// thread; the image is handed back.
+async fn image_holds_the_tip(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    image: Option<(Manifest, Vec<u8>)>,
+    tip: Option<LogPos>,
+    floor: u64,
+) -> Result<Option<(Manifest, Vec<u8>)>, LogError> {
+    let (Some((manifest, _)), Some(tip)) = (&image, tip) else {
+        return Ok(image);
+    };
+    if manifest.beyond_log || manifest.log != Some(tip) || tip.epoch <= floor {
+        return Ok(image);
+    }
+    let seg = match fetch_segment(store, key, tip).await {
+        Ok(Some(seg)) => seg,
+        // No witness (gone, or itself damaged): the image is the only one of that state, and
+        // restores as it did before the check (a damaged tip segment the head already holds
+        // costs nothing).
+        Ok(None) | Err(LogError::Corrupt { .. }) => return Ok(image),
+        Err(e) => return Err(e),
+    };
+    let Some((manifest, bytes)) = image else {
+        return Ok(None);
+    };
+    let want = seg.header.sum_after;
+    let (got, bytes) = decode_off_thread(move || {
+        let got = PageSums::of_bytes(&bytes).map(|s| s.total());
+        (got, bytes)
+    })
+    .await?;
+    if got != Ok(want) {
+        return Err(LogError::Corrupt {
+            what: crate::layout::manifest_key(key, manifest.epoch, manifest.seq),
+            reason: format!(
+                "it says its image holds {tip}, but the image's pages do not sum to what the segment there left ({got:?}, not {want})"
+            ),
+        });
+    }
+    Ok(Some((manifest, bytes)))
 }
 
 impl Fetched {

@@ -122,6 +122,12 @@ pub struct Segment {
 /// The length of the SHA-256 appended to every encoded segment.
 pub const CHECKSUM_LEN: usize = 32;
 
+/// The most bytes a stored segment can take, in either format: the codec's limit
+/// ([`crate::codec::LIMIT`]) and its SHA-256 (a format-2 segment is stored only when it is
+/// smaller than its plain encoding). A reader refuses an object larger than this under a
+/// segment's key before it fetches a byte of it (docs/guarantees.md, "Limits").
+pub const MAX_STORED_LEN: u64 = crate::codec::LIMIT as u64 + CHECKSUM_LEN as u64;
+
 /// What each page adds to an encoded segment besides its bytes: its number (4 bytes) and the
 /// length of its bytes (8).
 pub const ENCODED_PER_PAGE: u64 = 12;

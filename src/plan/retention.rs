@@ -19,7 +19,7 @@
 //! - Nothing at or below the floor is chosen (the floor's sweep deletes those), nothing outside
 //!   the layout, nothing of the live tenure above the tip (its segment in flight).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ids::LeaseKey;
 use crate::layout::{LogPos, epoch_of, image_key, manifest_key, segment_of};
@@ -37,6 +37,9 @@ pub struct ImageInfo {
     pub created_at_ms: u64,
     /// It holds writes beyond `log` that no segment carries (never a point-in-time base).
     pub beyond_log: bool,
+    /// The image it was built on, `(epoch, seq)` (its manifest's `base`: the head when it was
+    /// taken), so the chain of bases from the head can be followed.
+    pub base: Option<(u64, u64)>,
 }
 
 /// Everything retention decides from.
@@ -66,25 +69,52 @@ fn log_seq(image: &ImageInfo) -> u64 {
     image.log.map_or(0, |p| p.seq)
 }
 
+/// The images on the chain of bases from the head (the head, the image it was built on, and
+/// so on, as far as the images read reach): every image that was once the head and that a later
+/// head was built on.
+fn head_chain(images: &[&ImageInfo], head: Option<(u64, u64)>) -> BTreeSet<(u64, u64)> {
+    let mut chain = BTreeSet::new();
+    let mut at = head;
+    while let Some(id) = at {
+        if !chain.insert(id) {
+            break;
+        }
+        at = images
+            .iter()
+            .find(|i| (i.epoch, i.seq) == id)
+            .and_then(|i| i.base)
+            .filter(|b| *b < id);
+    }
+    chain
+}
+
 /// Of the old images on the chain, those a restore to a moment of the window may have to start
 /// from besides the base: at each position at or above the base's (every position, without a
-/// base) where images beyond their log lie, the newest of them. A tenure with a log that
-/// restored such an image cut its first segment from it (the head it restored: heads only move
-/// forward, so the newest there, unless a newer one's publish failed — that one is taken back by
-/// the replica that put it), so the moments after that position start from it, not from the log
-/// before it (docs/guarantees.md, point-in-time restore across modes).
-fn switch_images<'a>(old: &[&'a ImageInfo], base_seq: Option<u64>) -> Vec<&'a ImageInfo> {
-    let mut newest: BTreeMap<u64, &ImageInfo> = BTreeMap::new();
+/// base) where images beyond their log lie, one of them. A tenure with a log that restored such
+/// an image cut its first segment from it: the head it restored, so the image kept is the
+/// newest there **on the head's chain of bases** (`chain`): a newer one whose head move never
+/// landed (its tenure crashed between its manifest and its head, and no replica remembers it)
+/// holds a state no log continued from. Only where no image there is on that chain (a manifest
+/// on the way unreadable) is the newest kept. The moments after that position start from it,
+/// not from the log before it (docs/guarantees.md, point-in-time restore across modes).
+fn switch_images<'a>(
+    old: &[&'a ImageInfo],
+    base_seq: Option<u64>,
+    chain: &BTreeSet<(u64, u64)>,
+) -> Vec<&'a ImageInfo> {
+    // Per position: (on the head's chain, epoch, seq) orders the candidates, the best last.
+    let rank = |i: &ImageInfo| (chain.contains(&(i.epoch, i.seq)), i.epoch, i.seq);
+    let mut best: BTreeMap<u64, &ImageInfo> = BTreeMap::new();
     for image in old.iter().filter(|i| i.beyond_log) {
         if base_seq.is_some_and(|b| log_seq(image) < b) {
             continue;
         }
-        let slot = newest.entry(log_seq(image)).or_insert(image);
-        if (image.epoch, image.seq) > (slot.epoch, slot.seq) {
+        let slot = best.entry(log_seq(image)).or_insert(image);
+        if rank(image) > rank(slot) {
             *slot = image;
         }
     }
-    newest.into_values().collect()
+    best.into_values().collect()
 }
 
 /// The keys retention deletes, sorted.
@@ -122,12 +152,24 @@ pub fn retention_plan(input: &RetentionInput<'_>) -> Vec<String> {
         .filter(|i| i.created_at_ms < cutoff && log_seq(i) <= head_seq && on_chain(i))
         .copied()
         .collect();
+    // The base is an image on the head's chain of bases whenever one is old enough: an image
+    // off it is one no head built on — a publish whose head move never landed (images taken
+    // without a log each hold their own state, and the log went on from the one that was the
+    // head), or one whose head move landed unbeknown to its tenure, whose later images were
+    // built on the head before it: the replica that put it takes it back once the head passes
+    // it by (docs/guarantees.md, "Reconciling puts of unknown outcome"), so it must not be
+    // what the window starts from. Only when no old image is on that chain (a manifest on the
+    // way unreadable) is the newest by position the base.
+    let chain = head_chain(&images, input.head);
     let base = old
         .iter()
         .filter(|i| !i.beyond_log)
-        .max_by_key(|i| (log_seq(i), i.created_at_ms, i.epoch, i.seq))
+        .max_by_key(|i| {
+            let on_head_chain = chain.contains(&(i.epoch, i.seq));
+            (on_head_chain, log_seq(i), i.created_at_ms, i.epoch, i.seq)
+        })
         .copied();
-    let switches = switch_images(&old, base.map(log_seq));
+    let switches = switch_images(&old, base.map(log_seq), &chain);
     let kept: Vec<&ImageInfo> = images
         .iter()
         .filter(|i| {

@@ -185,6 +185,9 @@ pub struct Watched {
     pub inner: MemStore,
     /// Every key `get` or `get_sized` was asked for, in order.
     pub reads: Mutex<Vec<String>>,
+    /// Sizes `size` answers instead of the objects' own (a lying size, or an object of that
+    /// size without allocating it), by key.
+    pub claimed_sizes: Mutex<Vec<(String, u64)>>,
 }
 
 impl Watched {
@@ -203,9 +206,19 @@ impl DurableStore for Watched {
         self.reads.lock().unwrap().push(key.to_string());
         self.inner.get(key).await
     }
-    /// Not recorded: a size reads no content.
+    /// Not recorded: a size reads no content. A claimed size is answered as it is.
     async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
-        self.inner.size(key).await
+        let claimed = {
+            let claimed = self.claimed_sizes.lock().unwrap();
+            claimed
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, size)| *size)
+        };
+        match claimed {
+            Some(size) => Ok(Some(size)),
+            None => self.inner.size(key).await,
+        }
     }
     async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         self.inner.list(prefix).await

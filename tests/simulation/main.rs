@@ -10,7 +10,8 @@
 //! - `check` — runs a sequence on a fresh world beside the model and says where they part.
 //! - `hardening`, `change_log`, `passivation` — pinned sequences of the hardening's holes and
 //!   fault classes, of the change log (with the ignored regressions of what the simulation
-//!   found), and of passivation.
+//!   found), and of passivation; `final_review` — what it found in the changes of the change
+//!   log's final review.
 //!
 //! ## What the model holds the runtime to
 //! - Two cases in three run on `Durability::Shipped`, the default; a leading `Periodic` or
@@ -55,6 +56,7 @@
 
 mod change_log;
 mod check;
+mod final_review;
 mod hardening;
 mod log_review;
 mod messages;

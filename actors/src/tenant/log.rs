@@ -40,8 +40,11 @@ pub(crate) struct Cut {
     pub(crate) from: Option<LogPos>,
     /// Its position.
     pub(crate) to: LogPos,
-    /// Its encoded bytes.
+    /// Its encoded bytes (compressed or not): what is put.
     pub(crate) bytes: Vec<u8>,
+    /// The size of its plain encoding: what a restore holds of it, decoded, and what it leaves
+    /// committed and not in the log until it is shipped.
+    pub(crate) plain_len: u64,
 }
 
 /// One committed batch waiting to be cut: what it changed (nothing, for a batch that wrote
@@ -66,7 +69,7 @@ pub(crate) struct LogShip {
     compression: SegmentCompression,
     /// The tip the lease store confirmed last (or the restore found).
     tip: Option<LogPos>,
-    /// The segment in flight, and its bytes.
+    /// The segment in flight, and its plain bytes (what it holds, compressed or not).
     in_flight: Option<(LogPos, u64)>,
     /// Batches committed since the last cut, oldest first.
     pending: VecDeque<Committed>,
@@ -75,7 +78,8 @@ pub(crate) struct LogShip {
     /// Callers of the segment in flight: kept here, not in the shipping future, so that a
     /// tenant that stops with a segment in flight still answers them (outcome unknown).
     in_flight_callers: Vec<Finisher>,
-    /// Sizes of the segments shipped since the newest image's position, oldest first.
+    /// Plain sizes of the segments shipped since the newest image's position, oldest first:
+    /// what a restore holds of them decoded, whether they were stored compressed or not.
     since_image: VecDeque<(u64, u64)>,
     /// The log position the newest image holds.
     image_pos: Option<LogPos>,
@@ -177,7 +181,8 @@ impl LogShip {
     }
 
     /// The bytes committed and not yet in the log: the batches waiting to be cut and the
-    /// segment in flight (what `Async` bounds, docs/guarantees.md, the numbers).
+    /// segment in flight, at its plain size however it is stored (what `Async` bounds,
+    /// docs/guarantees.md, the numbers).
     pub(crate) fn unshipped_bytes(&self) -> u64 {
         let in_flight = self.in_flight.map_or(0, |(_, bytes)| bytes);
         self.pending_bytes.saturating_add(in_flight)
@@ -290,10 +295,10 @@ impl LogShip {
                 len if len > limit => Err(format!(
                     "it takes {len} bytes, more than segment_limit ({limit})"
                 )),
-                _ => Ok(encoded.bytes),
+                _ => Ok(encoded),
             });
-        let bytes = match encoded {
-            Ok(bytes) => bytes,
+        let encoded = match encoded {
+            Ok(encoded) => encoded,
             Err(reason) => {
                 let error = Error::Unshipped {
                     key: self.key.to_string(),
@@ -305,13 +310,13 @@ impl LogShip {
                 return Err(error);
             }
         };
-        let len = bytes.len() as u64;
-        self.in_flight = Some((to, len));
+        self.in_flight = Some((to, encoded.raw_len));
         self.in_flight_callers = callers;
         Ok(Some(Cut {
             from: self.tip,
             to,
-            bytes,
+            bytes: encoded.bytes,
+            plain_len: encoded.raw_len,
         }))
     }
 
@@ -355,15 +360,15 @@ impl LogShip {
         Some((changes, callers))
     }
 
-    /// The segment at `to` of `bytes` bytes came back. On success the tip is `to`; on failure
-    /// the log stops, and everyone waiting hears why.
-    pub(crate) fn shipped(&mut self, to: LogPos, bytes: u64, outcome: &Result<(), Error>) {
+    /// The segment at `to`, of `plain_bytes` bytes plain ([`Cut::plain_len`]), came back. On
+    /// success the tip is `to`; on failure the log stops, and everyone waiting hears why.
+    pub(crate) fn shipped(&mut self, to: LogPos, plain_bytes: u64, outcome: &Result<(), Error>) {
         self.in_flight = None;
         let callers = std::mem::take(&mut self.in_flight_callers);
         match outcome {
             Ok(()) => {
                 self.tip = Some(to);
-                self.since_image.push_back((to.seq, bytes));
+                self.since_image.push_back((to.seq, plain_bytes));
                 self.tips.send_replace(self.tip);
                 for caller in callers {
                     caller(Ok(()));

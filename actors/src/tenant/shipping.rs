@@ -53,7 +53,13 @@ impl TenantActor {
     }
 
     fn send(&mut self, cut: Cut, ctx: &mut Context<Self>) {
-        let Cut { from, to, bytes } = cut;
+        let Cut {
+            from,
+            to,
+            bytes,
+            plain_len,
+        } = cut;
+        // What crosses the link (the metric); the log counts what the segment holds.
         let len = bytes.len() as u64;
         self.feed(Input::Shipping, ctx);
         let span = tracing::debug_span!("ship", key = %self.cell.key, epoch = self.cell.epoch,
@@ -65,7 +71,7 @@ impl TenantActor {
                 crate::metrics::segment_shipped(len, started.elapsed());
             }
             if let Some(log) = act.log.as_mut() {
-                log.shipped(to, len, &outcome);
+                log.shipped(to, plain_len, &outcome);
             }
             if let Err(error) = &outcome {
                 act.rt.events.emit(Event::ShipFailed {

@@ -19,6 +19,7 @@ fn image(epoch: u64, seq: u64, log: u64, created: u64) -> ImageInfo {
         log: (log > 0).then_some(pos(epoch, log)),
         created_at_ms: created,
         beyond_log: false,
+        base: None,
     }
 }
 
@@ -141,6 +142,7 @@ fn an_image_whose_log_never_reached_its_position_is_never_the_base() {
         log: Some(pos(2, 11)),
         created_at_ms: HOUR,
         beyond_log: false,
+        base: None,
     };
     let n = ImageInfo {
         epoch: 3,
@@ -148,6 +150,7 @@ fn an_image_whose_log_never_reached_its_position_is_never_the_base() {
         log: Some(pos(2, 10)),
         created_at_ms: 30 * HOUR,
         beyond_log: false,
+        base: None,
     };
     let mut segments: Vec<LogPos> = (1..=10).map(|s| pos(2, s)).collect();
     segments.push(pos(3, 11));
@@ -267,6 +270,7 @@ fn pitr_across_modes_the_image_a_later_log_continued_from_stays_while_the_window
         log: Some(pos(1, 10)),
         created_at_ms: created,
         beyond_log: true,
+        base: None,
     };
     let mut images = vec![
         image(1, 1, 5, HOUR),
@@ -319,4 +323,66 @@ fn pitr_across_modes_the_image_a_later_log_continued_from_stays_while_the_window
     }
     assert!(!plan.contains(&segment_key(&key(), pos(3, 15))), "{plan:?}");
     assert!(plan.contains(&segment_key(&key(), pos(3, 14))), "{plan:?}");
+}
+
+#[test]
+fn final_review_hole6_the_windows_base_is_an_image_on_the_heads_chain_not_one_its_reconciler_takes_back()
+ {
+    // Image (2, 2) was published, its head move timed out but landed; its tenure, not knowing,
+    // built (2, 3) on the head it knew, (2, 1). The replica's reconciliation takes (2, 2) back
+    // (the head's chain of bases passes it by), so it must not be the window's base: were it,
+    // (2, 1) and the segments below 20 would go, and with (2, 2) gone the window's moments
+    // before 30 could not be restored.
+    let based = |epoch, seq, log, created, base| ImageInfo {
+        base,
+        ..image(epoch, seq, log, created)
+    };
+    let images = [
+        based(2, 1, 10, HOUR, None),
+        based(2, 2, 20, 2 * HOUR, Some((2, 1))),
+        based(2, 3, 30, 30 * HOUR, Some((2, 1))),
+    ];
+    // What the reconciliation decides for (2, 2), once the head moved past it.
+    use crate::plan::reconcile::{ChainWalk, Naming, PutOf, Seen, Verdict, verdict};
+    let record = crate::lease::LeaseRecord {
+        key: key().to_string(),
+        owner: "a".into(),
+        epoch: 2,
+        expires_at_ms: 0,
+        released: false,
+        floor: 0,
+        head: Some(crate::layout::ImageRef {
+            epoch: 2,
+            seq: 3,
+            sha256: "00".repeat(32),
+        }),
+        tip: Some(pos(2, 35)),
+    };
+    let seen = Seen {
+        record: Some(&record),
+        tenure_runs_here: true,
+        tenure_fenced: false,
+        later_at_seq: None,
+        head_chain: Some(ChainWalk::PassesBy),
+    };
+    let put = PutOf::Image { epoch: 2, seq: 2 };
+    assert_eq!(verdict(put, Naming::Unknown, &seen), Verdict::Delete);
+    let segments: Vec<LogPos> = (1..=35).map(|s| pos(2, s)).collect();
+    let plan = plan_of(
+        &images,
+        &segments,
+        Some((2, 3)),
+        Some(pos(2, 35)),
+        (2, 0),
+        (30 * HOUR, 24 * HOUR),
+    );
+    assert!(
+        !plan.contains(&image_key(&key(), 2, 1)),
+        "the base on the head's chain stays: {plan:?}"
+    );
+    assert!(
+        !plan.contains(&segment_key(&key(), pos(2, 15))),
+        "the segments after it stay: {plan:?}"
+    );
+    assert!(plan.contains(&segment_key(&key(), pos(2, 9))), "{plan:?}");
 }

@@ -56,6 +56,14 @@ enum Step {
     Tenure { logged: bool },
     /// The live tenure's segment is put but its tip move fails; the tenure ends.
     FailedShip,
+    /// The live tenure puts an image and its manifest, then crashes before its head moves: a
+    /// complete image no head ever names, which no replica remembers; the next tenure begins
+    /// in the same mode.
+    UnnamedImage,
+    /// The live tenure takes an image and the head moves to it, but the move's answer is lost:
+    /// the tenure goes on building its images on the head it knew, and its replica's
+    /// reconciliation takes the image back once a later head passes it by.
+    UnknownHeadImage,
     /// Retention runs now, and its plan is applied.
     Retention,
 }
@@ -67,6 +75,8 @@ fn step() -> impl Strategy<Value = (Step, u64)> {
         1 => Just(Step::Tenure { logged: true }),
         1 => Just(Step::Tenure { logged: false }),
         1 => Just(Step::FailedShip),
+        1 => Just(Step::UnnamedImage),
+        1 => Just(Step::UnknownHeadImage),
         2 => Just(Step::Retention),
     ];
     (step, 1..=5u64)
@@ -81,6 +91,11 @@ struct Tenant {
     logged: bool,
     tip: Option<LogPos>,
     head: Option<(u64, u64)>,
+    /// The head the live tenure knows (and builds its images on).
+    known_head: Option<(u64, u64)>,
+    /// Images of the live tenure whose head move's answer was lost: its replica deletes them
+    /// once the head moves past them on a chain that does not reach them.
+    unknown: Vec<(u64, u64)>,
     /// The state the live tenure holds (its next segment is cut from it).
     state: State,
     next_image: u64,
@@ -100,6 +115,8 @@ impl Tenant {
             logged: true,
             tip: None,
             head: None,
+            known_head: None,
+            unknown: Vec::new(),
             state: State::Empty,
             next_image: 1,
             segments: Vec::new(),
@@ -178,6 +195,7 @@ impl Tenant {
                     log: self.tip,
                     created_at_ms: self.now,
                     beyond_log,
+                    base: self.known_head,
                 };
                 self.next_image += 1;
                 self.images.push(Img { info, state });
@@ -186,11 +204,34 @@ impl Tenant {
                 self.present
                     .insert(manifest_key(&self.key, info.epoch, info.seq));
                 self.head = Some((info.epoch, info.seq));
+                self.known_head = self.head;
+                // The reconciliation of the images whose head move was lost: the new head is
+                // built on the head the tenure knew, so its chain passes them by.
+                for (e, s) in std::mem::take(&mut self.unknown) {
+                    self.present.remove(&image_key(&self.key, e, s));
+                    self.present.remove(&manifest_key(&self.key, e, s));
+                }
                 self.state = state;
             }
             Step::FailedShip if self.logged => {
                 self.put_segment();
                 self.new_tenure(true);
+            }
+            Step::UnnamedImage => {
+                let (head, known) = (self.head, self.known_head);
+                // The head does not move: nothing is passed by.
+                let pending = std::mem::take(&mut self.unknown);
+                self.apply(Step::Image);
+                (self.head, self.known_head, self.unknown) = (head, known, pending);
+                self.new_tenure(self.logged);
+            }
+            Step::UnknownHeadImage => {
+                let known = self.known_head;
+                let pending = std::mem::take(&mut self.unknown);
+                self.apply(Step::Image);
+                self.unknown = pending;
+                self.unknown.extend(self.head);
+                self.known_head = known;
             }
             Step::Tenure { logged } => self.new_tenure(logged),
             Step::Retention => self.retain_now(),
@@ -199,6 +240,15 @@ impl Tenant {
     }
 
     fn new_tenure(&mut self, logged: bool) {
+        // The ended tenure's reconciliation, fenced: an image the head names is kept; one
+        // below the head (not named) goes.
+        for (e, s) in std::mem::take(&mut self.unknown) {
+            if self.head != Some((e, s)) {
+                self.present.remove(&image_key(&self.key, e, s));
+                self.present.remove(&manifest_key(&self.key, e, s));
+            }
+        }
+        self.known_head = self.head;
         self.epoch += 1;
         self.next_image = 1;
         self.logged = logged;

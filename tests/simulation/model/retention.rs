@@ -117,24 +117,39 @@ impl State {
         let ts = &self.tenants[t];
         let chain = self.chain_of(t);
         let candidates = self.base_candidates(t);
+        let head_chain = self.head_chain_of(t);
+        // Still there at `when`, and older than `retain` then: listed, or deleted no earlier (a
+        // later run of the same op may have replaced it with a newer base).
+        let kept_old = |at: &(u64, u64), when: u64| {
+            let key = image_key(*at);
+            (listed.contains(&key) || deleted_at(&key) >= when)
+                && stamps
+                    .get(at)
+                    .is_some_and(|&stamp| stamp + retain_ms < when)
+        };
         // A kept image of the chain, older than `retain`, holding `above` or later (and, for
         // an image, newer than `than`): the window's base, standing for what went below it.
         let old_kept = |above: (u64, (u64, u64)), when: u64| {
-            candidates.iter().any(|(at, seq)| {
-                // Still there at `when`: listed, or deleted no earlier (a later run of the same
-                // op may have replaced it with a newer base).
-                let key = image_key(*at);
-                (*seq, *at) > above
-                    && (listed.contains(&key) || deleted_at(&key) >= when)
-                    && stamps
-                        .get(at)
-                        .is_some_and(|&stamp| stamp + retain_ms < when)
+            candidates
+                .iter()
+                .any(|(at, seq)| (*seq, *at) > above && kept_old(at, when))
+        };
+        // The window's base is an image of the head's chain of bases whenever one is old enough
+        // (`src/plan/retention.rs`): a candidate off that chain (no later head was built on it)
+        // may go while one on it is kept, its segments judged by the segment rule below.
+        // (An image of the log's start, taken without a log, is such a base too: it covers no
+        // segment.)
+        let chain_base_kept = |when: u64| {
+            head_chain.iter().any(|at| {
+                ts.objects.get(at).is_some_and(|image| !image.beyond_log) && kept_old(at, when)
             })
         };
         for (at, seq) in &candidates {
             let key = image_key(*at);
             let when = deleted_at(&key);
-            if !listed.contains(&key) && !old_kept((*seq, *at), when) {
+            let stood_for =
+                old_kept((*seq, *at), when) || (!head_chain.contains(at) && chain_base_kept(when));
+            if !listed.contains(&key) && !stood_for {
                 return Some(format!(
                     "retention deleted image {at:?} (log seq {seq}) of tenant {t} at {when}, \
                      but no newer image of the chain older than retain then is kept to stand \
@@ -179,6 +194,22 @@ impl State {
                 (judged && log.1 <= head_log).then_some((*at, log.1))
             })
             .collect()
+    }
+
+    /// The images on tenant `t`'s head's chain of bases (the head, the image its manifest names
+    /// as its base, and so on, as far as the model knows them).
+    pub fn head_chain_of(&self, t: usize) -> Vec<(u64, u64)> {
+        let ts = &self.tenants[t];
+        let mut chain = Vec::new();
+        let mut at = ts.head;
+        while let Some(id) = at {
+            if chain.contains(&id) {
+                break;
+            }
+            chain.push(id);
+            at = ts.objects.get(&id).and_then(|image| image.base);
+        }
+        chain
     }
 
     /// The positions on tenant `t`'s chain from its tip, by `prev` (also through segments that
