@@ -33,6 +33,11 @@ fn address_counts(output: &str) -> (u64, u64, u64) {
 
 /// The arguments of a run through addresses: 3 replicas, 20 tenants, the faults of the issue.
 fn address_run<'a>(seed: &'a str, seconds: &'a str) -> Vec<&'a str> {
+    address_run_of(seed, seconds, "20")
+}
+
+/// [`address_run`] with `tenants` tenants.
+fn address_run_of<'a>(seed: &'a str, seconds: &'a str, tenants: &'a str) -> Vec<&'a str> {
     vec![
         "--clients",
         "addresses",
@@ -43,7 +48,7 @@ fn address_run<'a>(seed: &'a str, seconds: &'a str) -> Vec<&'a str> {
         "--replicas",
         "3",
         "--tenants",
-        "20",
+        tenants,
         "--faults",
         "handoff,kill,forget,abandon",
         "--pitr-targets",
@@ -112,8 +117,11 @@ fn drill_addresses_on_postgres_and_s3_keep_every_promise() {
         );
     }
     // 12 s: on the fleet backends each fault takes longer, and 8 s ran three kinds of four
-    // beside CI's other targets.
-    let mut args = address_run("3", "12");
+    // beside CI's other targets. 8 tenants, not 20: moto (one Python process) answered segment
+    // puts of 40 clients after the drill's 1 s store deadline even alone on the machine, and
+    // each such put ends its tenure as the runtime promises — no fault the drill injected
+    // explains it (`unexplained-tenure-end`).
+    let mut args = address_run_of("3", "12", "8");
     args.extend(["--backend", "postgres-s3"]);
     let (code, output) = drill(&args);
     assert_kept(code, &output);
