@@ -415,33 +415,30 @@ impl State {
     ///
     /// Under `Shipped` no check follows the commit: the tip's compare-and-set in the lease
     /// store (whose clock has not moved yet) is the authority, and the write is acknowledged.
-    /// The trap springs at the replica's second clock read after the run, and on a logged
-    /// tenure another reader may take the first (the tenant's orphan listing, the supervisor's
-    /// idle check): the trap then springs at the check before COMMIT and the batch is refused,
-    /// its tenure ended (outcomes: either).
+    ///
+    /// The trap springs at the replica's second clock read after the run, and another reader
+    /// may take the first (the tenant's orphan listing, the supervisor's idle check): the trap
+    /// then springs at the check before COMMIT, the batch is rolled back and answered
+    /// `Fenced`, and the tenure serves on with its lease lapsed until something notices. Every
+    /// mode may see that (outcomes: either).
     pub(super) fn lapse_during_commit(&self, k: (usize, u64), id: String) -> super::Outcomes {
         let mut early = self.clone();
-        let refused = early.lapse_at_the_commit_check(k);
-        if !self.logged(k) {
-            return vec![(vec![refused], early)];
-        }
-        let mut shipped = self.clone();
-        let out = shipped.write(k, id);
-        shipped.now += TTL_MS + 1;
-        vec![(vec![out], shipped), (vec![refused], early)]
-    }
-
-    /// The lease lapses by the check before COMMIT: the batch is refused, the tenure ends.
-    fn lapse_at_the_commit_check(&mut self, k: (usize, u64)) -> Res {
-        let admitted = self.admission(k);
-        self.now += TTL_MS + 1;
-        match admitted {
-            Ok(()) => {
-                self.lose(k);
-                Res::Fenced
+        let refused = early.admission(k).err().unwrap_or(Res::Fenced);
+        early.now += TTL_MS + 1;
+        let mut after = self.clone();
+        let out = if self.logged(k) {
+            after.write(k, id)
+        } else {
+            match after.admission(k) {
+                Ok(()) => {
+                    after.lose(k);
+                    Res::Fenced
+                }
+                Err(e) => e,
             }
-            Err(e) => e,
-        }
+        };
+        after.now += TTL_MS + 1;
+        vec![(vec![out], after), (vec![refused], early)]
     }
 
     /// A run blocking its actor past `drain_timeout`, then a handoff (outcomes `[run,
