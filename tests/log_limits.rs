@@ -35,24 +35,23 @@ fn small_async(ms: u64) -> impl FnOnce(&mut RuntimeConfig) {
 
 /// A run inserting one row `idem` with a blob of `bytes` random bytes.
 async fn blob(t: &TenantRef, idem: &str, bytes: usize) -> Result<(), leasehold::Error> {
-    let idem = idem.to_string();
-    t.run(move |tx| {
-        tx.execute(
-            "CREATE TABLE IF NOT EXISTS bulk (idem TEXT PRIMARY KEY, b BLOB)",
-            [],
-        )?;
-        tx.execute(
-            "INSERT INTO bulk VALUES (?1, randomblob(?2))",
-            rusqlite::params![idem, bytes as i64],
-        )
-        .map(|_| ())
-    })
-    .await
+    bulk_row(t, idem, bytes, "randomblob").await
 }
 
 /// A run inserting one row `idem` with a blob of `bytes` zero bytes: pages that compress to
 /// almost nothing.
 async fn zeros(t: &TenantRef, idem: &str, bytes: usize) -> Result<(), leasehold::Error> {
+    bulk_row(t, idem, bytes, "zeroblob").await
+}
+
+/// A run inserting one row `idem` into `bulk` with a blob of `bytes` made by SQLite's `fill`
+/// function (`randomblob` or `zeroblob`).
+async fn bulk_row(
+    t: &TenantRef,
+    idem: &str,
+    bytes: usize,
+    fill: &'static str,
+) -> Result<(), leasehold::Error> {
     let idem = idem.to_string();
     t.run(move |tx| {
         tx.execute(
@@ -60,7 +59,7 @@ async fn zeros(t: &TenantRef, idem: &str, bytes: usize) -> Result<(), leasehold:
             [],
         )?;
         tx.execute(
-            "INSERT INTO bulk VALUES (?1, zeroblob(?2))",
+            &format!("INSERT INTO bulk VALUES (?1, {fill}(?2))"),
             rusqlite::params![idem, bytes as i64],
         )
         .map(|_| ())
