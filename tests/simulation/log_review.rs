@@ -605,3 +605,31 @@ fn a_restore_whose_base_image_is_damaged_is_corrupt_not_outside_retention() {
         CorruptHead { t: 0 },
     ]);
 }
+
+/// The seeded simulation's seed 1796170190318934983, shrunk: `Async`, then two `Images`
+/// tenures (the second writes `e006`), then `Async` again, which continues from the `Images`
+/// image beyond the log and, before shipping anything, takes an image at the log's position
+/// (1, 1) holding `e006`. A point-in-time restore to (1, 1) must give the log's state there,
+/// `e003` alone (docs/guarantees.md, which moments are restorable): the runtime checks an image
+/// against the segment at its position and passes that one over. The model took the image:
+/// `came to [Keys(["e003-0"])]: the model expected [Keys(["e003-0", "e006-0"])]`.
+#[test]
+fn regression_a_restore_to_a_position_passes_over_an_image_that_is_not_the_logs_state_there() {
+    use Op::*;
+    replay(&[
+        Log {
+            modes: [Mode::Images, Mode::Images, Async],
+            sizes: Sizes::Small,
+        },
+        Open { r: 2, t: 0 },
+        Open { r: 0, t: 1 },
+        Write { t: 0, at: Newest },
+        Move { t: 0 },
+        Move { t: 0 },
+        Write { t: 0, at: Newest },
+        Move { t: 0 },
+        Read { t: 0, at: Newest },
+        Snapshot { t: 0, at: Newest },
+        SweepLocal { r: 0 },
+    ]);
+}

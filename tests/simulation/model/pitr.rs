@@ -291,8 +291,20 @@ impl State {
             .rev()
             .filter(|(o, _)| o.0 > ts.floor)
             .filter(|(_, image)| image.log == at && !image.corrupt)
-            .find(|(_, image)| {
-                !image.beyond_log || (log_hole_fixed(4) && next_cut_on == Some(image.state))
+            .find(|(_, image)| match next_cut_on {
+                // At the target itself: an image of the log's state there. One whose pages are
+                // not the segment's state (a tenure that continued from an image beyond the log
+                // and shipped nothing yet, then took an image) is checked and passed over, as
+                // the runtime checks an image against the segment at its position.
+                None => {
+                    !image.beyond_log
+                        && at
+                            .and_then(|p| ts.segments.get(&p))
+                            .is_none_or(|seg| seg.after == image.state)
+                }
+                Some(_) => {
+                    !image.beyond_log || (log_hole_fixed(4) && next_cut_on == Some(image.state))
+                }
             })
             .map(|(o, image)| (*o, image.retired));
         let (at, retired) = chosen?;
