@@ -184,6 +184,37 @@ async fn a_segment_that_cannot_be_shipped_answers_an_unknown_outcome_and_ends_th
     assert!(again.is_some() != keys.contains(&"k1".to_string()));
 }
 
+/// A store that answers one segment put late (a slow fsync under load, a stalled request) does
+/// not end the tenure: the put is sent again under the same key, the write is acknowledged once
+/// the tip names it, and the late try, landing after, finds its bytes there and changes nothing.
+#[actix_rt::test]
+async fn a_segment_put_answered_late_once_is_sent_again_and_the_tenure_serves_on() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        c.store_deadline = Duration::from_millis(200);
+    });
+    let t = a.open().await;
+    insert(&t, "k0").await.unwrap();
+    let (held, mut gate) = gated();
+    fleet.durable.before_next_put_matching(is_segment_key, held);
+    let write = actix_rt::spawn({
+        let t = t.clone();
+        async move { insert(&t, "k1").await }
+    });
+    gate.reached().await;
+    within(5_000, "the write whose first put timed out", write)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(t.status().await, TenantStatus::Serving);
+    gate.open();
+    insert(&t, "k2").await.unwrap();
+    t.handoff().await.unwrap();
+    let b = fleet.replica("b");
+    let t2 = b.open().await;
+    assert_eq!(keys_of(&t2).await, ["k0", "k1", "k2"]);
+}
+
 #[actix_rt::test]
 async fn fault_switch_acknowledging_before_the_tip_moves_loses_an_acknowledged_write() {
     // The deliberate bug the harnesses must catch: kept as a test that it does break RPO 0.

@@ -304,6 +304,12 @@ impl Tracked {
         self.reconciler.update(self.id, |e| e.answered = true);
     }
 
+    /// The put was sent again at `now_ms` (its earlier try timed out): its deadline runs from
+    /// this send.
+    pub(crate) fn resent(&self, now_ms: u64) {
+        self.reconciler.update(self.id, |e| e.started_ms = now_ms);
+    }
+
     /// The object under `key` holds another writer's bytes: never ours to delete.
     pub(crate) fn not_ours(&self, key: &str) {
         self.reconciler

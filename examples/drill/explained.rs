@@ -70,17 +70,25 @@ fn idle_spell(rec: &Record, tenant: u32, replicas: &[&str], start: u64, end: u64
 
 /// `image-overdue` (`crate::compaction`): a compaction the watcher found overdue is a
 /// violation unless a fault touched the tenure's replica, or a segment of the tenant was
-/// damaged, meanwhile.
+/// damaged, meanwhile, or the tenure had been asked to leave by then (a logged flush publishes
+/// no image: the successor compacts; an overdue found before the leave was reported then).
 pub fn check_overdue(rec: &Record, report: &mut Report) {
     for o in &rec.overdue {
         let Some(tenure) = rec.tenures.get(&(o.tenant, o.epoch)) else {
             continue;
         };
-        let excused = tenure
-            .grants
-            .iter()
-            .any(|g| impaired_between(rec, &g.replica, o.since, o.until))
-            || rec.damages.iter().any(|d| {
+        let leaving = |replica: &str| {
+            rec.leaves.iter().any(|l| {
+                l.replica == replica
+                    && l.tenant.is_none_or(|t| t == o.tenant)
+                    && l.at <= o.until
+                    && tenure.grants.iter().any(|g| g.acquired_hi <= l.at)
+            })
+        };
+        let excused =
+            tenure.grants.iter().any(|g| {
+                impaired_between(rec, &g.replica, o.since, o.until) || leaving(&g.replica)
+            }) || rec.damages.iter().any(|d| {
                 d.tenant == o.tenant
                     && d.at <= o.until
                     && d.repaired_at.is_none_or(|b| b >= o.since)

@@ -30,7 +30,6 @@ fn keeps_every_promise(args: &[&str]) -> String {
 /// open t0 at the end (1 acknowledged writes out of reach): … LEASEHOLD_STORE … store: get: no
 /// answer within 1000 ms`.
 #[test]
-#[ignore = "open finding (docs/testing.md): the fresh replica's end open is fixed (an open renews while it restores), but a 12 MiB segment put beside compaction's image put on the shared 10 MiB/s link outlives its sized deadline (2.5 s) and ends the tenure (unexplained-tenure-end, image-overdue)"]
 fn hole1_an_acknowledged_large_batch_is_restored_on_a_slow_store() {
     let summary = keeps_every_promise(&[
         "--seed",

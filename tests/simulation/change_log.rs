@@ -9,8 +9,9 @@ use crate::replay;
 
 /// `Shipped` (the default): a crash loses no acknowledged write; a write whose tip moves are
 /// all kept back answers `Unshipped` and ends its tenure, and when the moves land later (the
-/// lease still live) the write is in the log after all; a segment put kept back lands as an
-/// object no restore reads; a handoff uploads no image.
+/// lease still live) the write is in the log after all; a segment put kept back is sent again
+/// and the write ships, the late try landing on it later changes nothing; a handoff uploads no
+/// image.
 #[test]
 fn shipped_writes_survive_crashes_and_late_tip_moves_land_by_the_stores_rules() {
     use Op::*;

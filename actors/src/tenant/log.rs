@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use leasehold::clock::duration_ms;
 use leasehold::deadline::put_deadline;
-use leasehold::durable::Put;
+use leasehold::durable::{Put, StoreError};
 use leasehold::layout::{LogPos, segment_key};
 use leasehold::lease::LeaseError;
 use leasehold::log::segment::{SegmentCompression, encoded_bound};
@@ -29,6 +29,15 @@ use crate::runtime::Runtime;
 /// How many more times a tip move of unknown outcome (a timeout) is asked again: repeating a
 /// move that landed is recognised by the store, so the retry is safe.
 const TIP_RETRIES: u32 = 2;
+
+/// How many more times a segment put that timed out is sent again, while the tenure runs: the
+/// put is `put_if_absent` of the same bytes under the tenure's own key, so a try that landed
+/// late is recognised (`AlreadyExists` holding exactly these bytes). A store that answers one
+/// put late (a slow fsync under load, a stalled request) no longer ends the tenure.
+const PUT_RETRIES: u32 = 2;
+
+/// How many times one segment's put is sent at most: a flush counts each at its deadline.
+pub(crate) const PUT_SENDS: u32 = 1 + PUT_RETRIES;
 
 /// How many times one segment's tip move is asked at most: a flush counts each at its longest
 /// wait (`TipBatcher::longest_wait`).
@@ -423,6 +432,17 @@ fn merged_pages(earlier: &Changes, later: &Changes) -> u64 {
     (earlier.pages.len() + new) as u64
 }
 
+/// Whether a segment of the tenure of `cell` may be sent (again): on `Async`, only while the
+/// lease cell holds; otherwise while the tenure is not known to be over — right after a commit
+/// whose lease check passed, or a tip move the store confirmed, the store, not the holder's
+/// clock, decides whether the segment counts.
+fn may_send_again(rt: &Runtime, cell: &LeaseCell) -> bool {
+    match rt.durability {
+        crate::config::Durability::Async { .. } => cell.holds(rt.now_ms()),
+        _ => !cell.is_ended(),
+    }
+}
+
 /// Ships one segment: put it under its key, then move the tip from `from` to `to`. `Ok` only
 /// when the lease store confirmed the tip: then the segment is the log's, whatever happens to
 /// this replica next. A refused move (the lease is gone) is `Fenced` and ends the cell; any
@@ -447,13 +467,7 @@ pub(crate) async fn ship(
         key: key.to_string(),
         reason,
     };
-    let may_send = match rt.durability {
-        crate::config::Durability::Async { .. } => cell.holds(rt.now_ms()),
-        // Right after a commit whose lease check passed, or a tip move the store confirmed:
-        // the store, not the holder's clock, decides whether the segment counts.
-        _ => !cell.is_ended(),
-    };
-    if !may_send {
+    if !may_send_again(&rt, &cell) {
         return Err(Error::Fenced {
             key: key.to_string(),
         });
@@ -464,7 +478,22 @@ pub(crate) async fn ship(
     };
     let put = PutOf::Segment { pos: to };
     let tracked = rt.reconciler().track(&cell, put, rt.now_ms(), deadlines);
-    match rt.durable.put_if_absent(&skey, bytes.clone()).await {
+    let mut put_tries = 0;
+    let answer = loop {
+        match rt.durable.put_if_absent(&skey, bytes.clone()).await {
+            Err(StoreError::Timeout { .. })
+                if put_tries < PUT_RETRIES && may_send_again(&rt, &cell) =>
+            {
+                put_tries += 1;
+                tracing::warn!(tenant = %key, segment = %to, tries = put_tries, "segment put timed out; sending it again");
+                // The entry's deadline runs from the last send: the reconciliation must not
+                // judge the put before this try could have landed.
+                tracked.resent(rt.now_ms());
+            }
+            answer => break answer,
+        }
+    };
+    match answer {
         Ok(Put::Created) => tracked.answered(),
         Ok(Put::AlreadyExists) => {
             // An earlier try of this very put may have landed (a retried request): the

@@ -80,9 +80,14 @@ impl State {
         }
         for put in std::mem::take(&mut self.held_puts) {
             if put.segment.is_some() {
-                // A segment that lands with no tip moved to it is never read, and its replica
-                // takes it back (before or after it lands): it may be there or not.
-                self.tenants[put.t].seg_maybe.insert(put.image);
+                // A segment still in the store (its retry landed first) is not put again.
+                // Otherwise, one that lands with no tip moved to it is never read, and its
+                // replica takes it back (before or after it lands), or the forget's erasure
+                // does below the floor: it may be there or not.
+                let ts = &mut self.tenants[put.t];
+                if put.image.0 <= ts.floor || !ts.segments.contains_key(&put.image) {
+                    ts.seg_maybe.insert(put.image);
+                }
                 continue;
             }
             let ts = &mut self.tenants[put.t];

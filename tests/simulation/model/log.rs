@@ -68,12 +68,13 @@ impl State {
             return Res::Unshipped;
         }
         if self.take_late(Late::SegmentPut) {
+            // The put answers a timeout and lands later; the runtime sends it again (the
+            // fault is one-shot, so the next try goes through) and ships on.
             self.held_puts.push(HeldPut {
                 t,
                 image: to,
-                segment: Some(seg.content),
+                segment: Some(seg.content.clone()),
             });
-            return Res::Unshipped;
         }
         self.put_segment(t, to, seg);
         let out = self.move_tip_calls((t, r, epoch), from, to);
