@@ -1,0 +1,134 @@
+//! Review of the segment put's retry (fc5de3b): two tries of one segment key in flight at once
+//! on a store whose conditional put answers a concurrent create with a conflict — S3 answers
+//! `If-None-Match: *` racing another write of the key with `409 ConditionalRequestConflict`
+//! ("retry on 409"), which `object_store` 0.14 turns into `Error::AlreadyExists` for
+//! `PutMode::Create` (not retried) and `S3Store::put_if_absent` into `Put::AlreadyExists`
+//! (src/durable/s3.rs) — while the first try has not landed yet.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::*;
+use leasehold::LeaseStore;
+use leasehold::durable::{DurableStore, ListPage, Put, SharedDurableStore, StoreError};
+
+/// A store that, like S3 with `If-None-Match: *`, answers a put of a key another put of which
+/// is still running with a conflict, which `S3Store` reports as `Put::AlreadyExists`; the
+/// running put goes on and may land.
+#[derive(Debug)]
+struct ConflictOnConcurrentCreate {
+    inner: SharedDurableStore,
+    running: Mutex<HashSet<String>>,
+    conflicts: Mutex<usize>,
+}
+
+#[async_trait]
+impl DurableStore for ConflictOnConcurrentCreate {
+    async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
+        if !self.running.lock().unwrap().insert(key.to_owned()) {
+            *self.conflicts.lock().unwrap() += 1;
+            return Ok(Put::AlreadyExists); // 409 ConditionalRequestConflict, as S3Store maps it
+        }
+        let answer = self.inner.put_if_absent(key, bytes).await;
+        self.running.lock().unwrap().remove(key);
+        answer
+    }
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        self.inner.size(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        self.inner.list(prefix).await
+    }
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        max_keys: usize,
+    ) -> Result<ListPage, StoreError> {
+        self.inner.list_page(prefix, start_after, max_keys).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
+        self.inner.delete_keys(keys).await
+    }
+    async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
+        self.inner.delete_prefix(prefix).await
+    }
+    async fn settle_puts(&self, prefix: &str, limit: Duration) -> Result<(), StoreError> {
+        self.inner.settle_puts(prefix, limit).await
+    }
+    async fn settle_put(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
+        self.inner.settle_put(key, limit).await
+    }
+}
+
+/// The first try of a segment put is held past its deadline; the retry meets it in flight and
+/// hears the conflict (S3's 409, `AlreadyExists` here); the first try then lands. Promised:
+/// a segment that no tip names is taken back by the replica that put it (docs/guarantees.md,
+/// "Erasure covers the log", "Reconciling puts of unknown outcome"), and (the commit's own
+/// promise) one put answered late does not end the tenure.
+#[actix_rt::test]
+async fn review_a_retry_that_meets_its_first_try_in_flight_leaves_no_untracked_segment() {
+    let fleet = Fleet::new().await;
+    let store = Arc::new(ConflictOnConcurrentCreate {
+        inner: fleet.durable.shared(),
+        running: Mutex::new(HashSet::new()),
+        conflicts: Mutex::new(0),
+    });
+    let shared: SharedDurableStore = store.clone();
+    let a = fleet.replica_with("a", "a", |c| {
+        c.store_deadline = Duration::from_millis(200);
+        c.durable = shared;
+    });
+    let t = a.open().await;
+    insert(&t, "k0").await.unwrap();
+    let (held, mut gate) = gated();
+    fleet.durable.before_next_put_matching(is_segment_key, held);
+    let write = actix_rt::spawn({
+        let t = t.clone();
+        async move { insert(&t, "k1").await }
+    });
+    gate.reached().await;
+    eventually(5_000, "the retry to meet the first try", || async {
+        *store.conflicts.lock().unwrap() > 0
+    })
+    .await;
+    gate.open(); // the first try lands now
+    let answer = within(5_000, "the write", write).await.unwrap();
+    eventually(5_000, "the first try to land", || async {
+        store.running.lock().unwrap().is_empty()
+    })
+    .await;
+    // Every put has settled; let every deadline pass and reconcile.
+    fleet.advance(Duration::from_secs(2));
+    a.sup.reconcile_now().await.unwrap();
+    let record = fleet.leases.inner().read(&key()).await.unwrap().unwrap();
+    let unnamed: Vec<String> = fleet
+        .stored_of_tenant()
+        .await
+        .into_iter()
+        .filter(|k| {
+            leasehold::layout::segment_of(&key(), k)
+                .is_some_and(|p| record.tip.is_none_or(|tip| (p.epoch, p.seq) > (tip.epoch, tip.seq)))
+        })
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "segments above the tip {:?} left after every put settled and a pass ran: {unnamed:?} \
+         (the write answered {answer:?})",
+        record.tip
+    );
+    assert!(
+        answer.is_ok(),
+        "one put answered late ended the tenure: {answer:?}"
+    );
+}
