@@ -496,18 +496,29 @@ pub(crate) async fn ship(
     match answer {
         Ok(Put::Created) => tracked.answered(),
         Ok(Put::AlreadyExists) => {
-            // An earlier try of this very put may have landed (a retried request): the
-            // segment is ours only if it holds exactly these bytes.
+            // An earlier try of this very put may have landed (a retried request), or may still
+            // run (S3 answers a create racing another write of the key with 409, which reads as
+            // `AlreadyExists` with nothing there yet): let every try of the key settle, then
+            // the segment is ours only if it holds exactly these bytes.
+            let settle = put_deadline(rt.store_deadline, bytes.len());
+            if rt.durable.settle_put(&skey, settle).await.is_err() {
+                return Err(unshipped(format!("{skey}: an earlier try still runs")));
+            }
             let found = rt
                 .durable
                 .get_sized(&skey, bytes.len() as u64)
                 .await
                 .map_err(|e| unshipped(e.to_string()))?;
-            if found.as_deref() != Some(bytes.as_slice()) {
-                tracked.not_ours(&skey);
-                return Err(unshipped(format!("{skey} already holds other bytes")));
+            match found {
+                Some(found) if found == bytes => tracked.answered(),
+                Some(_) => {
+                    tracked.not_ours(&skey);
+                    return Err(unshipped(format!("{skey} already holds other bytes")));
+                }
+                // Nothing there after every try settled: nothing of this put can land; the
+                // entry keeps the key (absent is not another writer's).
+                None => return Err(unshipped(format!("{skey}: answered AlreadyExists, absent"))),
             }
-            tracked.answered();
         }
         // No tip move was asked for it: the reconciliation deletes it once the put settles.
         Err(e) => return Err(unshipped(format!("put {skey}: {e}"))),
