@@ -132,3 +132,42 @@ async fn review_a_retry_that_meets_its_first_try_in_flight_leaves_no_untracked_s
         "one put answered late ended the tenure: {answer:?}"
     );
 }
+
+/// `Shipped`: a retry is not "right after a commit whose lease check passed" — it is sent one or
+/// two put deadlines later with no lease check (`may_send_again` asks only `!is_ended()`), so
+/// it goes out after the lease lapsed on the holder's clock and on the store's. The erasure
+/// bound's assumption (4) (docs/guarantees.md) argues that a `Shipped` segment is sent only
+/// in the window between a lease check and the send; a retry widens it to 2 × the put's
+/// deadline.
+#[actix_rt::test]
+async fn review_a_shipped_retry_is_not_sent_after_the_lease_lapsed() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
+    let a = fleet.replica_with("a", "a", |c| {
+        c.store_deadline = Duration::from_millis(200);
+    });
+    let t = a.open().await;
+    insert(&t, "k0").await.unwrap();
+    let (held, mut gate) = gated();
+    fleet.durable.before_next_put_matching(is_segment_key, held);
+    let write = actix_rt::spawn({
+        let t = t.clone();
+        async move { insert(&t, "k1").await }
+    });
+    gate.reached().await;
+    // The lease lapses everywhere while the first try is held (no renewal on a manual fleet).
+    fleet.advance(TTL + Duration::from_secs(1));
+    let resent = Arc::new(AtomicBool::new(false));
+    fleet.durable.before_next_put_matching(is_segment_key, {
+        let resent = resent.clone();
+        hook(async move { resent.store(true, Ordering::SeqCst) })
+    });
+    let answer = within(5_000, "the write", write).await.unwrap();
+    gate.open();
+    assert!(answer.is_err(), "the lease lapsed: {answer:?}");
+    assert!(
+        !resent.load(Ordering::SeqCst),
+        "a segment put was sent again after the lease had lapsed (the write answered {answer:?})"
+    );
+}
