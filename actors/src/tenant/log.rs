@@ -482,7 +482,7 @@ pub(crate) async fn ship(
     let answer = loop {
         match rt.durable.put_if_absent(&skey, bytes.clone()).await {
             Err(StoreError::Timeout { .. })
-                if put_tries < PUT_RETRIES && may_send_again(&rt, &cell) =>
+                if put_tries < PUT_RETRIES && cell.holds(rt.now_ms()) =>
             {
                 put_tries += 1;
                 tracing::warn!(tenant = %key, segment = %to, tries = put_tries, "segment put timed out; sending it again");
