@@ -117,8 +117,11 @@ async fn review_a_retry_that_meets_its_first_try_in_flight_leaves_no_untracked_s
         .await
         .into_iter()
         .filter(|k| {
-            leasehold::layout::segment_of(&key(), k)
-                .is_some_and(|p| record.tip.is_none_or(|tip| (p.epoch, p.seq) > (tip.epoch, tip.seq)))
+            leasehold::layout::segment_of(&key(), k).is_some_and(|p| {
+                record
+                    .tip
+                    .is_none_or(|tip| (p.epoch, p.seq) > (tip.epoch, tip.seq))
+            })
         })
         .collect();
     assert!(
