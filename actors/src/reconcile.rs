@@ -141,8 +141,10 @@ pub(crate) struct Entry {
     pub(crate) deadlines: Deadlines,
     /// The work still holds its guard: not due.
     pub(crate) held: bool,
-    /// Every put answered (nothing of it can still land): due at once when let go, unless a
-    /// move that may name it was left unanswered (then at its deadline, the moves' included).
+    /// A try of every put was answered: due at once when let go, unless a move that may name
+    /// it was left unanswered (then at its deadline, the moves' included). An earlier try that
+    /// timed out may still run: the verdict waits for every try of its keys to settle
+    /// (`settle_put`).
     pub(crate) answered: bool,
     /// The tenure that put it (weak: the ledger must not keep a tenure alive).
     pub(crate) tenure: Weak<LeaseCell>,

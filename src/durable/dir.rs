@@ -382,7 +382,14 @@ fn put_blocking(root: &Path, key: &str, bytes: &[u8]) -> Result<Put, StoreError>
                 sync_dir_if_present(OP, target.parent().unwrap_or(root))?;
                 return Ok(Put::Created);
             }
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => return existing(OP, &target),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                let found = existing(OP, &target)?;
+                // The put that linked it may not have synced its directory yet (a retry of a
+                // put still in its fsync): whoever reads `AlreadyExists` as "my bytes are
+                // there" must find them there after a power loss too.
+                sync_dir_if_present(OP, target.parent().unwrap_or(root))?;
+                return Ok(found);
+            }
             Err(_) if !staged.path.exists() => {
                 return Err(refused_at(
                     OP,

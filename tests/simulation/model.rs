@@ -341,6 +341,9 @@ pub struct State {
     pub held: Vec<Held>,
     /// Image puts answered with a timeout whose bytes are still to land, oldest first.
     pub held_puts: Vec<HeldPut>,
+    /// The replica's clock moved past the lease during the call being modelled (a
+    /// `LapseDuringCommit`): a segment put that timed out is not sent again.
+    pub lapsed_in_call: bool,
     /// The calls kept back land right before the next lease release.
     pub land_before_release: bool,
     /// The identity the next new ledger state gets (a segment's or an `Images` image's bytes).
@@ -390,6 +393,7 @@ impl State {
             armed: BTreeMap::new(),
             held: Vec::new(),
             held_puts: Vec::new(),
+            lapsed_in_call: false,
             land_before_release: false,
             next_state: 1,
             successor: None,

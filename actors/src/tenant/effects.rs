@@ -404,8 +404,9 @@ impl Handler<LeaseLost> for TenantActor {
 }
 
 /// The longest a logged tenant's flush may take: settling the log — `segments` segments (the one
-/// in flight and those the waiting batches are cut into), each up to `PUT_SENDS` sends of its
-/// put (`upload`: `store_deadline` grown with at most the ledger's size) and up
+/// in flight and those the waiting batches are cut into), each up to `PUT_WAITS` waits of its
+/// put's deadline (`upload`: `store_deadline` grown with at most the ledger's size: its sends,
+/// a wait for its tries to settle and a read-back) and up
 /// to `TIP_ASKS` tip-move asks, each waiting at most `tip_wait` (the tip batcher's longest wait:
 /// a batch ahead and its own) — then the release (promise 6 in docs/guarantees.md).
 pub(super) fn logged_flush_bound(
@@ -414,7 +415,7 @@ pub(super) fn logged_flush_bound(
     store_deadline: std::time::Duration,
     segments: u32,
 ) -> std::time::Duration {
-    segments.max(2) * (super::log::PUT_SENDS * upload + super::log::TIP_ASKS * tip_wait)
+    segments.max(2) * (super::log::PUT_WAITS * upload + super::log::TIP_ASKS * tip_wait)
         + store_deadline
 }
 
@@ -431,7 +432,7 @@ mod tests {
         // On a store that batches, an ask waits for a batch ahead and its own: 2 × d + slack.
         let tip_wait = crate::tips::tip_wait(d, d);
         let bound = logged_flush_bound(upload, tip_wait, d, 2);
-        let segment = 3 * upload + 3 * (2 * d + crate::tips::SLACK);
+        let segment = 5 * upload + 3 * (2 * d + crate::tips::SLACK);
         assert_eq!(bound, 2 * segment + d);
         // The count this replaced (6 × store_deadline per segment) fell short by the slack of
         // every ask.

@@ -36,8 +36,10 @@ const TIP_RETRIES: u32 = 2;
 /// put late (a slow fsync under load, a stalled request) no longer ends the tenure.
 const PUT_RETRIES: u32 = 2;
 
-/// How many times one segment's put is sent at most: a flush counts each at its deadline.
-pub(crate) const PUT_SENDS: u32 = 1 + PUT_RETRIES;
+/// How many put deadlines one segment's put may take at most, counted by a flush: its sends
+/// (`1 + PUT_RETRIES`), then, after an `AlreadyExists`, the wait for every try of its key to
+/// settle and the read-back of its bytes.
+pub(crate) const PUT_WAITS: u32 = 1 + PUT_RETRIES + 2;
 
 /// How many times one segment's tip move is asked at most: a flush counts each at its longest
 /// wait (`TipBatcher::longest_wait`).
@@ -432,11 +434,12 @@ fn merged_pages(earlier: &Changes, later: &Changes) -> u64 {
     (earlier.pages.len() + new) as u64
 }
 
-/// Whether a segment of the tenure of `cell` may be sent (again): on `Async`, only while the
-/// lease cell holds; otherwise while the tenure is not known to be over — right after a commit
-/// whose lease check passed, or a tip move the store confirmed, the store, not the holder's
-/// clock, decides whether the segment counts.
-fn may_send_again(rt: &Runtime, cell: &LeaseCell) -> bool {
+/// Whether a segment of the tenure of `cell` may be sent: on `Async`, only while the lease cell
+/// holds; otherwise while the tenure is not known to be over — right after a commit whose lease
+/// check passed, or a tip move the store confirmed, the store, not the holder's clock, decides
+/// whether the segment counts. A put sent again (its first try timed out) comes later than
+/// that, and only while the cell holds, in every mode.
+fn may_send(rt: &Runtime, cell: &LeaseCell) -> bool {
     match rt.durability {
         crate::config::Durability::Async { .. } => cell.holds(rt.now_ms()),
         _ => !cell.is_ended(),
@@ -452,7 +455,8 @@ fn may_send_again(rt: &Runtime, cell: &LeaseCell) -> bool {
 /// names it: on every other way out — a failed put, a refused or unanswered move, or this future
 /// dropped with its actor — the replica's reconciliation finds the segment named by the tip's
 /// chain or deletes it once the put has settled (docs/guarantees.md, "Reconciling puts of unknown
-/// outcome"). No put leaves a tenure known to be over; with `Async`, whose cuts come on a timer
+/// outcome"). A put that timed out is sent again, up to `PUT_RETRIES` times, while the lease
+/// cell holds. No put leaves a tenure known to be over; with `Async`, whose cuts come on a timer
 /// rather than right after a commit's lease check or a confirmed tip move, none leaves once the
 /// lease cell no longer holds (docs/guarantees.md, "the erasure bound").
 pub(crate) async fn ship(
@@ -467,7 +471,7 @@ pub(crate) async fn ship(
         key: key.to_string(),
         reason,
     };
-    if !may_send_again(&rt, &cell) {
+    if !may_send(&rt, &cell) {
         return Err(Error::Fenced {
             key: key.to_string(),
         });

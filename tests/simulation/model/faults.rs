@@ -432,7 +432,10 @@ impl State {
         early.now += TTL_MS + 1;
         let mut after = self.clone();
         let out = if self.logged(k) {
-            after.write(k, id)
+            after.lapsed_in_call = true;
+            let out = after.write(k, id);
+            after.lapsed_in_call = false;
+            out
         } else {
             match after.admission(k) {
                 Ok(()) => {

@@ -75,6 +75,10 @@ impl State {
                 image: to,
                 segment: Some(seg.content.clone()),
             });
+            if self.lapsed_in_call {
+                // Sent again only while the lease holds on the replica's clock.
+                return Res::Unshipped;
+            }
         }
         self.put_segment(t, to, seg);
         let out = self.move_tip_calls((t, r, epoch), from, to);

@@ -1,9 +1,11 @@
-//! Review of the segment put's retry (fc5de3b): two tries of one segment key in flight at once
-//! on a store whose conditional put answers a concurrent create with a conflict — S3 answers
-//! `If-None-Match: *` racing another write of the key with `409 ConditionalRequestConflict`
-//! ("retry on 409"), which `object_store` 0.14 turns into `Error::AlreadyExists` for
-//! `PutMode::Create` (not retried) and `S3Store::put_if_absent` into `Put::AlreadyExists`
-//! (src/durable/s3.rs) — while the first try has not landed yet.
+//! A segment put that timed out is sent again (docs/guarantees.md, "When shipping fails"):
+//! what the retry may meet — its first try still in flight on a store whose conditional put
+//! answers a concurrent create with a conflict (S3 answers `If-None-Match: *` racing another
+//! write of the key with `409 ConditionalRequestConflict`, which `object_store` turns into
+//! `AlreadyExists` for `PutMode::Create`, and `S3Store::put_if_absent` into
+//! `Put::AlreadyExists`) — and when it may not be sent at all (the lease lapsed).
+//! `a_segment_put_answered_late_once_is_sent_again_and_the_tenure_serves_on` in
+//! `tests/change_log.rs` is the plain case.
 
 mod common;
 
@@ -75,9 +77,11 @@ impl DurableStore for ConflictOnConcurrentCreate {
 /// hears the conflict (S3's 409, `AlreadyExists` here); the first try then lands. Promised:
 /// a segment that no tip names is taken back by the replica that put it (docs/guarantees.md,
 /// "Erasure covers the log", "Reconciling puts of unknown outcome"), and (the commit's own
-/// promise) one put answered late does not end the tenure.
+/// one put answered late does not end the tenure. Seen failing when an `AlreadyExists` with
+/// nothing there was taken for another writer's bytes: the tenure ended and the first try,
+/// landing later, was left untracked above the tip.
 #[actix_rt::test]
-async fn review_a_retry_that_meets_its_first_try_in_flight_leaves_no_untracked_segment() {
+async fn a_retry_that_meets_its_first_try_in_flight_waits_for_it_and_leaves_no_untracked_segment() {
     let fleet = Fleet::new().await;
     let store = Arc::new(ConflictOnConcurrentCreate {
         inner: fleet.durable.shared(),
@@ -136,14 +140,12 @@ async fn review_a_retry_that_meets_its_first_try_in_flight_leaves_no_untracked_s
     );
 }
 
-/// `Shipped`: a retry is not "right after a commit whose lease check passed" — it is sent one or
-/// two put deadlines later with no lease check (`may_send_again` asks only `!is_ended()`), so
-/// it goes out after the lease lapsed on the holder's clock and on the store's. The erasure
-/// bound's assumption (4) (docs/guarantees.md) argues that a `Shipped` segment is sent only
-/// in the window between a lease check and the send; a retry widens it to 2 × the put's
-/// deadline.
+/// `Shipped`: a retry comes one or two put deadlines after the commit's lease check, so it is
+/// sent only while the lease cell still holds on the holder's clock — the erasure bound's
+/// assumption (4) (docs/guarantees.md) counts a `Shipped` segment as sent right after a lease
+/// check. Seen failing when a retry asked only that the tenure had not ended.
 #[actix_rt::test]
-async fn review_a_shipped_retry_is_not_sent_after_the_lease_lapsed() {
+async fn a_shipped_retry_is_not_sent_after_the_lease_lapsed() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let fleet = Fleet::with_store_clock().await;
     fleet.assert_store_clock_is_manual();
