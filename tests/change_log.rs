@@ -19,8 +19,16 @@ fn sha(path: &std::path::Path) -> String {
     hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
 }
 
+/// The tip's `seq` as the lease store reads it (asked again after a read that timed out: on
+/// PostgreSQL under a loaded machine one read can outlive its 5 s deadline).
 async fn tip_seq(fleet: &Fleet) -> u64 {
-    let record = fleet.leases.inner().read(&key()).await.unwrap().unwrap();
+    let mut tries = 0;
+    let record = loop {
+        match fleet.leases.inner().read(&key()).await {
+            Err(e) if e.outcome_unknown() && tries < 3 => tries += 1,
+            read => break read.unwrap().unwrap(),
+        }
+    };
     record.tip.map_or(0, |t| t.seq)
 }
 
