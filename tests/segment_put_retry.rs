@@ -9,89 +9,25 @@
 
 mod common;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use common::*;
 use leasehold::LeaseStore;
-use leasehold::durable::{DurableStore, ListPage, Put, SharedDurableStore, StoreError};
-
-/// A store that, like S3 with `If-None-Match: *`, answers a put of a key another put of which
-/// is still running with a conflict, which `S3Store` reports as `Put::AlreadyExists`; the
-/// running put goes on and may land.
-#[derive(Debug)]
-struct ConflictOnConcurrentCreate {
-    inner: SharedDurableStore,
-    running: Mutex<HashSet<String>>,
-    conflicts: Mutex<usize>,
-}
-
-#[async_trait]
-impl DurableStore for ConflictOnConcurrentCreate {
-    async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
-        if !self.running.lock().unwrap().insert(key.to_owned()) {
-            *self.conflicts.lock().unwrap() += 1;
-            return Ok(Put::AlreadyExists); // 409 ConditionalRequestConflict, as S3Store maps it
-        }
-        let answer = self.inner.put_if_absent(key, bytes).await;
-        self.running.lock().unwrap().remove(key);
-        answer
-    }
-    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {
-        self.inner.size(key).await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        self.inner.list(prefix).await
-    }
-    async fn list_page(
-        &self,
-        prefix: &str,
-        start_after: Option<&str>,
-        max_keys: usize,
-    ) -> Result<ListPage, StoreError> {
-        self.inner.list_page(prefix, start_after, max_keys).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.inner.delete(key).await
-    }
-    async fn delete_keys(&self, keys: &[String]) -> Result<(), StoreError> {
-        self.inner.delete_keys(keys).await
-    }
-    async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
-        self.inner.delete_prefix(prefix).await
-    }
-    async fn settle_puts(&self, prefix: &str, limit: Duration) -> Result<(), StoreError> {
-        self.inner.settle_puts(prefix, limit).await
-    }
-    async fn settle_put(&self, key: &str, limit: Duration) -> Result<(), StoreError> {
-        self.inner.settle_put(key, limit).await
-    }
-}
 
 /// The first try of a segment put is held past its deadline; the retry meets it in flight and
 /// hears the conflict (S3's 409, `AlreadyExists` here); the first try then lands. Promised:
 /// a segment that no tip names is taken back by the replica that put it (docs/guarantees.md,
-/// "Erasure covers the log", "Reconciling puts of unknown outcome"), and (the commit's own
-/// one put answered late does not end the tenure. Seen failing when an `AlreadyExists` with
+/// "Erasure covers the log", "Reconciling puts of unknown outcome"), and one put answered late
+/// does not end the tenure. Seen failing when an `AlreadyExists` with
 /// nothing there was taken for another writer's bytes: the tenure ended and the first try,
 /// landing later, was left untracked above the tip.
 #[actix_rt::test]
 async fn a_retry_that_meets_its_first_try_in_flight_waits_for_it_and_leaves_no_untracked_segment() {
     let fleet = Fleet::new().await;
-    let store = Arc::new(ConflictOnConcurrentCreate {
-        inner: fleet.durable.shared(),
-        running: Mutex::new(HashSet::new()),
-        conflicts: Mutex::new(0),
-    });
-    let shared: SharedDurableStore = store.clone();
+    fleet.durable.conflict_on_concurrent_creates(true);
     let a = fleet.replica_with("a", "a", |c| {
         c.store_deadline = Duration::from_millis(200);
-        c.durable = shared;
     });
     let t = a.open().await;
     insert(&t, "k0").await.unwrap();
@@ -103,13 +39,15 @@ async fn a_retry_that_meets_its_first_try_in_flight_waits_for_it_and_leaves_no_u
     });
     gate.reached().await;
     eventually(5_000, "the retry to meet the first try", || async {
-        *store.conflicts.lock().unwrap() > 0
+        fleet.durable.conflicts() > 0
     })
     .await;
     gate.open(); // the first try lands now
     let answer = within(5_000, "the write", write).await.unwrap();
+    let first =
+        leasehold::layout::segment_key(&key(), leasehold::layout::LogPos { epoch: 1, seq: 2 });
     eventually(5_000, "the first try to land", || async {
-        store.running.lock().unwrap().is_empty()
+        fleet.durable.inner().get(&first).await.unwrap().is_some()
     })
     .await;
     // Every put has settled; let every deadline pass and reconcile.

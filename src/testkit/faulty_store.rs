@@ -31,6 +31,7 @@ use futures::future::BoxFuture;
 use crate::DurableStore;
 use crate::durable::{ListPage, Put, PutsInFlight, SharedDurableStore, StoreError};
 
+mod conflict;
 mod late;
 pub use late::{LateAnswer, LateLanding, LatePuts};
 
@@ -134,6 +135,8 @@ struct Faults {
     slow_put: Mutex<Option<SlowPut>>,
     /// Late puts: the rules and the puts held.
     late: late::LateState,
+    /// Creates of a key another put of which is under way (S3's 409).
+    conflicts: conflict::Conflicts,
     /// The tracked late puts not landed yet, for `settle_puts`.
     late_tracked: PutsInFlight,
     /// How long listings and reads take.
@@ -186,6 +189,7 @@ impl FaultyStore {
             fail_next_delete: AtomicBool::new(false),
             slow_put: Mutex::new(None),
             late: late::LateState::default(),
+            conflicts: conflict::Conflicts::default(),
             late_tracked: PutsInFlight::new(),
             pace: Mutex::new(Pace::default()),
             link_free_at: Mutex::new(None),
@@ -202,6 +206,18 @@ impl FaultyStore {
     /// Another handle to this store, as the runtime takes it.
     pub fn shared(&self) -> SharedDurableStore {
         Arc::new(self.clone())
+    }
+
+    /// While `on`, a put of a key another put of which is still under way through this store
+    /// (held by a hook, slow, or running) answers `AlreadyExists` and writes nothing, as
+    /// `S3Store` answers S3's `409 ConditionalRequestConflict`.
+    pub fn conflict_on_concurrent_creates(&self, on: bool) {
+        self.faults.conflicts.on.store(on, Ordering::SeqCst);
+    }
+
+    /// How many puts were answered a conflict.
+    pub fn conflicts(&self) -> usize {
+        self.faults.conflicts.answered.load(Ordering::SeqCst)
     }
 
     /// The wrapped store, to look behind the faults.
@@ -374,6 +390,9 @@ fn unavailable(op: StoreOp, message: &str) -> StoreError {
 impl DurableStore for FaultyStore {
     async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<Put, StoreError> {
         let faults = &self.faults;
+        let Some(_running) = faults.conflicts.begin(key) else {
+            return Ok(Put::AlreadyExists);
+        };
         faults.enter(StoreOp::Put, key).await?;
         if let late::Late::Held = faults.late_step(key, &bytes).await {
             return Err(StoreError::Timeout {
