@@ -154,6 +154,9 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     }
     let late = crate::late_puts::LatePuts::new(durable, tuning.delete_one_by_one);
     let store = FaultyStore::new(Arc::new(late.clone()));
+    // Every backend answers as S3 does when a put meets another put of its key under way (a
+    // retry meeting its first try): `AlreadyExists`, nothing written (S3's 409).
+    store.conflict_on_concurrent_creates(true);
     let org = protocol::org()?;
     let tenants = (0..args.tenants)
         .map(protocol::tenant_id)
