@@ -94,3 +94,24 @@ fn hole_a_logged_handoff_whose_lease_lapsed_is_reported_failed() {
         },
     ]);
 }
+
+/// A segment put that timed out is sent again only while the lease holds on the replica's
+/// clock (docs/guarantees.md, "When shipping fails"): here the lease lapses on the replica's
+/// clock during the commit, and the first put of its segment is kept back. The write answers
+/// `Unshipped` (no second put), or `Fenced` when the lapse came before COMMIT; a build that sends
+/// the put again regardless moves the tip (the lease store's clock still holds) and answers
+/// `Ok`, which the model refuses. Then the held put lands, and the tenant reopens elsewhere.
+#[test]
+fn a_segment_put_is_not_sent_again_once_the_lease_lapsed_on_the_replicas_clock() {
+    use Op::*;
+    replay(&[
+        Open { r: 0, t: 0 },
+        Write { t: 0, at: Newest },
+        Late(ops::Late::SegmentPut),
+        LapseDuringCommit { t: 0, at: Newest },
+        Land,
+        Advance { ms: TTL_MS + 1 },
+        Open { r: 1, t: 0 },
+        Read { t: 0, at: Newest },
+    ]);
+}
