@@ -30,9 +30,10 @@ use crate::runtime::Runtime;
 /// move that landed is recognised by the store, so the retry is safe.
 const TIP_RETRIES: u32 = 2;
 
-/// How many more times a segment put that timed out is sent again, while the tenure runs: the
-/// put is `put_if_absent` of the same bytes under the tenure's own key, so a try that landed
-/// late is recognised (`AlreadyExists` holding exactly these bytes). A store that answers one
+/// How many more times a segment put that timed out is sent again, while the lease cell holds:
+/// the put is `put_if_absent` of the same bytes under the tenure's own key, so a try that
+/// landed late is recognised (`AlreadyExists`, once every try settled, holding exactly these
+/// bytes). A store that answers one
 /// put late (a slow fsync under load, a stalled request) no longer ends the tenure.
 const PUT_RETRIES: u32 = 2;
 
