@@ -118,6 +118,9 @@ pub async fn collect(c: &Arc<Cluster>, stores: &Stores, plan: &Plan) -> Result<F
             }
         }
     }
+    // The checker holds every tenant from here on: an orphan a killed upload left is deleted
+    // once a replica has seen it for `put_lifetime` (docs/guarantees.md), counted from here.
+    let opened_at = now_ms();
     for tenant in 0..c.tenants {
         let record = stores.leases.read(&protocol::lease_key(tenant)?).await?;
         fin.floors
@@ -135,6 +138,7 @@ pub async fn collect(c: &Arc<Cluster>, stores: &Stores, plan: &Plan) -> Result<F
     } else {
         audit::compact_all(c, &checker, &readable).await
     };
+    wait_for_orphans(stores, c.tenants, opened_at, &plan.tuning).await;
     let closed = checker.call(Op::Close, Duration::from_secs(20)).await;
     crate::faults::judge_close(c, &checker.label, &closed);
     checker.shutdown(Duration::from_secs(5)).await;
@@ -210,6 +214,55 @@ async fn wait_for_sweeps(c: &Cluster, checker: &Proc, floors: &HashMap<u32, u64>
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!("warning: the checker's sweeps did not all finish within 10 s");
+}
+
+/// While some tenant holds an image without its manifest or a manifest without its image (an
+/// upload killed mid-way), keeps the checker up until its replica had the time the promise
+/// gives it: the first reconciliation pass after the open notes the orphan, a pass
+/// `put_lifetime` later deletes it — `put_lifetime` + 2 × `reconcile_every` + 1 s from
+/// `opened_at`. The `orphan-object` rule judges what is left then; a run without such objects
+/// waits for nothing.
+async fn wait_for_orphans(
+    stores: &Stores,
+    tenants: u32,
+    opened_at: u64,
+    tuning: &crate::tuning::Tuning,
+) {
+    let allowed = tuning.put_lifetime() + 2 * protocol::RECONCILE_EVERY + Duration::from_secs(1);
+    let give_up = opened_at + duration_ms(allowed);
+    while now_ms() < give_up && lone_image_halves(stores, tenants).await > 0 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// How many images lack their manifest, or manifests their image, above each tenant's floor.
+async fn lone_image_halves(stores: &Stores, tenants: u32) -> usize {
+    let mut lone = 0;
+    for tenant in 0..tenants {
+        let Ok(key) = protocol::lease_key(tenant) else {
+            continue;
+        };
+        let (Ok(record), Ok(objects)) = (
+            stores.leases.read(&key).await,
+            stores.durable.list(&key.prefix()).await,
+        ) else {
+            continue;
+        };
+        let floor = record.map_or(0, |r| r.floor);
+        let of = |suffix: &str| -> HashSet<&str> {
+            objects
+                .iter()
+                .filter(|o| {
+                    o.ends_with(suffix)
+                        && leasehold::layout::epoch_of(&key, o).is_some_and(|e| e > floor)
+                })
+                .filter_map(|o| o.strip_suffix(suffix))
+                .collect()
+        };
+        let (images, manifests) = (of(".db"), of(".json"));
+        lone += images.symmetric_difference(&manifests).count();
+    }
+    lone
 }
 
 /// Lists every tenant's durable objects and the local tenant directories of every slot.
