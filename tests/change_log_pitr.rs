@@ -287,7 +287,10 @@ async fn final_review_hole6b_a_base_the_head_passed_by_stays_until_retention_rep
     let first_segment = segment_key(&key(), LogPos { epoch: 1, seq: 1 });
     let base = image_key(&key(), 1, 1);
     let stored = fleet.stored_of_tenant().await;
-    assert!(!stored.contains(&first_segment), "below the base: {stored:?}");
+    assert!(
+        !stored.contains(&first_segment),
+        "below the base: {stored:?}"
+    );
     assert!(stored.contains(&base), "the base: {stored:?}");
     // The image's entry falls due; the reconciliation judges it with the head past it.
     a.clock.as_ref().unwrap().advance(Duration::from_secs(5));

@@ -326,8 +326,7 @@ fn pitr_across_modes_the_image_a_later_log_continued_from_stays_while_the_window
 }
 
 #[test]
-fn final_review_hole6_the_windows_base_is_an_image_on_the_heads_chain_and_a_passed_by_image_goes()
-{
+fn final_review_hole6_the_windows_base_is_an_image_on_the_heads_chain_and_a_passed_by_image_goes() {
     // Image (2, 2) was published, its head move timed out but landed; its tenure, not knowing,
     // built (2, 3) on the head it knew, (2, 1). The replica's reconciliation keeps (2, 2) (the
     // head moved past it) and leaves it to retention. While an image on the head's chain is old
