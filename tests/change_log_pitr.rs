@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use leasehold::layout::LogPos;
+use leasehold::layout::{LogPos, image_key, manifest_key, segment_key};
 use leasehold::log::{LogError, PitrReport, Target};
+use leasehold::testkit::LeaseOp;
 use leasehold::{Clock, LeaseStore, ManualClock};
 use leasehold_actors::{Event, TenantRef};
 
@@ -246,5 +247,85 @@ async fn cl7_a_moment_of_the_window_is_restorable_when_an_image_was_taken_by_a_h
         restored.map_err(|e| e.to_string()),
         Ok(vec!["w1".to_string(), "w2".to_string()]),
         "{target}; the store holds {stored:?}"
+    );
+}
+
+/// Hole 6b of the change log's final review: the first image's head move timed out but landed;
+/// its tenure, not knowing, built its next image on no head, so that head passes the first one
+/// by. Retention, run after the second image, took the first (then the only old one) as the
+/// window's base and deleted the segment below it; the replica's reconciliation then took the
+/// base back (the head's chain of bases passes it by), and the window's first moment could no
+/// longer be restored. The reconciliation now keeps an image the head moved past and leaves it
+/// to retention, which deletes it once an image on the head's chain replaces it as the base.
+#[actix_rt::test]
+async fn final_review_hole6b_a_base_the_head_passed_by_stays_until_retention_replaces_it() {
+    let fleet = Fleet::new().await;
+    let wall = ManualClock::new(WALL);
+    let a = fleet.replica_with("a", "a", |c| {
+        c.retain = Duration::from_secs(60);
+        c.wall_clock = Arc::new(wall.clone());
+        // The image's entry falls due at its put's deadline, on the replica's clock: short, so
+        // that the clock passes it well within the lease.
+        c.store_deadline = Duration::from_secs(1);
+    });
+    let t = a.open().await;
+    write(&fleet, &t, "k1").await;
+    let second = write(&fleet, &t, "k2").await;
+    // Image (1, 1) at k2's position: its head move's answer is lost, and the move lands.
+    fleet.leases.land_late(LeaseOp::PublishHead);
+    assert!(t.snapshot().await.is_err(), "the head move timed out");
+    fleet.leases.land_held().await;
+    let head = |r: leasehold::lease::LeaseRecord| r.head.map(|h| (h.epoch, h.seq));
+    let record = fleet.leases.inner().read(&key()).await.unwrap().unwrap();
+    assert_eq!(head(record), Some((1, 1)), "the move landed");
+    // 100 s later the window (60 s) starts after (1, 1): it is the old image, the base.
+    wall.advance(Duration::from_secs(100));
+    write(&fleet, &t, "k3").await;
+    let image = t.snapshot().await.unwrap().expect("an image on no head");
+    assert_eq!((image.epoch, image.seq), (1, 2));
+    sweeps(&a, 1).await;
+    let first_segment = segment_key(&key(), LogPos { epoch: 1, seq: 1 });
+    let base = image_key(&key(), 1, 1);
+    let stored = fleet.stored_of_tenant().await;
+    assert!(
+        !stored.contains(&first_segment),
+        "below the base: {stored:?}"
+    );
+    assert!(stored.contains(&base), "the base: {stored:?}");
+    // The image's entry falls due; the reconciliation judges it with the head past it.
+    a.clock.as_ref().unwrap().advance(Duration::from_secs(5));
+    a.sup.reconcile_now().await.unwrap();
+    let stored = fleet.stored_of_tenant().await;
+    assert!(stored.contains(&base), "the base stays: {stored:?}");
+    let start = Target::Time {
+        unix_ms: WALL + 50_000,
+    };
+    let want = |keys: &[&str]| keys.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+    for (target, name) in [(Target::Position(second), "at-k2.db"), (start, "start.db")] {
+        let restored = restore(&fleet, target, name).await;
+        assert_eq!(
+            restored.map_err(|e| e.to_string()),
+            Ok(want(&["k1", "k2"])),
+            "{target}; the store holds {stored:?}"
+        );
+    }
+    // Once (1, 2), on the head's chain, is old too, it is the base, and (1, 1) goes.
+    wall.advance(Duration::from_secs(100));
+    write(&fleet, &t, "k4").await;
+    t.snapshot().await.unwrap().expect("a young image");
+    sweeps(&a, 2).await;
+    let stored = fleet.stored_of_tenant().await;
+    assert!(!stored.contains(&base), "retention took it: {stored:?}");
+    assert!(
+        !stored.contains(&manifest_key(&key(), 1, 1)),
+        "its manifest too: {stored:?}"
+    );
+    let start = Target::Time {
+        unix_ms: WALL + 150_000,
+    };
+    let restored = restore(&fleet, start, "later-start.db").await;
+    assert_eq!(
+        restored.map_err(|e| e.to_string()),
+        Ok(want(&["k1", "k2", "k3"]))
     );
 }

@@ -12,7 +12,7 @@
 //! passed (at once if its put was answered), waits for its put to settle (`settle_put`), reads
 //! the lease record and asks the pure [`leasehold::plan::reconcile::verdict`]: keep it, delete
 //! it, look again later, or learn more first (fence its tenure by a release, list the tenant's
-//! segments, walk the head's chain). A delete that fails keeps the entry for the next pass.
+//! segments). A delete that fails keeps the entry for the next pass.
 //! The same pass sweeps the forgotten tenants whose erasure is due (any replica's forgets,
 //! from the lease store), and looks again at the orphan candidates of live tenants
 //! ([`orphans`]).
@@ -21,7 +21,7 @@
 //!   ship / publish ──track──> Entry{held} ──guard dropped──> Entry{due at deadline}
 //!        │ named                                   │ pass: settle_put, read record, verdict
 //!        v                                         v
-//!     forgotten                      Keep / Delete(delete_keys) / Wait / Release / List / Walk
+//!     forgotten                      Keep / Delete(delete_keys) / Wait / Release / List
 //! ```
 
 use std::collections::{BTreeMap, HashMap};

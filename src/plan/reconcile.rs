@@ -1,26 +1,34 @@
 //! What becomes of a put whose outcome the replica never learned: a pure function of what it
 //! put, how far the step that would have named it got, and what the lease record (and, when
-//! asked for, a listing or the head's chain of manifests) says now (docs/guarantees.md,
-//! "Reconciling puts of unknown outcome").
+//! asked for, a listing) says now (docs/guarantees.md, "Reconciling puts of unknown outcome").
 //!
-//! A segment is named by the tip's chain, an image by the head's chain of bases. An object that
-//! nothing names and nothing can name any more is deleted; one that a step still under way
-//! (a late tip or head move of a tenure still live) could name is looked at again later.
+//! A segment is named by the tip's chain, an image by the head. An object that nothing names
+//! and nothing can name any more is deleted; one that a step still under way (a late tip or
+//! head move of a tenure still live) could name is looked at again later; an image the head
+//! has moved past is kept and left to retention.
 //!
 //! ```text
 //!  floor >= its epoch ─────────────────────────────────────────────> Delete
 //!  naming never asked, or refused at once ─────────────────────────> Delete
 //!  named now (tip == it / head == it) ─────────────────────────────> Keep
+//!  image with the head past it ────────────────────────────────────> Keep (retention's)
 //!  its tenure may still move the tip or head (live, not released):
 //!     the tenure still runs here ──> Wait      ended here ──> ReleaseFirst
 //!  otherwise: segment above the tip ──> Delete; at or below ──> ListSegmentsAtSeq
-//!             image with the head below it ──> Delete; above ──> WalkHeadChain
+//!             image with the head below it (or none) ──> Delete
 //! ```
 //!
-//! Why the last two need more: a tenure that continued the tip past the segment's position
-//! either continued from it (it is on the chain) or shipped that position itself (a later
-//! epoch's segment at the same `seq`: ours is off the chain for good). A head past the image
-//! names it only if the chain of bases from the head reaches it (a successor that restored it).
+//! Why a segment at or below the tip needs more: a tenure that continued the tip past the
+//! segment's position either continued from it (it is on the chain) or shipped that position
+//! itself (a later epoch's segment at the same `seq`: ours is off the chain for good).
+//!
+//! Why an image the head moved past stays: its head move may have landed unbeknown to its
+//! tenure, which went on building its images on the head it knew, so that a later head's chain
+//! of bases passes it by — and retention may have chosen it, while it was the head, as the
+//! window's base and deleted the segments below it (hole 6b of docs/testing.md). The head moves
+//! only forward, so the replica cannot tell such an image from one whose move never landed;
+//! both are kept, and retention deletes either once it is neither the window's base, nor the
+//! head, nor an image it keeps for a change of mode (`crate::plan::retention`).
 
 use crate::ids::LeaseKey;
 use crate::layout::{LogPos, image_key, manifest_key, segment_key};
@@ -76,18 +84,6 @@ pub enum Naming {
     Unknown,
 }
 
-/// How the chain of bases from the head relates to an image (read by the shell, manifest by
-/// manifest, from the head down to the image's place in the order of `(epoch, seq)`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChainWalk {
-    /// The chain reaches the image: a restore can fall back to it, or did build on it.
-    Reaches,
-    /// The chain passes the image by (or ends before it): nothing names it.
-    PassesBy,
-    /// A manifest on the way was missing or unreadable: nobody can tell.
-    Unreadable,
-}
-
 /// What is known besides the put itself.
 #[derive(Debug, Clone, Copy)]
 pub struct Seen<'a> {
@@ -101,14 +97,13 @@ pub struct Seen<'a> {
     /// For a segment: whether a segment of a later epoch (above the floor) sits at its `seq`
     /// (`None`: not listed yet).
     pub later_at_seq: Option<bool>,
-    /// For an image: the head's chain of bases (`None`: not walked yet).
-    pub head_chain: Option<ChainWalk>,
 }
 
 /// What to do with the put.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// Named: it stays, and the replica forgets it.
+    /// Named, or an image the head moved past (retention's to judge): it stays, and the
+    /// replica forgets it.
     Keep,
     /// Named by nothing, and nothing can name it any more: delete its keys.
     Delete,
@@ -119,8 +114,6 @@ pub enum Verdict {
     ReleaseFirst,
     /// List the tenant's segments and ask again with [`Seen::later_at_seq`].
     ListSegmentsAtSeq,
-    /// Walk the head's chain of manifests and ask again with [`Seen::head_chain`].
-    WalkHeadChain,
 }
 
 /// The verdict on `put` (of a tenant), whose naming got as far as `naming`, given `seen`.
@@ -154,22 +147,16 @@ pub fn verdict(put: PutOf, naming: Naming, seen: &Seen<'_>) -> Verdict {
         }
         PutOf::Image { epoch, seq } => {
             let head = record.head.as_ref().map(|h| (h.epoch, h.seq));
-            if head == Some((epoch, seq)) {
+            // Named now, or once named and passed by (or passed by unnamed: the replica cannot
+            // tell): retention's to judge, which may have made it the window's base.
+            if head.is_some_and(|h| h >= (epoch, seq)) {
                 return Verdict::Keep;
             }
-            let head_past = head.is_some_and(|h| h > (epoch, seq));
-            if may_still_move && !head_past {
+            if may_still_move {
                 return still_live(seen);
             }
-            if !head_past {
-                // The head is below it and can no longer move to it.
-                return Verdict::Delete;
-            }
-            match seen.head_chain {
-                None => Verdict::WalkHeadChain,
-                Some(ChainWalk::PassesBy) => Verdict::Delete,
-                Some(ChainWalk::Reaches | ChainWalk::Unreadable) => Verdict::Keep,
-            }
+            // The head is below it (or there is none) and can no longer move to it.
+            Verdict::Delete
         }
     }
 }
@@ -226,7 +213,6 @@ mod tests {
             tenure_runs_here: false,
             tenure_fenced: false,
             later_at_seq: None,
-            head_chain: None,
         }
     }
 
@@ -319,7 +305,7 @@ mod tests {
     }
 
     #[test]
-    fn an_image_is_kept_only_when_the_head_or_its_chain_names_it() {
+    fn an_image_is_kept_when_the_head_names_it_or_has_moved_past_it() {
         let mut r = record(3, 0);
         r.head = head(3, 2);
         assert_eq!(verdict(IMG, Naming::Unknown, &seen(&r)), Verdict::Keep);
@@ -341,26 +327,32 @@ mod tests {
             Verdict::Delete,
             "the head is below it and cannot move to it any more"
         );
+        r.head = None;
+        assert_eq!(
+            verdict(IMG, Naming::Unknown, &seen(&r)),
+            Verdict::Delete,
+            "no head, and none can name it any more"
+        );
         r.released = false;
         r.head = head(3, 5);
         assert_eq!(
             verdict(IMG, Naming::Unknown, &runs(&r)),
-            Verdict::WalkHeadChain,
-            "a late move of it would be stale: only the chain can name it"
+            Verdict::Keep,
+            "its own tenure moved the head past it: whether or not its move landed, retention's"
         );
         r.epoch = 4;
         r.head = head(4, 1);
-        for (walk, want) in [
-            (ChainWalk::Reaches, Verdict::Keep),
-            (ChainWalk::PassesBy, Verdict::Delete),
-            (ChainWalk::Unreadable, Verdict::Keep),
-        ] {
-            let walked = Seen {
-                head_chain: Some(walk),
-                ..seen(&r)
-            };
-            assert_eq!(verdict(IMG, Naming::Unknown, &walked), want, "{walk:?}");
-        }
+        assert_eq!(
+            verdict(IMG, Naming::Unknown, &seen(&r)),
+            Verdict::Keep,
+            "a later tenure moved the head past it: retention's"
+        );
+        r.floor = 3;
+        assert_eq!(
+            verdict(IMG, Naming::Unknown, &seen(&r)),
+            Verdict::Delete,
+            "forgotten: at or below the floor it goes, passed by or not"
+        );
     }
 
     #[test]

@@ -156,10 +156,11 @@ pub fn retention_plan(input: &RetentionInput<'_>) -> Vec<String> {
     // off it is one no head built on — a publish whose head move never landed (images taken
     // without a log each hold their own state, and the log went on from the one that was the
     // head), or one whose head move landed unbeknown to its tenure, whose later images were
-    // built on the head before it: the replica that put it takes it back once the head passes
-    // it by (docs/guarantees.md, "Reconciling puts of unknown outcome"), so it must not be
-    // what the window starts from. Only when no old image is on that chain (a manifest on the
-    // way unreadable) is the newest by position the base.
+    // built on the head before it. Only when no old image is on that chain (every old image is
+    // such an image, or a manifest on the way is unreadable) is the newest by position the
+    // base: the replica's reconciliation keeps an image the head moved past and leaves it to
+    // this plan (docs/guarantees.md, "Reconciling puts of unknown outcome"), so such a base
+    // stays until an image on the chain is old enough to replace it.
     let chain = head_chain(&images, input.head);
     let base = old
         .iter()

@@ -259,9 +259,13 @@ pub struct TenantState {
     /// Images (each with its manifest) above the floor, by `(epoch, seq)`: exactly these are
     /// in the store.
     pub objects: BTreeMap<(u64, u64), Image>,
-    /// Images whose head move timed out (its answer lost): the replica's reconciliation deletes
-    /// each once nothing names it and nothing can any more (docs/guarantees.md, "Reconciling
-    /// puts of unknown outcome"); one that the head's chain of bases reaches stays.
+    /// Images whose head move timed out (its answer lost), not yet known to stay: the
+    /// replica's reconciliation deletes each with the head below it once nothing can move the
+    /// head to it any more, and keeps each the head names or has moved past, leaving it to
+    /// retention (docs/guarantees.md, "Reconciling puts of unknown outcome"). One the head's
+    /// chain of bases reaches stays; one its own tenure's next image passed by leaves this set
+    /// (kept: the reconciliation only waited while that tenure served); one a later tenure
+    /// passed by may have gone before (judged while the head was below it) or not.
     pub img_unconfirmed: BTreeSet<(u64, u64)>,
     /// Images at or below the floor that a failed forget left: each may still be there until a
     /// sweep (which runs beside an open, in the background) takes it.

@@ -5,10 +5,9 @@
 use std::time::Duration;
 
 use leasehold::durable::StoreError;
-use leasehold::image::parse_manifest;
-use leasehold::layout::{LogPos, manifest_key, segment_of};
-use leasehold::lease::{LeaseError, LeaseRecord};
-use leasehold::plan::reconcile::{ChainWalk, PutOf, Seen, Verdict, is_due, verdict};
+use leasehold::layout::{LogPos, segment_of};
+use leasehold::lease::LeaseError;
+use leasehold::plan::reconcile::{PutOf, Seen, Verdict, is_due, verdict};
 use leasehold::sweep::{SWEEP_PAGE_KEYS, finish_erasure};
 use leasehold::{Error, LeaseKey};
 
@@ -17,10 +16,6 @@ use crate::events::Event;
 
 /// How many forgotten tenants one pass sweeps again at most.
 pub(crate) const ERASURES_PER_PASS: usize = 64;
-
-/// How many manifests a walk of the head's chain reads at most before it gives up (then the
-/// image is kept, and retention judges it like any image with a manifest).
-const CHAIN_WALK_LIMIT: usize = 64;
 
 /// One entry's state, copied out of the ledger so that no lock is held across a store call.
 #[derive(Debug, Clone)]
@@ -108,14 +103,13 @@ async fn judge(cx: &Cx, mut entry: Due) -> Result<Option<usize>, Error> {
         }
     }
     let mut record = cx.leases.read(&entry.tenant).await?;
-    let (mut later_at_seq, mut head_chain) = (None, None);
+    let mut later_at_seq = None;
     loop {
         let seen = Seen {
             record: record.as_ref(),
             tenure_runs_here: entry.runs_here,
             tenure_fenced: entry.fenced,
             later_at_seq,
-            head_chain,
         };
         match verdict(entry.put, entry.naming, &seen) {
             Verdict::Keep => return Ok(Some(0)),
@@ -137,12 +131,6 @@ async fn judge(cx: &Cx, mut entry: Due) -> Result<Option<usize>, Error> {
                     return Ok(None);
                 };
                 later_at_seq = Some(later_segment_at(cx, &entry.tenant, pos, r.floor).await?);
-            }
-            Verdict::WalkHeadChain => {
-                let (PutOf::Image { epoch, seq }, Some(r)) = (entry.put, record.as_ref()) else {
-                    return Ok(None);
-                };
-                head_chain = Some(walk_head_chain(cx, &entry.tenant, r, (epoch, seq)).await?);
             }
         }
     }
@@ -192,37 +180,6 @@ async fn later_segment_at(
             None => return Ok(false),
         }
     }
-}
-
-/// Walks the chain of bases from the record's head down to `target`'s place in the order.
-async fn walk_head_chain(
-    cx: &Cx,
-    tenant: &LeaseKey,
-    record: &LeaseRecord,
-    target: (u64, u64),
-) -> Result<ChainWalk, Error> {
-    let mut at = record.head.clone();
-    for _ in 0..CHAIN_WALK_LIMIT {
-        let Some(image) = at else {
-            return Ok(ChainWalk::PassesBy);
-        };
-        let here = (image.epoch, image.seq);
-        if here == target {
-            return Ok(ChainWalk::Reaches);
-        }
-        if here < target {
-            return Ok(ChainWalk::PassesBy);
-        }
-        let mkey = manifest_key(tenant, image.epoch, image.seq);
-        let Some(bytes) = cx.durable.get(&mkey).await? else {
-            return Ok(ChainWalk::Unreadable);
-        };
-        match parse_manifest(&bytes, tenant, image.epoch, image.seq) {
-            Ok(manifest) => at = manifest.base,
-            Err(_) => return Ok(ChainWalk::Unreadable),
-        }
-    }
-    Ok(ChainWalk::Unreadable)
 }
 
 /// Sweeps again every forgotten tenant whose erasure is due (its forget is `put_lifetime` old

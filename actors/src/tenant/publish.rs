@@ -216,10 +216,10 @@ impl Publisher {
     /// The image and its manifest are entered in the replica's ledger before the first put and
     /// leave it only once the head names them: on every other way out (a failed or refused
     /// upload, a log that never reached `log`, a tenure that ended, a head move refused or
-    /// unanswered, this future dropped with its actor) the replica's reconciliation finds them
-    /// named by the head's chain or deletes them once their puts have settled
-    /// (docs/guarantees.md, "Reconciling puts of unknown outcome"). Each put is sent only while
-    /// the lease holds.
+    /// unanswered, this future dropped with its actor) the replica's reconciliation keeps them
+    /// if the head names them or has moved past them (retention judges them then), and deletes
+    /// them otherwise once their puts have settled (docs/guarantees.md, "Reconciling puts of
+    /// unknown outcome"). Each put is sent only while the lease holds.
     #[allow(clippy::too_many_arguments)]
     async fn finish(
         &self,

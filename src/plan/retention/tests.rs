@@ -326,13 +326,13 @@ fn pitr_across_modes_the_image_a_later_log_continued_from_stays_while_the_window
 }
 
 #[test]
-fn final_review_hole6_the_windows_base_is_an_image_on_the_heads_chain_not_one_its_reconciler_takes_back()
- {
+fn final_review_hole6_the_windows_base_is_an_image_on_the_heads_chain_and_a_passed_by_image_goes() {
     // Image (2, 2) was published, its head move timed out but landed; its tenure, not knowing,
-    // built (2, 3) on the head it knew, (2, 1). The replica's reconciliation takes (2, 2) back
-    // (the head's chain of bases passes it by), so it must not be the window's base: were it,
-    // (2, 1) and the segments below 20 would go, and with (2, 2) gone the window's moments
-    // before 30 could not be restored.
+    // built (2, 3) on the head it knew, (2, 1). The replica's reconciliation keeps (2, 2) (the
+    // head moved past it) and leaves it to retention. While an image on the head's chain is old
+    // enough, that one is the window's base, and retention deletes (2, 2): it is neither the
+    // base nor the head nor younger than `retain` (the storage bound, with what the
+    // reconciliation keeps).
     let based = |epoch, seq, log, created, base| ImageInfo {
         base,
         ..image(epoch, seq, log, created)
@@ -343,7 +343,7 @@ fn final_review_hole6_the_windows_base_is_an_image_on_the_heads_chain_not_one_it
         based(2, 3, 30, 30 * HOUR, Some((2, 1))),
     ];
     // What the reconciliation decides for (2, 2), once the head moved past it.
-    use crate::plan::reconcile::{ChainWalk, Naming, PutOf, Seen, Verdict, verdict};
+    use crate::plan::reconcile::{Naming, PutOf, Seen, Verdict, verdict};
     let record = crate::lease::LeaseRecord {
         key: key().to_string(),
         owner: "a".into(),
@@ -363,10 +363,9 @@ fn final_review_hole6_the_windows_base_is_an_image_on_the_heads_chain_not_one_it
         tenure_runs_here: true,
         tenure_fenced: false,
         later_at_seq: None,
-        head_chain: Some(ChainWalk::PassesBy),
     };
     let put = PutOf::Image { epoch: 2, seq: 2 };
-    assert_eq!(verdict(put, Naming::Unknown, &seen), Verdict::Delete);
+    assert_eq!(verdict(put, Naming::Unknown, &seen), Verdict::Keep);
     let segments: Vec<LogPos> = (1..=35).map(|s| pos(2, s)).collect();
     let plan = plan_of(
         &images,
@@ -380,9 +379,54 @@ fn final_review_hole6_the_windows_base_is_an_image_on_the_heads_chain_not_one_it
         !plan.contains(&image_key(&key(), 2, 1)),
         "the base on the head's chain stays: {plan:?}"
     );
+    for gone in [image_key(&key(), 2, 2), manifest_key(&key(), 2, 2)] {
+        assert!(plan.contains(&gone), "the passed-by image goes: {plan:?}");
+    }
     assert!(
         !plan.contains(&segment_key(&key(), pos(2, 15))),
         "the segments after it stay: {plan:?}"
     );
     assert!(plan.contains(&segment_key(&key(), pos(2, 9))), "{plan:?}");
+}
+
+/// Hole 6b: when no old image is on the head's chain, the base may be an image the head passed
+/// by (the reconciliation keeps it); once an image on the chain is old enough it becomes the
+/// base, and the passed-by image, old and not the base, goes with the segments below the new
+/// base.
+#[test]
+fn final_review_hole6b_a_passed_by_base_goes_once_an_image_on_the_heads_chain_replaces_it() {
+    let based = |epoch, seq, log, created, base| ImageInfo {
+        base,
+        ..image(epoch, seq, log, created)
+    };
+    // (2, 1) at 10 was the head, passed by: (2, 2) at 20 and (2, 3) at 30 built on no head.
+    let images = [
+        based(2, 1, 10, HOUR, None),
+        based(2, 2, 20, 20 * HOUR, None),
+        based(2, 3, 30, 40 * HOUR, Some((2, 2))),
+    ];
+    let segments: Vec<LogPos> = (1..=35).map(|s| pos(2, s)).collect();
+    let run = |now| {
+        plan_of(
+            &images,
+            &segments,
+            Some((2, 3)),
+            Some(pos(2, 35)),
+            (2, 0),
+            (now, 24 * HOUR),
+        )
+    };
+    // At 26 h only (2, 1) is old: it is the base, though off the head's chain.
+    let plan = run(26 * HOUR);
+    assert!(!plan.contains(&image_key(&key(), 2, 1)), "{plan:?}");
+    assert!(!plan.contains(&segment_key(&key(), pos(2, 10))), "{plan:?}");
+    assert!(plan.contains(&segment_key(&key(), pos(2, 9))), "{plan:?}");
+    // At 45 h (2, 2), on the head's chain, is old too: the base; (2, 1) goes.
+    let plan = run(45 * HOUR);
+    for gone in [image_key(&key(), 2, 1), manifest_key(&key(), 2, 1)] {
+        assert!(plan.contains(&gone), "{plan:?}");
+    }
+    assert!(!plan.contains(&image_key(&key(), 2, 2)), "{plan:?}");
+    assert!(plan.contains(&segment_key(&key(), pos(2, 19))), "{plan:?}");
+    assert!(!plan.contains(&segment_key(&key(), pos(2, 20))), "{plan:?}");
 }

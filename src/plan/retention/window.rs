@@ -61,9 +61,14 @@ enum Step {
     /// in the same mode.
     UnnamedImage,
     /// The live tenure takes an image and the head moves to it, but the move's answer is lost:
-    /// the tenure goes on building its images on the head it knew, and its replica's
-    /// reconciliation takes the image back once a later head passes it by.
+    /// the tenure goes on building its images on the head it knew, so a later head passes the
+    /// image by; its replica's reconciliation keeps it once the head is past it and leaves it
+    /// to retention (docs/guarantees.md, "Reconciling puts of unknown outcome").
     UnknownHeadImage,
+    /// The live tenure puts an image and its manifest, and its head move's answer is lost, the
+    /// move never having landed: the tenure goes on; the reconciliation cannot tell this image
+    /// from an `UnknownHeadImage` once the head moved past it, and keeps it too.
+    LostHeadImage,
     /// Retention runs now, and its plan is applied.
     Retention,
 }
@@ -76,9 +81,8 @@ fn step() -> impl Strategy<Value = (Step, u64)> {
         1 => Just(Step::Tenure { logged: false }),
         1 => Just(Step::FailedShip),
         1 => Just(Step::UnnamedImage),
-        // `UnknownHeadImage` is left out of the mix until hole 6b is closed: when no old image
-        // is on the head's chain of bases, the base is one the reconciliation takes back
-        // (`final_review_hole6b_…` below, ignored; docs/testing.md, "Open findings").
+        1 => Just(Step::UnknownHeadImage),
+        1 => Just(Step::LostHeadImage),
         2 => Just(Step::Retention),
     ];
     (step, 1..=5u64)
@@ -95,8 +99,8 @@ struct Tenant {
     head: Option<(u64, u64)>,
     /// The head the live tenure knows (and builds its images on).
     known_head: Option<(u64, u64)>,
-    /// Images of the live tenure whose head move's answer was lost: its replica deletes them
-    /// once the head moves past them on a chain that does not reach them.
+    /// Images of the live tenure whose head move's answer was lost, not judged yet by its
+    /// replica's reconciliation ([`Tenant::reconcile_unknown`]).
     unknown: Vec<(u64, u64)>,
     /// The state the live tenure holds (its next segment is cut from it).
     state: State,
@@ -207,12 +211,9 @@ impl Tenant {
                     .insert(manifest_key(&self.key, info.epoch, info.seq));
                 self.head = Some((info.epoch, info.seq));
                 self.known_head = self.head;
-                // The reconciliation of the images whose head move was lost: the new head is
-                // built on the head the tenure knew, so its chain passes them by.
-                for (e, s) in std::mem::take(&mut self.unknown) {
-                    self.present.remove(&image_key(&self.key, e, s));
-                    self.present.remove(&manifest_key(&self.key, e, s));
-                }
+                // The new head is built on the head the tenure knew, so its chain passes the
+                // images whose head move was lost by: the reconciliation judges them now.
+                self.reconcile_unknown();
                 self.state = state;
             }
             Step::FailedShip if self.logged => {
@@ -235,21 +236,36 @@ impl Tenant {
                 self.unknown.extend(self.head);
                 self.known_head = known;
             }
+            Step::LostHeadImage => {
+                let (head, known) = (self.head, self.known_head);
+                let pending = std::mem::take(&mut self.unknown);
+                self.apply(Step::Image);
+                let lost = self.head;
+                (self.head, self.known_head, self.unknown) = (head, known, pending);
+                self.unknown.extend(lost);
+            }
             Step::Tenure { logged } => self.new_tenure(logged),
             Step::Retention => self.retain_now(),
             Step::Ship | Step::FailedShip => {}
         }
     }
 
-    fn new_tenure(&mut self, logged: bool) {
-        // The ended tenure's reconciliation, fenced: an image the head names is kept; one
-        // below the head (not named) goes.
+    /// The replica's reconciliation of the images whose head move's answer was lost, its tenure
+    /// unable to move the head to them any more (`crate::plan::reconcile::verdict`): an image
+    /// the head names, or one the head moved past (a head that once named it or not), is kept
+    /// and left to retention; one with the head below it was never named and goes.
+    fn reconcile_unknown(&mut self) {
         for (e, s) in std::mem::take(&mut self.unknown) {
-            if self.head != Some((e, s)) {
+            if self.head.is_none_or(|h| h < (e, s)) {
                 self.present.remove(&image_key(&self.key, e, s));
                 self.present.remove(&manifest_key(&self.key, e, s));
             }
         }
+    }
+
+    fn new_tenure(&mut self, logged: bool) {
+        // The ended tenure's reconciliation, fenced.
+        self.reconcile_unknown();
         self.known_head = self.head;
         self.epoch += 1;
         self.next_image = 1;
@@ -434,17 +450,14 @@ proptest! {
     }
 }
 
-/// Hole 6b of the change log's final review, open: images whose head move landed unbeknown
-/// to their tenure (`UnknownHeadImage`), and no old image on the head's chain of bases — the
-/// base is then the newest old image by position, one the replica's reconciliation takes back
-/// once the head passes it by, and a moment of the window can no longer be restored (here
-/// time 1018: `e00000001/log-000000000002 is missing`). Hole 6's fix covers the case with an
-/// old image on the head's chain; this one needs retention and the reconciliation to agree on
-/// what the window needs (the reconciliation keeping an image the window's base stands on, or
-/// retention keeping the segments below an off-chain base). Shrunk by the property test above.
+/// Hole 6b of the change log's final review: images whose head move landed unbeknown to their
+/// tenure (`UnknownHeadImage`), and no old image on the head's chain of bases — the base is
+/// then the newest old image by position, which the head passes by. When the reconciliation
+/// took such an image back, a moment of the window could no longer be restored (time 1018:
+/// `e00000001/log-000000000002 is missing`); it now keeps an image the head moved past and
+/// leaves it to retention. Shrunk by the property test above.
 #[test]
-#[ignore = "open: hole 6b of the change log's final review (docs/testing.md, Open findings)"]
-fn final_review_hole6b_a_base_the_reconciliation_takes_back_leaves_the_window_unrestorable() {
+fn final_review_hole6b_a_base_the_head_passed_by_stays_and_the_window_restores() {
     let mut tenant = Tenant::new(5);
     let steps = [
         (Step::Ship, 1),

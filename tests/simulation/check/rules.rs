@@ -124,8 +124,10 @@ fn listing_mismatch(state: &State, seen: &Seen, t: usize) -> Option<String> {
             || (seq <= tip && ts.segments.keys().any(|&(e2, s2)| s2 == seq && e2 > e))
             || ts.segments.get(&(e, seq)).is_some_and(|seg| seg.retired)
     };
-    // An image whose head move's answer was lost stays only while the head's chain of bases
-    // reaches it; off the chain its replica's reconciliation may take it back at any time.
+    // An image whose head move's answer was lost and that is not yet known to stay (see
+    // `TenantState::img_unconfirmed`) may be there or not off the head's chain of bases: its
+    // replica's reconciliation deletes it while the head is below it and keeps it once the head
+    // is past it, and which came first depends on when its pass ran.
     let mut on_chain = BTreeSet::new();
     let mut at = ts.head;
     while let Some(o) = at.filter(|o| on_chain.insert(*o)) {

@@ -232,7 +232,7 @@ impl State {
         self.tenants[t].objects.insert((epoch, seq), image);
         if self.lease_down {
             // An outage is an answer of unknown outcome: the image is reconciled like one whose
-            // head move timed out (kept only while the head's chain names it).
+            // head move timed out.
             self.tenants[t].img_unconfirmed.insert((epoch, seq));
             return Err(Res::StoreDown);
         }
@@ -251,6 +251,12 @@ impl State {
             return Err(Res::Fenced);
         }
         self.tenants[t].head = Some((epoch, seq));
+        // The tenure's own images whose head move's answer was lost: while it served here the
+        // replica's reconciliation only waited for them; with the head past them it keeps them
+        // and leaves them to retention (docs/guarantees.md, "Reconciling puts of unknown
+        // outcome"), so from here they stay like any image until retention retires them.
+        let image = (epoch, seq);
+        (self.tenants[t].img_unconfirmed).retain(|o| o.0 != epoch || *o > image);
         let tenure = self.tenure(k);
         tenure.chain_head = Some((epoch, seq));
         tenure.dirty = false;
