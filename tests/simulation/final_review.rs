@@ -146,3 +146,47 @@ fn regression_the_windows_base_on_the_heads_chain_may_be_an_image_of_the_logs_st
         LapseInCommit { t: 0, at: Newest },
     ]);
 }
+
+/// Seed 1796177778282040510, shrunk: retention deleted segment (1, 1) while image (1, 1), at
+/// the position (1, 2), stood for it as the window's base; then a damage deleted segment (1, 2)
+/// behind the store's back, which takes the image off the chain for retention from then on
+/// (`State::base_candidates`). The segment rule judged the earlier deletion again with that
+/// image no longer a candidate and called it a breach (`op #14 DamageAt { t: 0, pos: (1, 2),
+/// delete: true } came to [Ok]: … retention deleted segment (1, 1) of tenant 0 …, but no image of
+/// the chain at or past it, older than retain then, is kept`). An image a damage took off the
+/// chain still stands for what retention deleted below it (`State::stood_for_candidates`).
+#[test]
+fn regression_a_damage_after_retention_does_not_unjudge_the_segments_the_base_stood_for() {
+    use Op::*;
+    replay(&[
+        Log {
+            modes: [Shipped; 3],
+            sizes: Sizes::Slow,
+        },
+        Open { r: 0, t: 0 },
+        Open { r: 0, t: 1 },
+        Ticket { t: 0, at: Newest },
+        Write { t: 0, at: Newest },
+        Pitr {
+            t: 0,
+            back: 2,
+            by_time: false,
+        },
+        BulkWrite {
+            t: 0,
+            at: At::On(1),
+        },
+        Write { t: 1, at: Newest },
+        Snapshot { t: 0, at: Newest },
+        Move { t: 0 },
+        Move { t: 1 },
+        Write { t: 0, at: Newest },
+        Snapshot { t: 1, at: Newest },
+        Ticket { t: 0, at: Newest },
+        Damage {
+            t: 0,
+            back: 2,
+            delete: true,
+        },
+    ]);
+}

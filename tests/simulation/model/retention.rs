@@ -157,12 +157,21 @@ impl State {
                 ));
             }
         }
+        // A segment retention deleted is stood for by a kept old image at or past it that was
+        // a candidate when it went: a damage since, deleting the segment at that image's
+        // position, takes the image off the chain for later runs but not for this one.
+        let stood = self.stood_for_candidates(t);
+        let segment_kept = |pos: Pos, when: u64| {
+            stood
+                .iter()
+                .any(|(at, seq)| (*seq, *at) > (pos.1, (0, 0)) && kept_old(at, when))
+        };
         for pos in &chain {
             let key = segment_key(*pos);
             let when = deleted_at(&key);
             let gone = !listed.contains(&key);
             let judged = ts.deleted.contains(pos) || ts.retention_judged.contains(pos);
-            if gone && !judged && !old_kept((pos.1, (0, 0)), when) {
+            if gone && !judged && !segment_kept(*pos, when) {
                 return Some(format!(
                     "retention deleted segment {pos:?} of tenant {t} at {when}, but no image of \
                      the chain at or past it, older than retain then, is kept (stamps {stamps:?})"
@@ -172,6 +181,12 @@ impl State {
         None
     }
 
+    /// [`State::base_candidates`] as they were before any damage deleted a segment at their
+    /// position: what may have stood for the segments retention deleted before the damage.
+    pub fn stood_for_candidates(&self, t: usize) -> Vec<((u64, u64), u64)> {
+        self.candidates(t, false)
+    }
+
     /// The images of tenant `t` a retention window may start from, with their position's
     /// `seq`: on the chain, not beyond the log, not past the head's position, and with the
     /// segment at their position not deleted behind the store's back (`Op::Damage`): retention
@@ -179,6 +194,12 @@ impl State {
     /// for that reason; once the world took it, the image is off the chain for retention, and
     /// a damaged store voids the window's promise there.
     pub fn base_candidates(&self, t: usize) -> Vec<((u64, u64), u64)> {
+        self.candidates(t, true)
+    }
+
+    /// The base candidates of tenant `t`; `damage_counts`: an image whose position's segment a
+    /// damage deleted is not one.
+    fn candidates(&self, t: usize, damage_counts: bool) -> Vec<((u64, u64), u64)> {
         let ts = &self.tenants[t];
         let chain = self.chain_of(t);
         let head_log = ts
@@ -190,7 +211,7 @@ impl State {
             .filter(|(_, image)| !image.beyond_log)
             .filter_map(|(at, image)| {
                 let log = image.log?;
-                let judged = chain.contains(&log) && !ts.deleted.contains(&log);
+                let judged = chain.contains(&log) && !(damage_counts && ts.deleted.contains(&log));
                 (judged && log.1 <= head_log).then_some((*at, log.1))
             })
             .collect()
