@@ -66,12 +66,13 @@ struct TenantView {
     due: crate::compaction::DueTracker,
 }
 
-/// Runs until `stop` is set; every finding goes to the history.
+/// Runs until `stop` is set; every finding goes to the history. `compact`: the run's compaction
+/// count, `None` when `image-overdue` is not judged.
 pub async fn run(
     stores: Stores,
     history: Arc<History>,
     tenants: u32,
-    compact: u64,
+    compact: Option<u64>,
     scratch: PathBuf,
     stop: Arc<AtomicBool>,
 ) {
@@ -96,7 +97,7 @@ async fn poll(
     stores: &Stores,
     history: &History,
     tenant: u32,
-    compact: u64,
+    compact: Option<u64>,
     view: &mut TenantView,
     scratch: &std::path::Path,
 ) -> Result<(), String> {
@@ -175,12 +176,12 @@ async fn poll(
 fn judge_due(
     history: &History,
     tenant: u32,
-    compact: u64,
+    compact: Option<u64>,
     view: &mut TenantView,
     record: &LeaseRecord,
     now: u64,
 ) {
-    let Some(tip) = record.tip else {
+    let (Some(tip), Some(compact)) = (record.tip, compact) else {
         return;
     };
     let (head_log, head_bytes) = match (&record.head, view.head) {

@@ -406,7 +406,7 @@ impl Handler<LeaseLost> for TenantActor {
 /// The longest a logged tenant's flush may take: settling the log — `segments` segments (the one
 /// in flight and those the waiting batches are cut into), each up to `PUT_WAITS` waits of its
 /// put's deadline (`upload`: `store_deadline` grown with at most the ledger's size: its sends,
-/// a wait for its tries to settle and a read-back) and up
+/// a wait for its tries to settle and a look at its size) and up
 /// to `TIP_ASKS` tip-move asks, each waiting at most `tip_wait` (the tip batcher's longest wait:
 /// a batch ahead and its own) — then the release (promise 6 in docs/guarantees.md).
 pub(super) fn logged_flush_bound(

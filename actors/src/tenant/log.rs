@@ -39,7 +39,7 @@ const PUT_RETRIES: u32 = 2;
 
 /// How many put deadlines one segment's put may take at most, counted by a flush: its sends
 /// (`1 + PUT_RETRIES`), then, after an `AlreadyExists`, the wait for every try of its key to
-/// settle and the read-back of its bytes.
+/// settle and the look at its size.
 pub(crate) const PUT_WAITS: u32 = 1 + PUT_RETRIES + 2;
 
 /// How many times one segment's tip move is asked at most: a flush counts each at its longest
@@ -504,21 +504,28 @@ pub(crate) async fn ship(
             // An earlier try of this very put may have landed (a retried request), or may still
             // run (S3 answers a create racing another write of the key with 409, which reads as
             // `AlreadyExists` with nothing there yet): let every try of the key settle, then
-            // the segment is ours only if it holds exactly these bytes.
+            // look at what the key holds. Its size is enough, and a HEAD is all it costs (a
+            // read-back of a large segment on a slow link outlived its deadline): the key names
+            // this tenure's epoch and this position, which only this tenure writes, once, with
+            // these bytes — an object there of their length is ours (and a damaged one is
+            // caught by every restore's checksums).
             let settle = put_deadline(rt.store_deadline, bytes.len());
             if rt.durable.settle_put(&skey, settle).await.is_err() {
                 return Err(unshipped(format!("{skey}: an earlier try still runs")));
             }
             let found = rt
                 .durable
-                .get_sized(&skey, bytes.len() as u64)
+                .size(&skey)
                 .await
                 .map_err(|e| unshipped(e.to_string()))?;
             match found {
-                Some(found) if found == bytes => tracked.answered(),
-                Some(_) => {
+                Some(size) if size == bytes.len() as u64 => tracked.answered(),
+                Some(size) => {
                     tracked.not_ours(&skey);
-                    return Err(unshipped(format!("{skey} already holds other bytes")));
+                    return Err(unshipped(format!(
+                        "{skey} already holds {size} bytes, not these {}",
+                        bytes.len()
+                    )));
                 }
                 // Nothing there after every try settled: nothing of this put can land; the
                 // entry keeps the key (absent is not another writer's).
