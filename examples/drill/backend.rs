@@ -68,6 +68,9 @@ pub struct Stores {
     pub leases: SharedLeaseStore,
     /// The durable store.
     pub durable: SharedDurableStore,
+    /// The SQLite lease file's handle, to hold its connection idle before a stop (`None` on
+    /// PostgreSQL).
+    pub lease_file: Option<SqliteLeaseStore>,
     /// Where they are, for the driver's first lines.
     pub location: String,
 }
@@ -79,8 +82,9 @@ pub async fn open(backend: Backend, run_dir: &Path, run_name: &str) -> Result<St
             let leases = SqliteLeaseStore::open(&run_dir.join("leases.db"))?;
             let durable = DirStore::open(&run_dir.join("durable"))?;
             Ok(Stores {
-                leases: Arc::new(leases),
+                leases: Arc::new(leases.clone()),
                 durable: Arc::new(durable),
+                lease_file: Some(leases),
                 location: format!("{0}/leases.db, {0}/durable/", run_dir.display()),
             })
         }
@@ -136,6 +140,7 @@ mod servers {
         Ok(Stores {
             leases: Arc::new(leases),
             durable: Arc::new(durable),
+            lease_file: None,
             location: format!(
                 "PostgreSQL table {run_name}, s3://{bucket}/{run_name}/ at {endpoint}"
             ),

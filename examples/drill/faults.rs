@@ -351,6 +351,12 @@ async fn zombie_writes(
     if c.is_stopped(slot) {
         tokio::time::sleep(Duration::from_millis(100)).await;
         c.resume(slot).await?;
+        // The lease file's connection, if held before the stop, goes back once the zombie's
+        // writes are under way (they arrive before this on the replica's stdin).
+        let release = Op::Lease {
+            fault: LeaseFault::ReleaseFile,
+        };
+        proc.call(release, Duration::from_secs(2)).await.ok();
     }
     let mut outcomes = Vec::new();
     for write in writes {
@@ -494,6 +500,16 @@ async fn forget_paused(
     let (Some(&tenant), Some(other)) = (rng.pick(&owned), pick_other(c, slot, rng)) else {
         return Ok(None);
     };
+    // Stopped between two transactions on the lease file: stopped inside one, it would stall
+    // every replica of a SQLite lease file, and nobody could take the tenant over to forget it
+    // (CI's runs of 2026-12-01 and 12-02, seeds 4, 5, 6).
+    let proc = c.live(slot).ok_or("no live process to pause")?;
+    let hold = Op::Lease {
+        fault: LeaseFault::HoldFile,
+    };
+    proc.call(hold, Duration::from_secs(5))
+        .await
+        .map_err(|e| format!("holding the lease file: {e:?}"))?;
     hold_and_pause(c, slot).await?;
     let mut text = format!("SIGSTOP {} (owner of t{tenant})", c.slots[slot].name);
     match take_over(c, tenant, other, slot).await {

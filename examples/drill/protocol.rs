@@ -265,6 +265,13 @@ pub enum LeaseFault {
     Down,
     /// Renewals wait (the store deadline ends them): the holder learns of no loss meanwhile.
     HoldRenewals,
+    /// The replica's connection to the SQLite lease file is held idle (answered once no
+    /// transaction of the replica is open on the file): the replica is about to be stopped, and
+    /// a process stopped inside a write transaction stalls every replica of the file until it
+    /// resumes. A no-op on PostgreSQL.
+    HoldFile,
+    /// The lease file's connection goes back to the replica (after `HoldFile`).
+    ReleaseFile,
     /// No fault.
     Clear,
 }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::lease::SharedLeaseStore;
+use leasehold::lease::sqlite::{ConnectionHold, SqliteLeaseStore};
 use leasehold::ledger::NewEvent;
 use leasehold::testkit::{FaultyLeaseStore, FaultyStore};
 use leasehold::{Error, LeaseStore, OrgId, ReplicaId, TenantId};
@@ -96,6 +97,9 @@ struct Replica {
     records_use_host_clock: bool,
     /// The lease store's fault switches.
     lease_faults: FaultyLeaseStore,
+    /// The SQLite lease file's handle (`None` on PostgreSQL), and its connection while held.
+    lease_file: Option<SqliteLeaseStore>,
+    file_hold: std::cell::RefCell<Option<ConnectionHold>>,
     /// The durable store's fault switches.
     store: FaultyStore,
     /// Beneath them, the switch of puts that land late.
@@ -205,6 +209,8 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
         acquired,
         records_use_host_clock: args.backend.records_use_host_clock(),
         lease_faults,
+        lease_file: stores.lease_file,
+        file_hold: std::cell::RefCell::default(),
         store,
         late,
         out,
@@ -298,6 +304,9 @@ impl Replica {
             Op::Snapshot { tenant } => self.snapshot(tenant).await,
             Op::Read { tenant } => self.read(tenant).await,
             Op::Fault { fault } => Ok(self.fault(fault)),
+            Op::Lease {
+                fault: LeaseFault::HoldFile,
+            } => self.hold_file().await,
             Op::Lease { fault } => Ok(self.lease_fault(fault)),
             Op::Admit { tenant, session } => self.admit(tenant, session).await,
             Op::SessionWrite {
@@ -565,12 +574,31 @@ impl Replica {
         match fault {
             LeaseFault::Down => self.lease_faults.set_down(true),
             LeaseFault::HoldRenewals => self.lease_faults.hold_renewals(),
+            // Taken in `hold_file`.
+            LeaseFault::HoldFile => {}
+            LeaseFault::ReleaseFile => drop(self.file_hold.borrow_mut().take()),
             LeaseFault::Clear => {
                 self.lease_faults.set_down(false);
                 self.lease_faults.release_renewals();
+                drop(self.file_hold.borrow_mut().take());
             }
         }
         Answer::Done { epoch: None }
+    }
+
+    /// Holds the lease file's connection idle; answers once it is held.
+    async fn hold_file(&self) -> Result<Answer, Answer> {
+        if let Some(file) = self.lease_file.clone() {
+            let hold = tokio::task::spawn_blocking(move || file.hold_connection())
+                .await
+                .map_err(|e| Answer::Failed {
+                    code: "DRILL_HOLD_FILE".into(),
+                    message: format!("holding the lease file: {e}"),
+                    owner: None,
+                })?;
+            *self.file_hold.borrow_mut() = Some(hold);
+        }
+        Ok(Answer::Done { epoch: None })
     }
 
     async fn close(&self) -> Result<Answer, Answer> {

@@ -59,6 +59,8 @@ use crate::lease::{
 };
 
 mod erasures;
+#[cfg(feature = "testkit")]
+mod hold;
 mod listing;
 mod open;
 mod plumbing;
@@ -66,6 +68,8 @@ mod replicas;
 mod rules;
 mod schema;
 
+#[cfg(feature = "testkit")]
+pub use hold::ConnectionHold;
 pub use open::LeaseFileOptions;
 
 use plumbing::{store_error, with_retries};
