@@ -56,6 +56,9 @@ enum Stop {
     Missing,
     /// A segment fails its checks, or the chain does not meet the image.
     Corrupt,
+    /// A damaged segment retention may have deleted meanwhile: `Corrupt` while it is there, the
+    /// end of the window once it is gone (seed 1796180657680107252).
+    CorruptUnlessGone,
 }
 
 impl State {
@@ -198,6 +201,7 @@ impl State {
             Ok((content, _)) => vec![Res::Keys(content)],
             Err(Stop::Missing) => vec![Res::OutsideRetention],
             Err(Stop::Corrupt) => vec![Res::Corrupt],
+            Err(Stop::CorruptUnlessGone) => vec![Res::Corrupt, Res::OutsideRetention],
         }
     }
 
@@ -233,7 +237,11 @@ impl State {
             };
             racing |= seg.retired;
             if seg.damaged {
-                return Err(Stop::Corrupt);
+                return Err(if seg.retired {
+                    Stop::CorruptUnlessGone
+                } else {
+                    Stop::Corrupt
+                });
             }
             if !found
                 && let PitrTarget::Time { expect, .. } = target
@@ -317,16 +325,19 @@ impl State {
     /// damaged — else `Missing` (outside the retention window).
     fn image_missing_or_damaged(&self, t: usize, at: Option<Pos>, kept: &[Pos]) -> Stop {
         let ts = &self.tenants[t];
-        let damaged = (ts.objects.iter()).any(|(o, image)| {
+        let mut damaged = (ts.objects.iter()).filter(|(o, image)| {
             o.0 > ts.floor
                 && image.log == at
                 && image.corrupt
                 && (!kept.is_empty() || !image.beyond_log)
         });
-        if damaged {
-            Stop::Corrupt
-        } else {
-            Stop::Missing
+        match damaged.next() {
+            None => Stop::Missing,
+            // Retention may have deleted every such image meanwhile.
+            Some((_, first)) if first.retired && damaged.all(|(_, image)| image.retired) => {
+                Stop::CorruptUnlessGone
+            }
+            Some(_) => Stop::Corrupt,
         }
     }
 

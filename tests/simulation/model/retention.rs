@@ -117,6 +117,10 @@ impl State {
         let ts = &self.tenants[t];
         let chain = self.chain_of(t);
         let candidates = self.base_candidates(t);
+        // What may have stood for an object retention deleted before a damage took a
+        // candidate off the chain (seeds 1796177778282040510, segments; 1796180657680107252,
+        // images): the candidates as they were before any damage.
+        let stood = self.stood_for_candidates(t);
         let head_chain = self.head_chain_of(t);
         // Still there at `when`, and older than `retain` then: listed, or deleted no earlier (a
         // later run of the same op may have replaced it with a newer base).
@@ -130,7 +134,7 @@ impl State {
         // A kept image of the chain, older than `retain`, holding `above` or later (and, for
         // an image, newer than `than`): the window's base, standing for what went below it.
         let old_kept = |above: (u64, (u64, u64)), when: u64| {
-            candidates
+            stood
                 .iter()
                 .any(|(at, seq)| (*seq, *at) > above && kept_old(at, when))
         };
@@ -160,7 +164,6 @@ impl State {
         // A segment retention deleted is stood for by a kept old image at or past it that was
         // a candidate when it went: a damage since, deleting the segment at that image's
         // position, takes the image off the chain for later runs but not for this one.
-        let stood = self.stood_for_candidates(t);
         let segment_kept = |pos: Pos, when: u64| {
             stood
                 .iter()
