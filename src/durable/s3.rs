@@ -4,6 +4,7 @@
 //! ```text
 //! put_if_absent   one PUT with If-None-Match: *        412 / 304 / 409 -> Put::AlreadyExists
 //! get             GET                                   404 -> None
+//! get_sized       GET; a long one on the transfer client as get
 //! size            HEAD                                  404 -> None
 //! list_page       ListObjectsV2 with start-after        raw keys; what is no store key is skipped
 //! list            list_page until the end, sorted       keys below the store's own prefix
@@ -19,6 +20,10 @@
 //! Every key and prefix is validated ([`check_key`], [`check_prefix`], [`check_list_prefix`])
 //! before any request is made. Every request has a deadline and bounded retries with exponential
 //! backoff ([`S3Limits`]); every call as a whole has a deadline too ([`S3Limits::op_timeout`]).
+//! A put or a sized get whose bytes take more than a second at the slowest rate the runtime gives
+//! time for (8 MiB/s) goes through a second client whose HTTP timeout fits the largest object:
+//! `request_timeout` does not cut it short, and `op_timeout`, the longest any call lives (which
+//! the runtime's `put_lifetime` mirrors: docs/guarantees.md, the numbers), ends it.
 //!
 //! ## Size bound
 //! `put_if_absent` is a single conditional `PUT`: multipart uploads have no conditional create
@@ -61,6 +66,10 @@ pub const S3_MAX_PUT_BYTES: u64 = 5 * 1024 * 1024 * 1024;
 pub struct S3Store {
     /// The client.
     inner: AmazonS3,
+    /// The client for long transfers (an object whose bytes take more than a second at the
+    /// slowest rate): its HTTP timeout fits the largest object, and `op_timeout` ends a call
+    /// that stalls ([`S3Limits::is_long_transfer`]).
+    transfer: AmazonS3,
     /// The bucket's name, for messages.
     bucket: String,
     /// `""` or whole segments ending with `/`, put before every key.
@@ -135,25 +144,13 @@ impl S3Store {
             limits.request_timeout,
             limits.connect_timeout,
         )?;
-        let timeout = |d: Duration| format!("{}ms", duration_ms(d));
-        let inner = builder
-            .with_bucket_name(bucket)
-            // Always the standard If-None-Match: *, whatever the environment says.
-            .with_conditional_put(S3ConditionalPut::ETagMatch)
-            .with_config(
-                AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
-                timeout(limits.request_timeout),
-            )
-            .with_config(
-                AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
-                timeout(limits.connect_timeout),
-            )
-            .with_retry(limits.retry())
-            .build()
-            .map_err(|e| Error::InvalidOption {
-                name: "s3",
-                reason: e.to_string(),
-            })?;
+        let transfer = Self::client(
+            builder.clone(),
+            bucket,
+            &limits,
+            limits.transfer_request_timeout(),
+        )?;
+        let inner = Self::client(builder, bucket, &limits, limits.request_timeout)?;
         let raw = RawBucket {
             client,
             bucket_url,
@@ -165,11 +162,41 @@ impl S3Store {
         };
         Ok(Self {
             inner,
+            transfer,
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
             limits,
             raw,
         })
+    }
+
+    /// An `object_store` client on `bucket` whose every request gives up after
+    /// `request_timeout`.
+    fn client(
+        builder: AmazonS3Builder,
+        bucket: &str,
+        limits: &S3Limits,
+        request_timeout: Duration,
+    ) -> Result<AmazonS3, Error> {
+        let timeout = |d: Duration| format!("{}ms", duration_ms(d));
+        builder
+            .with_bucket_name(bucket)
+            // Always the standard If-None-Match: *, whatever the environment says.
+            .with_conditional_put(S3ConditionalPut::ETagMatch)
+            .with_config(
+                AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+                timeout(request_timeout),
+            )
+            .with_config(
+                AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                timeout(limits.connect_timeout),
+            )
+            .with_retry(limits.retry())
+            .build()
+            .map_err(|e| Error::InvalidOption {
+                name: "s3",
+                reason: e.to_string(),
+            })
     }
 
     /// The bucket.
@@ -199,6 +226,32 @@ impl S3Store {
                 op,
                 after_ms: duration_ms(self.limits.op_timeout),
             }),
+        }
+    }
+
+    /// The client for moving `bytes` bytes in one request ([`S3Limits::is_long_transfer`]).
+    fn client_for(&self, bytes: u64) -> &AmazonS3 {
+        if self.limits.is_long_transfer(bytes) {
+            &self.transfer
+        } else {
+            &self.inner
+        }
+    }
+
+    /// The object at `path` read whole with `client`, or `None`.
+    async fn get_with(
+        &self,
+        client: &AmazonS3,
+        path: &Path,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let found = match client.get(path).await {
+            Ok(found) => found,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(s3_error("get", &self.limits, e)),
+        };
+        match found.bytes().await {
+            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Err(e) => Err(s3_error("get", &self.limits, e)),
         }
     }
 
@@ -273,12 +326,9 @@ impl DurableStore for S3Store {
         }
         let path = self.path(key)?;
         let opts = PutOptions::from(PutMode::Create);
+        let client = self.client_for(size);
         self.bounded("put_if_absent", async {
-            match self
-                .inner
-                .put_opts(&path, PutPayload::from(bytes), opts)
-                .await
-            {
+            match client.put_opts(&path, PutPayload::from(bytes), opts).await {
                 Ok(_) => Ok(Put::Created),
                 Err(
                     object_store::Error::AlreadyExists { .. }
@@ -294,18 +344,14 @@ impl DurableStore for S3Store {
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         check_key(key)?;
         let path = self.path(key)?;
-        self.bounded("get", async {
-            let found = match self.inner.get(&path).await {
-                Ok(found) => found,
-                Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                Err(e) => return Err(s3_error("get", &self.limits, e)),
-            };
-            match found.bytes().await {
-                Ok(bytes) => Ok(Some(bytes.to_vec())),
-                Err(e) => Err(s3_error("get", &self.limits, e)),
-            }
-        })
-        .await
+        self.bounded("get", self.get_with(&self.inner, &path)).await
+    }
+
+    async fn get_sized(&self, key: &str, expected: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        check_key(key)?;
+        let path = self.path(key)?;
+        let client = self.client_for(expected);
+        self.bounded("get", self.get_with(client, &path)).await
     }
 
     async fn size(&self, key: &str) -> Result<Option<u64>, StoreError> {

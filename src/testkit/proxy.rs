@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!  client ──► [ c→s: stall? hold? delay? ] ──► server      Flow::stall     both ways stop, no reset
-//!  client ◄── [ s→c: stall? dropping?    ] ◄── server      Flow::hold      c→s bytes kept back,
+//!  client ◄── [ s→c: stall? drop? delay? ] ◄── server      Flow::hold      c→s bytes kept back,
 //!                                                                           Flow::release_held delivers them
 //!                                                          Flow::drop_next_answer
 //!                                                                           the server's answer to the
@@ -170,6 +170,8 @@ struct FlowState {
     pass_close: bool,
     /// Each client→server chunk waits this long before it is forwarded.
     delay: Duration,
+    /// Each server→client chunk waits this long before it is forwarded.
+    down_delay: Duration,
     /// Client→server bytes forwarded.
     to_server: u64,
     /// Server→client bytes read from the server (dropped or not).
@@ -285,6 +287,11 @@ impl Flow {
         self.update(|s| s.delay = delay);
     }
 
+    /// Each later server→client chunk waits `delay` before it is forwarded: a slow download.
+    pub fn set_download_delay(&self, delay: Duration) {
+        self.update(|s| s.down_delay = delay);
+    }
+
     /// How many client→server bytes are kept back now.
     pub fn held_bytes(&self) -> usize {
         lock(&self.state).held.len()
@@ -377,6 +384,10 @@ impl Flow {
                 Ok(n) => n,
             };
             self.wait_until(|s| !s.stalled).await;
+            let delay = lock(&self.state).down_delay;
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             let dropping = self.update(|s| {
                 s.from_server += n as u64;
                 s.dropping

@@ -240,3 +240,52 @@ async fn a_put_whose_answer_is_dropped_applied_and_its_retry_is_already_exists()
     let all = store("").delete_prefix(&format!("{run}/")).await;
     assert_eq!(all, Ok(1));
 }
+
+/// A large object on a link slower than one request's timeout allows, yet faster than the
+/// slowest rate the runtime gives time for (8 MiB/s): its put and its sized get take as long as
+/// their bytes need (up to `op_timeout`), not the client's `request_timeout`. Before, a put of
+/// a large image (or a restore's sized get of one) on S3 was cut at `request_timeout` (30 s by
+/// default: one HTTP request, body included), however long the runtime's sized deadline and
+/// `op_timeout` waited: a 512 MiB image on an 8 MiB/s link needs 64 s. Here 12 MiB cross a
+/// proxy that waits 1 ms before each 16 KiB chunk (at most 16 MiB/s: 0.75 s or more; 2.0 s
+/// and 1.7 s measured) against a `request_timeout` of 300 ms, with no retries. Before the fix
+/// the put answered `Timeout { op: "put_if_absent", after_ms: 300 }` after 320 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_put_and_sized_get_on_a_slow_link_take_the_time_of_their_bytes() {
+    const REQUEST: Duration = Duration::from_millis(300);
+    const BYTES: usize = 12 * 1024 * 1024;
+    let run = fresh("s3-slow-link");
+    let limits = S3Limits {
+        max_retries: 0,
+        ..request_limits(REQUEST)
+    };
+    let (s, proxy) = proxied(&format!("{run}/"), limits).await;
+    let bytes: Vec<u8> = (0..BYTES).map(|i| (i % 251) as u8).collect();
+
+    proxy.on_next_flow(|flow| flow.set_delay(Duration::from_millis(1)));
+    let started = Instant::now();
+    let put = s.put_if_absent("big", bytes.clone()).await;
+    let took = started.elapsed();
+    eprintln!("s3: a 12 MiB put on a slow link: {put:?} after {took:?}");
+    assert_eq!(put, Ok(Put::Created), "after {took:?}");
+    assert!(
+        took > REQUEST,
+        "the link was slower than one request's timeout: {took:?}"
+    );
+
+    proxy.on_next_flow(|flow| flow.set_download_delay(Duration::from_millis(1)));
+    let started = Instant::now();
+    let got = s.get_sized("big", BYTES as u64).await;
+    let took = started.elapsed();
+    eprintln!(
+        "s3: a sized get of 12 MiB on a slow link: {:?} after {took:?}",
+        got.as_ref().map(|b| b.as_ref().map(Vec::len))
+    );
+    assert!(got == Ok(Some(bytes)), "the object, whole, after {took:?}");
+    assert!(
+        took > REQUEST,
+        "the link was slower than one request's timeout: {took:?}"
+    );
+    let all = store("").delete_prefix(&format!("{run}/")).await;
+    assert_eq!(all, Ok(1));
+}

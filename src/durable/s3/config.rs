@@ -8,6 +8,7 @@ use object_store::{BackoffConfig, RetryConfig};
 
 use super::S3_MAX_PUT_BYTES;
 use crate::clock::duration_ms;
+use crate::deadline::{MIN_PUT_BYTES_PER_SEC, put_deadline};
 use crate::error::Error;
 
 /// Where the store is and who it is, given explicitly (see [`super::S3Store::from_env`] for the usual
@@ -114,6 +115,24 @@ impl S3Limits {
         Ok(())
     }
 
+    /// Whether a call that moves `bytes` bytes of one object in one request is a long
+    /// transfer: more than one second at the slowest rate the runtime gives time for
+    /// ([`MIN_PUT_BYTES_PER_SEC`]). A long one goes through the client whose HTTP timeout fits
+    /// the largest object ([`S3Limits::transfer_request_timeout`]), so `request_timeout` does
+    /// not cut it short; `op_timeout` still ends it, as every call (the longest a put lives,
+    /// which the runtime's `put_lifetime` mirrors).
+    pub(super) fn is_long_transfer(&self, bytes: u64) -> bool {
+        bytes > MIN_PUT_BYTES_PER_SEC
+    }
+
+    /// The HTTP timeout of the client for long transfers: one request of the largest object
+    /// ([`S3Limits::max_object_bytes`]) at the slowest rate. `op_timeout` ends a transfer
+    /// before that.
+    pub(super) fn transfer_request_timeout(&self) -> Duration {
+        let largest = usize::try_from(self.max_object_bytes).unwrap_or(usize::MAX);
+        put_deadline(self.request_timeout, largest)
+    }
+
     /// The retry policy handed to `object_store`.
     pub(super) fn retry(&self) -> RetryConfig {
         RetryConfig {
@@ -125,5 +144,27 @@ impl S3Limits {
             max_retries: self.max_retries,
             retry_timeout: self.retry_timeout,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transfer_longer_than_a_second_at_the_slowest_rate_is_a_long_one() {
+        let limits = S3Limits::default();
+        assert!(
+            !limits.is_long_transfer(1024),
+            "a small object uses the usual client"
+        );
+        assert!(!limits.is_long_transfer(MIN_PUT_BYTES_PER_SEC));
+        assert!(limits.is_long_transfer(MIN_PUT_BYTES_PER_SEC + 1));
+        // The long-transfer client lets one request carry the largest object (5 GiB) at 8 MiB/s,
+        // on top of the request timeout (30 s): 670 s, where every request was cut at 30 s.
+        assert_eq!(
+            limits.transfer_request_timeout(),
+            Duration::from_secs(30 + 5 * 1024 / 8)
+        );
     }
 }
