@@ -32,7 +32,10 @@ pub mod manifest;
 pub mod restore;
 
 pub use install::{install_empty, install_image};
-pub use manifest::{Manifest, has_sqlite_header, is_sha256_hex, parse_manifest, verify};
+pub use manifest::{
+    MAX_MANIFEST_BYTES, Manifest, has_sqlite_header, is_newer_format, is_sha256_hex,
+    parse_manifest, verify,
+};
 pub use restore::{ImageAt, fetch_restorable, next_candidate, upload_image, upload_image_checked};
 
 /// The manifest format this build writes and reads.

@@ -117,8 +117,10 @@ pub async fn finish_erasure(
 /// the storage bound): lists the tenant, reads the manifests of its images above the floor,
 /// and deletes what [`crate::plan::retention::retention_plan`] chooses, in batches of
 /// [`SWEEP_PAGE_KEYS`]. `now_ms` is wall-clock milliseconds since the Unix epoch (manifests and
-/// segments carry wall-clock times). A manifest that is missing or does not parse counts as an
-/// image to keep (its image is never chosen). Returns how many objects went.
+/// segments carry wall-clock times). A manifest that is gone since the listing or of a newer
+/// format counts as an image to keep (its image is never chosen); one that does not parse,
+/// read twice, is damaged: it and its image go unless it is the head's. Returns how many
+/// objects went.
 pub async fn sweep_retention(
     store: &dyn DurableStore,
     key: &LeaseKey,
@@ -156,27 +158,27 @@ pub async fn sweep_retention(
         if !listed_set.contains(image.as_str()) {
             continue;
         }
-        let parsed = store
-            .get(object)
-            .await?
-            .and_then(|bytes| crate::image::parse_manifest(&bytes, key, epoch, seq).ok());
-        images.push(match parsed {
-            Some(m) => ImageInfo {
+        images.push(match read_manifest(store, key, object, epoch, seq).await? {
+            ManifestRead::Parsed(m) => ImageInfo {
                 epoch,
                 seq,
                 log: m.log,
                 created_at_ms: m.created_at_ms,
                 beyond_log: m.beyond_log,
                 base: m.base.map(|b| (b.epoch, b.seq)),
+                damaged: false,
             },
-            // Unreadable: kept as if published now, so it is never chosen.
-            None => ImageInfo {
+            // Unreadable: as if published now, so it is never chosen; a damaged one goes
+            // unless it is the head (`ImageInfo::damaged`), one gone meanwhile or of a newer
+            // format stays.
+            other => ImageInfo {
                 epoch,
                 seq,
                 log: None,
                 created_at_ms: now_ms,
                 beyond_log: true,
                 base: None,
+                damaged: matches!(other, ManifestRead::Damaged),
             },
         });
     }
@@ -195,6 +197,39 @@ pub async fn sweep_retention(
         store.delete_keys(chunk).await?;
     }
     Ok(doomed.len())
+}
+
+/// What retention's read of one manifest found.
+enum ManifestRead {
+    /// It parsed and checked.
+    Parsed(crate::image::Manifest),
+    /// It did not parse, twice (a read damaged on its way is read again): no restore can use
+    /// it or its image.
+    Damaged,
+    /// Gone since the listing, or written by a newer build (its format version is above this
+    /// build's: a replica of that build reads it): kept.
+    Kept,
+}
+
+/// Reads and classifies the manifest at `object`, `manifest_key(key, epoch, seq)`.
+async fn read_manifest(
+    store: &dyn DurableStore,
+    key: &LeaseKey,
+    object: &str,
+    epoch: u64,
+    seq: u64,
+) -> Result<ManifestRead, StoreError> {
+    for _ in 0..2 {
+        let Some(bytes) = store.get(object).await? else {
+            return Ok(ManifestRead::Kept);
+        };
+        match crate::image::parse_manifest(&bytes, key, epoch, seq) {
+            Ok(m) => return Ok(ManifestRead::Parsed(m)),
+            Err(_) if crate::image::is_newer_format(&bytes) => return Ok(ManifestRead::Kept),
+            Err(_) => {}
+        }
+    }
+    Ok(ManifestRead::Damaged)
 }
 
 /// What a sweep of a whole store found and did.

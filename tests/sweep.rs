@@ -156,3 +156,87 @@ async fn s3_a_sweep_longer_than_one_calls_deadline_keeps_the_progress_of_each_pa
     assert_eq!(sweep_dead_epochs(&store, &key(), 1).await, Ok(1_500));
     assert_eq!(inner.list(&prefix).await.unwrap(), live.to_vec());
 }
+
+/// A manifest with the head's fields, for retention's reads.
+fn manifest_json(epoch: u64, seq: u64, created_at_ms: u64) -> Vec<u8> {
+    leasehold::image::Manifest {
+        format: leasehold::image::FORMAT_VERSION,
+        key: key().to_string(),
+        epoch,
+        seq,
+        size: 4,
+        sha256: leasehold::image::sha256_hex(b"page"),
+        base: None,
+        created_at_ms,
+        log: None,
+        beyond_log: false,
+    }
+    .to_json()
+    .unwrap()
+}
+
+/// Retention and damaged manifests (docs/guarantees.md, the storage bound): a manifest that does
+/// not parse names an image no restore can use, so it goes with its image — it was kept for
+/// ever before, as if published at every run's `now`. The head's stays (an open names it
+/// `Corrupt`, and an operator looks at it); so does a manifest of a newer format, which a
+/// replica of the newer build reads.
+#[tokio::test]
+async fn retention_deletes_a_damaged_manifest_and_its_image_but_not_the_heads_or_a_newer_formats() {
+    use leasehold::lease::LeaseRecord;
+    let store = MemStore::new();
+    let put = |k: String, v: Vec<u8>| {
+        let store = store.clone();
+        async move { store.put_if_absent(&k, v).await.unwrap() }
+    };
+    // (1, 1): damaged; (1, 2): a newer format; (2, 1): the head, damaged too.
+    put(image_key(&key(), 1, 1), b"page".to_vec()).await;
+    put(
+        manifest_key(&key(), 1, 1),
+        b"{\"format\": 1, trunc".to_vec(),
+    )
+    .await;
+    let mut newer: serde_json::Value = serde_json::from_slice(&manifest_json(1, 2, 10)).unwrap();
+    newer["format"] = serde_json::json!(leasehold::image::FORMAT_VERSION + 1);
+    put(image_key(&key(), 1, 2), b"page".to_vec()).await;
+    put(
+        manifest_key(&key(), 1, 2),
+        serde_json::to_vec(&newer).unwrap(),
+    )
+    .await;
+    put(image_key(&key(), 2, 1), b"page".to_vec()).await;
+    put(manifest_key(&key(), 2, 1), b"garbage".to_vec()).await;
+    let record = LeaseRecord {
+        key: key().to_string(),
+        owner: "a".into(),
+        epoch: 2,
+        expires_at_ms: 0,
+        released: true,
+        floor: 0,
+        head: Some(leasehold::layout::ImageRef {
+            epoch: 2,
+            seq: 1,
+            sha256: leasehold::image::sha256_hex(b"page"),
+        }),
+        tip: None,
+    };
+    let went = leasehold::sweep::sweep_retention(
+        &store,
+        &key(),
+        &record,
+        1_000_000,
+        Duration::from_secs(1),
+    )
+    .await
+    .unwrap();
+    let left = store.list(&key().prefix()).await.unwrap();
+    assert_eq!(went, 2, "the damaged manifest and its image: {left:?}");
+    assert_eq!(
+        left,
+        vec![
+            image_key(&key(), 1, 2),
+            manifest_key(&key(), 1, 2),
+            image_key(&key(), 2, 1),
+            manifest_key(&key(), 2, 1),
+        ],
+    );
+}

@@ -226,6 +226,7 @@ pub async fn measure(
             created_at_ms: m.created_at_ms,
             beyond_log: m.beyond_log,
             base: m.base.map(|b| (b.epoch, b.seq)),
+            damaged: false,
         });
     }
     let listed: Vec<String> = sizes.iter().map(|(k, _)| k.clone()).collect();

@@ -79,7 +79,23 @@ pub fn has_sqlite_header(bytes: &[u8]) -> bool {
     bytes.starts_with(SQLITE_HEADER)
 }
 
-/// Parses the manifest fetched from `manifest_key(key, epoch, seq)` and checks it: valid JSON,
+/// The largest manifest this build reads: a real one is a few hundred bytes; anything larger
+/// at a manifest's key is damage, refused before it is parsed.
+pub const MAX_MANIFEST_BYTES: usize = 64 * 1024;
+
+/// Whether `bytes` are a manifest of a format newer than this build reads (JSON, at most
+/// [`MAX_MANIFEST_BYTES`], with a numeric `format` above [`FORMAT_VERSION`]): written by a
+/// newer build, not damaged.
+pub fn is_newer_format(bytes: &[u8]) -> bool {
+    bytes.len() <= MAX_MANIFEST_BYTES
+        && serde_json::from_slice::<serde_json::Value>(bytes)
+            .ok()
+            .and_then(|v| v.get("format").and_then(serde_json::Value::as_u64))
+            .is_some_and(|v| v > u64::from(FORMAT_VERSION))
+}
+
+/// Parses the manifest fetched from `manifest_key(key, epoch, seq)` and checks it: at most
+/// [`MAX_MANIFEST_BYTES`], valid JSON,
 /// format [`FORMAT_VERSION`], the same key, epoch and seq as where it was fetched from, a
 /// well-formed SHA-256, and a `base` that is older than the image. Anything else is
 /// [`ImageError::Corrupt`] naming the manifest's key.
@@ -94,6 +110,12 @@ pub fn parse_manifest(
         what: what.clone(),
         reason,
     };
+    if bytes.len() > MAX_MANIFEST_BYTES {
+        return Err(corrupt(format!(
+            "{} bytes; a manifest is at most {MAX_MANIFEST_BYTES}",
+            bytes.len()
+        )));
+    }
     let value: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not JSON: {e}")))?;
     match value.get("format").and_then(serde_json::Value::as_u64) {
@@ -214,6 +236,35 @@ mod tests {
         let m = manifest();
         let parsed = parse_manifest(&m.to_json().unwrap(), &key(), 3, 2).unwrap();
         assert_eq!(parsed, m);
+    }
+
+    #[test]
+    fn a_manifest_larger_than_the_bound_is_corrupt_before_it_is_parsed() {
+        let mut json = manifest().to_json().unwrap();
+        // Valid JSON still: whitespace after the object.
+        json.resize(MAX_MANIFEST_BYTES + 1, b' ');
+        match parse_manifest(&json, &key(), 3, 2) {
+            Err(ImageError::Corrupt { what, reason }) => {
+                assert!(what.ends_with("snap-000002.json"), "{what}");
+                assert!(reason.contains("at most 65536"), "{reason}");
+            }
+            other => panic!("an oversized manifest is corrupt: {other:?}"),
+        }
+        json.truncate(MAX_MANIFEST_BYTES);
+        assert_eq!(parse_manifest(&json, &key(), 3, 2).unwrap(), manifest());
+    }
+
+    #[test]
+    fn a_manifest_of_a_newer_format_is_told_from_damage() {
+        let mut newer: serde_json::Value =
+            serde_json::from_slice(&manifest().to_json().unwrap()).unwrap();
+        newer["format"] = serde_json::json!(FORMAT_VERSION + 1);
+        let newer = serde_json::to_vec(&newer).unwrap();
+        assert!(parse_manifest(&newer, &key(), 3, 2).is_err());
+        assert!(is_newer_format(&newer));
+        assert!(!is_newer_format(&manifest().to_json().unwrap()));
+        assert!(!is_newer_format(b"not json"));
+        assert!(!is_newer_format(br#"{"format":"2"}"#));
     }
 
     #[test]

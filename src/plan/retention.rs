@@ -40,6 +40,9 @@ pub struct ImageInfo {
     /// The image it was built on, `(epoch, seq)` (its manifest's `base`: the head when it was
     /// taken), so the chain of bases from the head can be followed.
     pub base: Option<(u64, u64)>,
+    /// Its manifest is damaged: read twice, it did not parse (and it is no manifest of a newer
+    /// format). No restore can use its image; unless it is the head, both go.
+    pub damaged: bool,
 }
 
 /// Everything retention decides from.
@@ -174,7 +177,10 @@ pub fn retention_plan(input: &RetentionInput<'_>) -> Vec<String> {
     let kept: Vec<&ImageInfo> = images
         .iter()
         .filter(|i| {
-            is_head(i) || i.created_at_ms >= cutoff || base == Some(**i) || switches.contains(i)
+            is_head(i)
+                || (!i.damaged && i.created_at_ms >= cutoff)
+                || base == Some(**i)
+                || switches.contains(i)
         })
         .copied()
         .collect();

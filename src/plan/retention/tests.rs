@@ -20,6 +20,7 @@ fn image(epoch: u64, seq: u64, log: u64, created: u64) -> ImageInfo {
         created_at_ms: created,
         beyond_log: false,
         base: None,
+        damaged: false,
     }
 }
 
@@ -143,6 +144,7 @@ fn an_image_whose_log_never_reached_its_position_is_never_the_base() {
         created_at_ms: HOUR,
         beyond_log: false,
         base: None,
+        damaged: false,
     };
     let n = ImageInfo {
         epoch: 3,
@@ -151,6 +153,7 @@ fn an_image_whose_log_never_reached_its_position_is_never_the_base() {
         created_at_ms: 30 * HOUR,
         beyond_log: false,
         base: None,
+        damaged: false,
     };
     let mut segments: Vec<LogPos> = (1..=10).map(|s| pos(2, s)).collect();
     segments.push(pos(3, 11));
@@ -271,6 +274,7 @@ fn pitr_across_modes_the_image_a_later_log_continued_from_stays_while_the_window
         created_at_ms: created,
         beyond_log: true,
         base: None,
+        damaged: false,
     };
     let mut images = vec![
         image(1, 1, 5, HOUR),

@@ -202,6 +202,7 @@ impl Tenant {
                     created_at_ms: self.now,
                     beyond_log,
                     base: self.known_head,
+                    damaged: false,
                 };
                 self.next_image += 1;
                 self.images.push(Img { info, state });
