@@ -25,6 +25,7 @@
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -98,14 +99,54 @@ pub(crate) async fn run_when_due(cx: Cx) {
     }
 }
 
-/// After the supervisor stopped with puts of unknown outcome still in its ledger: a pass a
-/// second (every entry due, as at close) until the ledger is empty or `put_lifetime` has passed;
-/// what is left then goes to the orphan and erasure sweeps of later tenures.
-pub(crate) async fn linger(cx: Cx) {
+/// After the supervisor stopped: while its arbiters still run (a tenant's work there may still
+/// enter a put, after the supervisor looked at its ledger) or puts of unknown outcome are in
+/// the ledger, a pass a second (every entry due, as at close), until both are over or
+/// `put_lifetime` has passed; what is left then goes to the orphan and erasure sweeps of later
+/// tenures. `arbiters`: how many of the replica's arbiter threads have not ended yet.
+pub(crate) async fn linger(cx: Cx, arbiters: Arc<AtomicUsize>) {
     let until = tokio::time::Instant::now() + cx.put_lifetime;
-    while cx.reconciler.unsettled() > 0 && tokio::time::Instant::now() < until {
+    loop {
+        let running = arbiters.load(Ordering::SeqCst);
+        let unsettled = cx.reconciler.unsettled();
+        if !lingers(running, unsettled, tokio::time::Instant::now() < until) {
+            return;
+        }
+        if unsettled == 0 {
+            // Only waiting for the arbiters to end: look again soon.
+            tokio::time::sleep(ARBITER_POLL).await;
+            continue;
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
         pass::run(&cx, true).await;
+    }
+}
+
+/// How often a lingering replica looks whether its arbiters have ended.
+const ARBITER_POLL: Duration = Duration::from_millis(50);
+
+/// Whether a stopped replica goes on reconciling: within `put_lifetime`, while arbiters run
+/// (they may still enter puts) or entries are unsettled.
+fn lingers(arbiters_running: usize, unsettled: usize, within_lifetime: bool) -> bool {
+    within_lifetime && (arbiters_running > 0 || unsettled > 0)
+}
+
+#[cfg(test)]
+mod linger_tests {
+    use super::lingers;
+
+    #[test]
+    fn a_stopped_replica_lingers_while_its_arbiters_run_or_puts_are_unsettled() {
+        // An entry entered after the supervisor looked at its ledger (an arbiter still ran):
+        // lingered on, where the replica used to linger only if it found entries at its stop.
+        assert!(lingers(1, 0, true));
+        assert!(lingers(0, 2, true));
+        assert!(lingers(2, 1, true));
+        assert!(!lingers(0, 0, true), "nothing left: it ends at once");
+        assert!(
+            !lingers(1, 3, false),
+            "put_lifetime passed: later sweeps take the rest"
+        );
     }
 }
 

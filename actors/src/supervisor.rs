@@ -354,24 +354,32 @@ impl Actor for SupervisorActor {
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        // Puts of unknown outcome still held are reconciled a while longer, by a task that
-        // holds only the stores (not the state root, the threads or the tenants).
-        if self.rt.reconciler().unsettled() > 0 {
-            actix::spawn(crate::reconcile::linger(self.rt.reconcile.clone()));
-        }
         // Tenant actors live on the arbiters: they go with them (promise 6).
         self.lease_actor.do_send(StopRenewals);
         // The server stops with the replica (its record runs out after `ttl`).
         self.fleet = None;
         self.table.clear();
         self.forgets.clear();
+        let running = Arc::new(AtomicUsize::new(self.arbiters.len()));
         for arbiter in self.arbiters.drain(..) {
             arbiter.stop();
             // Joined off this thread: an arbiter busy in a host closure must not block it.
-            let _ = std::thread::Builder::new()
+            let ended = Arc::clone(&running);
+            let joined = std::thread::Builder::new()
                 .name("leasehold-join".into())
-                .spawn(move || arbiter.join());
+                .spawn(move || {
+                    let _ = arbiter.join();
+                    ended.fetch_sub(1, Ordering::SeqCst);
+                });
+            if joined.is_err() {
+                running.fetch_sub(1, Ordering::SeqCst);
+            }
         }
+        // Puts of unknown outcome are reconciled a while longer — those in the ledger now and
+        // those a tenant's work on a still running arbiter enters after this — by a task that
+        // holds only the stores (not the state root, the threads or the tenants); it ends at
+        // once when there are none.
+        actix::spawn(crate::reconcile::linger(self.rt.reconcile.clone(), running));
     }
 }
 
