@@ -469,3 +469,57 @@ async fn a_table_made_before_the_log_tip_gains_its_columns_and_keeps_its_leases(
     let seen = again.lookup(&key).await.unwrap();
     assert_eq!(seen.live_endpoint(), Some("http://a:1"));
 }
+
+/// A connection the pool opened during a call made on another runtime serves every later call,
+/// whichever runtime makes it and whether that runtime still runs. The runtime's tip batches
+/// run on a thread of their own that drives its runtime only while a batch is sent; a
+/// connection opened there had its I/O task on that runtime, so a later call on any other
+/// runtime that drew it from the pool (a renewal, a read) hung until the next batch — or until
+/// its deadline when writes had stopped: `Timeout { op: "read", after_ms: 15000 }` in the
+/// backend matrix's `change_log` tests, after a snapshot (2026-12-02). Here: a pool of one
+/// connection, opened by a read on a runtime whose thread then waits outside it; a read from
+/// this runtime must be answered well within its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_opened_on_a_runtime_that_stopped_running_serves_the_next_call() {
+    let opts = PgOptions {
+        pool_size: 1,
+        op_timeout: Duration::from_secs(3),
+        ..PgOptions::default()
+    };
+    let store = PostgresLeaseStore::connect_with(&pg_url(), TABLE, opts)
+        .await
+        .unwrap();
+    let key = key(&fresh_org("pg-io"), "t");
+    store
+        .acquire(&key, "a", Duration::from_secs(30))
+        .await
+        .unwrap();
+    // Whatever connection the pool held goes: the next call opens one.
+    store.drop_idle_connections();
+    let (opened_tx, opened_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let other = store.clone();
+    let k = key.clone();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let read = runtime.block_on(other.read(&k));
+        opened_tx.send(read.map(|r| r.is_some())).unwrap();
+        // The runtime stays, but nothing drives it until the test is over.
+        let _ = done_rx.recv();
+        drop(runtime);
+    });
+    assert_eq!(opened_rx.recv().unwrap(), Ok(true));
+    let started = Instant::now();
+    let read = store.read(&key).await;
+    let took = started.elapsed();
+    done_tx.send(()).unwrap();
+    thread.join().unwrap();
+    assert!(
+        matches!(read, Ok(Some(_))),
+        "the read through the connection opened there: {read:?} after {took:?}"
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}

@@ -68,6 +68,7 @@ use crate::lease::{
 };
 
 mod errors;
+mod io;
 mod listing;
 mod migrate;
 mod pool;
@@ -191,6 +192,9 @@ pub struct PostgresLeaseStore {
     opts: PgOptions,
     /// The user and database of the URL, to name them when the server refuses the login.
     login: Login,
+    /// The thread every connection is opened on, so that its I/O runs whatever runtime a call
+    /// comes from (`postgres/io.rs`).
+    io: io::IoRuntime,
 }
 
 impl fmt::Debug for PostgresLeaseStore {
@@ -246,6 +250,7 @@ impl PostgresLeaseStore {
             replica_sql: replicas::ReplicaStatements::new(table),
             opts,
             login,
+            io: io::IoRuntime::start()?,
         };
         store.migrate(create).await?;
         Ok(store)
@@ -260,6 +265,12 @@ impl PostgresLeaseStore {
     /// The table this store keeps its leases in.
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    /// Closes every idle connection of the pool (testkit): the next call opens a new one.
+    #[cfg(feature = "testkit")]
+    pub fn drop_idle_connections(&self) {
+        self.pool.retain(|_, _| false);
     }
 
     /// Runs `fut` within [`PgOptions::op_timeout`]; running out is [`StoreError::Timeout`].
@@ -279,7 +290,7 @@ impl PostgresLeaseStore {
 
     /// A pooled connection, discarded unless the call [keeps](Checkout::keep) it.
     async fn checkout(&self, op: &'static str) -> Result<Checkout, StoreError> {
-        let client = self.pool.get().await.map_err(|e| pool_error(op, e))?;
+        let client = (self.io.get(&self.pool).await).map_err(|e| pool_error(op, e))?;
         Ok(Checkout::new(client))
     }
 
