@@ -43,6 +43,8 @@ pub mod durable;
 pub mod error;
 pub mod ids;
 pub mod image;
+#[cfg(any(feature = "postgres", feature = "s3"))]
+mod io_runtime;
 pub mod layout;
 pub mod lease;
 pub mod ledger;

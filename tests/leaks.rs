@@ -66,6 +66,9 @@ async fn hole7_ended_tenures_and_closed_replicas_leave_no_actor_thread_or_descri
         30_000,
         "threads, descriptors and actors back to the baseline",
         || async {
+            // The host's lease store keeps its pool's connections (PostgreSQL): not the
+            // replicas'.
+            fleet.close_idle_connections();
             threads() <= threads_before && fds() <= fds_before && live_tenants() == actors_before
         },
     )

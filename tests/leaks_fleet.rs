@@ -103,6 +103,9 @@ async fn promise6_closed_replicas_of_a_fleet_leave_no_thread_descriptor_or_bound
         30_000,
         "threads, descriptors and actors back to the baseline",
         || async {
+            // The host's lease store keeps its pool's connections (PostgreSQL): not the
+            // replicas'.
+            fleet.close_idle_connections();
             threads() <= threads_before && fds() <= fds_before && live_tenants() == actors_before
         },
     )

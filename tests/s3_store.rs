@@ -19,6 +19,8 @@ use leasehold::durable::s3::{S3Config, S3Limits, S3Store};
 use leasehold::durable::{Put, StoreError};
 use leasehold::testkit::durable_store_conformance;
 
+#[path = "s3_store/keep_alive.rs"]
+mod keep_alive;
 #[path = "s3_store/late.rs"]
 mod late;
 

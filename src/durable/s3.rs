@@ -41,7 +41,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey, S3ConditionalPut};
-use object_store::client::{HttpError, HttpErrorKind};
+use object_store::client::{HttpError, HttpErrorKind, SpawnedReqwestConnector};
 use object_store::path::Path;
 use object_store::{ClientConfigKey, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
@@ -50,6 +50,7 @@ use crate::durable::{
     DurableStore, ListPage, Put, StoreError, check_key, check_list_prefix, check_prefix,
 };
 use crate::error::Error;
+use crate::io_runtime::IoRuntime;
 
 mod config;
 mod raw;
@@ -70,6 +71,8 @@ pub struct S3Store {
     /// slowest rate): its HTTP timeout fits the largest object, and `op_timeout` ends a call
     /// that stalls ([`S3Limits::is_long_transfer`]).
     transfer: AmazonS3,
+    /// The thread the clients' connections run on; it ends with the last clone.
+    _io: IoRuntime,
     /// The bucket's name, for messages.
     bucket: String,
     /// `""` or whole segments ending with `/`, put before every key.
@@ -138,19 +141,29 @@ impl S3Store {
             reason: e.to_string(),
         })?;
         limits.check()?;
+        // Every connection runs on the store's own runtime thread, whichever runtime a call
+        // comes from (`src/io_runtime.rs`).
+        let io = IoRuntime::start("s3")?;
+        let connector = || SpawnedReqwestConnector::new(io.handle().clone());
         let (client, bucket_url, region) = raw_client(
             &builder,
             bucket,
             limits.request_timeout,
             limits.connect_timeout,
+            connector(),
         )?;
         let transfer = Self::client(
-            builder.clone(),
+            builder.clone().with_http_connector(connector()),
             bucket,
             &limits,
             limits.transfer_request_timeout(),
         )?;
-        let inner = Self::client(builder, bucket, &limits, limits.request_timeout)?;
+        let inner = Self::client(
+            builder.with_http_connector(connector()),
+            bucket,
+            &limits,
+            limits.request_timeout,
+        )?;
         let raw = RawBucket {
             client,
             bucket_url,
@@ -163,6 +176,7 @@ impl S3Store {
         Ok(Self {
             inner,
             transfer,
+            _io: io,
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
             limits,

@@ -68,7 +68,6 @@ use crate::lease::{
 };
 
 mod errors;
-mod io;
 mod listing;
 mod migrate;
 mod pool;
@@ -77,8 +76,9 @@ mod sql;
 mod tips;
 pub mod tls;
 
+use crate::io_runtime::IoRuntime;
 use errors::{Login, not_held, pool_error};
-use pool::{Checkout, build_pool};
+use pool::{Checkout, build_pool, get_on};
 use sql::{Statements, attempt_param, get, record, to_i64, ttl_param};
 
 /// The table used when the operator names none.
@@ -193,8 +193,8 @@ pub struct PostgresLeaseStore {
     /// The user and database of the URL, to name them when the server refuses the login.
     login: Login,
     /// The thread every connection is opened on, so that its I/O runs whatever runtime a call
-    /// comes from (`postgres/io.rs`).
-    io: io::IoRuntime,
+    /// comes from (`src/io_runtime.rs`).
+    io: IoRuntime,
 }
 
 impl fmt::Debug for PostgresLeaseStore {
@@ -250,7 +250,7 @@ impl PostgresLeaseStore {
             replica_sql: replicas::ReplicaStatements::new(table),
             opts,
             login,
-            io: io::IoRuntime::start()?,
+            io: IoRuntime::start("postgres")?,
         };
         store.migrate(create).await?;
         Ok(store)
@@ -290,7 +290,9 @@ impl PostgresLeaseStore {
 
     /// A pooled connection, discarded unless the call [keeps](Checkout::keep) it.
     async fn checkout(&self, op: &'static str) -> Result<Checkout, StoreError> {
-        let client = (self.io.get(&self.pool).await).map_err(|e| pool_error(op, e))?;
+        let client = get_on(&self.io, &self.pool)
+            .await
+            .map_err(|e| pool_error(op, e))?;
         Ok(Checkout::new(client))
     }
 

@@ -73,6 +73,8 @@ pub struct Fleet {
     real_time: Option<(Duration, Duration)>,
     /// Whether the lease store's clock is `store_clock` (false on PostgreSQL).
     manual_store: bool,
+    /// Closes the lease store pool's idle connections (PostgreSQL).
+    close_idle: CloseIdle,
 }
 
 /// The backend pair the fleet runs on.
@@ -91,10 +93,14 @@ fn unique_name() -> String {
     format!("f{}_{n}_{nanos}", std::process::id())
 }
 
+/// What closes the idle connections the lease store's pool keeps (PostgreSQL).
+type CloseIdle = Option<Arc<dyn Fn() + Send + Sync>>;
+
 type Stores = (
     Arc<dyn leasehold::LeaseStore>,
     Arc<dyn leasehold::DurableStore>,
     bool,
+    CloseIdle,
 );
 
 /// The embedded defaults: a SQLite lease file on `clock` and a durable directory.
@@ -102,7 +108,7 @@ fn embedded(dir: &std::path::Path, clock: SharedClock) -> Stores {
     let sqlite =
         SqliteLeaseStore::open_with(&dir.join("leases.db"), clock, "boot-1".into()).unwrap();
     let durable = DirStore::open(&dir.join("durable")).unwrap();
-    (Arc::new(sqlite), Arc::new(durable), true)
+    (Arc::new(sqlite), Arc::new(durable), true, None)
 }
 
 /// PostgreSQL and S3, from the servers `scripts/test.sh` starts; each fleet gets its own table
@@ -128,7 +134,9 @@ async fn servers() -> Stores {
         allow_http: true,
     })
     .unwrap();
-    (Arc::new(leases), Arc::new(durable), false)
+    let pool = leases.clone();
+    let close_idle: CloseIdle = Some(Arc::new(move || pool.drop_idle_connections()));
+    (Arc::new(leases), Arc::new(durable), false, close_idle)
 }
 
 #[cfg(not(all(feature = "postgres", feature = "s3")))]
@@ -173,11 +181,11 @@ impl Fleet {
             Some(_) => Arc::new(SystemClock),
             None => Arc::new(store_clock.clone()),
         };
-        let (leases, durable, manual) = match backend().as_str() {
+        let (leases, durable, manual, close_idle) = match backend().as_str() {
             "postgres-s3" if store_clock_needed => {
-                let (leases, _, manual) = embedded(dir.path(), clock);
-                let (_, durable, _) = servers().await;
-                (leases, durable, manual)
+                let (leases, _, manual, _) = embedded(dir.path(), clock);
+                let (_, durable, _, _) = servers().await;
+                (leases, durable, manual, None)
             }
             "postgres-s3" => servers().await,
             "sqlite-dir" => embedded(dir.path(), clock),
@@ -191,6 +199,16 @@ impl Fleet {
             clocks: Mutex::new(Vec::new()),
             real_time,
             manual_store: manual && real_time.is_none(),
+            close_idle,
+        }
+    }
+
+    /// Closes the idle connections of the lease store's pool (PostgreSQL; nothing on the
+    /// embedded store): what the host's store keeps open is not the replicas', and a count of
+    /// what closed replicas left behind leaves it out.
+    pub fn close_idle_connections(&self) {
+        if let Some(close) = &self.close_idle {
+            close();
         }
     }
 

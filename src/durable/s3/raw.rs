@@ -15,9 +15,7 @@ use std::time::Duration;
 
 use http::{Method, Request, StatusCode};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, AwsAuthorizer, AwsCredentialProvider};
-use object_store::client::{
-    HttpClient, HttpConnector, HttpErrorKind, HttpRequestBody, ReqwestConnector,
-};
+use object_store::client::{HttpClient, HttpConnector, HttpErrorKind, HttpRequestBody};
 use object_store::{ClientConfigKey, ClientOptions};
 
 use crate::durable::StoreError;
@@ -171,6 +169,7 @@ pub(super) fn raw_client(
     bucket: &str,
     request_timeout: Duration,
     connect_timeout: Duration,
+    connector: impl HttpConnector,
 ) -> Result<(HttpClient, String, String), Error> {
     let value = |key: AmazonS3ConfigKey| builder.get_config_value(&key);
     let region = value(AmazonS3ConfigKey::Region).unwrap_or_else(|| "us-east-1".to_owned());
@@ -188,13 +187,12 @@ pub(super) fn raw_client(
         .with_allow_http(allow_http)
         .with_timeout(request_timeout)
         .with_connect_timeout(connect_timeout);
-    let client =
-        ReqwestConnector::default()
-            .connect(&options)
-            .map_err(|e| Error::InvalidOption {
-                name: "s3",
-                reason: e.to_string(),
-            })?;
+    let client = connector
+        .connect(&options)
+        .map_err(|e| Error::InvalidOption {
+            name: "s3",
+            reason: e.to_string(),
+        })?;
     Ok((client, bucket_url, region))
 }
 

@@ -25,7 +25,7 @@ impl PostgresLeaseStore {
     /// nothing is created or changed: an absent table is [`Error::StoreMissing`].
     pub(super) async fn migrate(&self, create: bool) -> Result<(), Error> {
         let steps = async {
-            let client = self.io.get(&self.pool).await;
+            let client = super::pool::get_on(&self.io, &self.pool).await;
             let client = client.map_err(|e| login_error("migrate", e, &self.login))?;
             let mut lease = Checkout::new(client);
             match self.create_or_upgrade(&mut lease, create).await {

@@ -7,13 +7,16 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{
+    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
+};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
 use crate::clock::duration_ms;
 use crate::durable::StoreError;
 use crate::error::Error;
+use crate::io_runtime::IoRuntime;
 
 use super::PgOptions;
 use super::errors::{Login, pg_error};
@@ -71,6 +74,17 @@ impl Drop for Checkout {
             // Detached from the pool and dropped: the connection closes.
             drop(Object::take(client));
         }
+    }
+}
+
+/// A connection of `pool`, taken (and opened, if the pool must) on the store's runtime thread,
+/// so that its I/O task runs there whichever runtime later draws it (`src/io_runtime.rs`).
+pub(super) async fn get_on(io: &IoRuntime, pool: &Pool) -> Result<Object, PoolError> {
+    let pool = pool.clone();
+    match io.handle().spawn(async move { pool.get().await }).await {
+        Ok(got) => got,
+        // The runtime is shutting down: the store is being dropped.
+        Err(_) => Err(PoolError::Closed),
     }
 }
 

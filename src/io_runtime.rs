@@ -1,18 +1,19 @@
-//! The thread that drives the store's connections. `tokio-postgres` splits a connection into a
-//! client and an I/O task, and the pool spawns that task on whatever runtime the call that
-//! opened the connection ran on. A pooled connection is then used by calls on every runtime of
-//! the process — the actix arbiters, the tip batch thread, a host's own — so its I/O task must
-//! run on a runtime that is always driven: a current-thread runtime on a thread of its own,
-//! here, on which every connection is opened ([`IoRuntime::get`]). Before, a connection opened
-//! by a tip batch (a thread that drives its runtime only while it sends a batch) left every
-//! later call that drew it hanging until the next batch, or until its deadline once writes
-//! stopped (docs/guarantees.md, the PostgreSQL lease store).
+//! A runtime thread for network clients whose connections outlive the call that opened them.
+//! `tokio-postgres` splits a connection into a client and an I/O task, and `hyper` (under
+//! `object_store`'s S3 client) runs each pooled keep-alive connection as a task too; both spawn
+//! that task on whatever runtime the call that opened the connection ran on. A pooled
+//! connection is then used by calls on every runtime of the process — the actix arbiters (which
+//! drive their runtime no more while a host's closure blocks), the tip batch thread (which
+//! drives its runtime only while it sends a batch), a host's own — so its I/O must run on a
+//! runtime that is always driven: a current-thread runtime on a thread of its own, here.
+//! Before, a connection opened by a tip batch or on a busy arbiter hung every later call that
+//! drew it from the pool, until the next batch or the call's deadline (docs/guarantees.md,
+//! "Late landings": the PostgreSQL lease store and the S3 store open their connections here).
 //!
-//! The thread ends when the last clone of the store is dropped; the connections end with it.
+//! The thread ends when the last clone of its owner is dropped; the connections end with it.
 
 use std::sync::Arc;
 
-use deadpool_postgres::{Object, Pool, PoolError};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
@@ -20,7 +21,7 @@ use crate::error::Error;
 
 /// The runtime thread of one store (shared by its clones).
 #[derive(Debug, Clone)]
-pub(super) struct IoRuntime {
+pub(crate) struct IoRuntime {
     /// Spawns onto the thread's runtime.
     handle: Handle,
     /// Dropped with the last clone: the thread's runtime returns, and the thread ends.
@@ -28,16 +29,16 @@ pub(super) struct IoRuntime {
 }
 
 impl IoRuntime {
-    /// Starts the thread and its runtime.
-    pub(super) fn start() -> Result<Self, Error> {
+    /// Starts the thread (named `leasehold-<what>-io`) and its runtime.
+    pub(crate) fn start(what: &'static str) -> Result<Self, Error> {
         let fail = |message: String| Error::InvalidOption {
-            name: "postgres",
+            name: what,
             reason: message,
         };
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         std::thread::Builder::new()
-            .name("leasehold-pg-io".into())
+            .name(format!("leasehold-{what}-io"))
             .spawn(move || {
                 let runtime = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -64,14 +65,8 @@ impl IoRuntime {
         })
     }
 
-    /// A connection of `pool`, taken (and opened, if the pool must) on the thread's runtime, so
-    /// that its I/O task runs there.
-    pub(super) async fn get(&self, pool: &Pool) -> Result<Object, PoolError> {
-        let pool = pool.clone();
-        match self.handle.spawn(async move { pool.get().await }).await {
-            Ok(got) => got,
-            // The runtime is shutting down: the store is being dropped.
-            Err(_) => Err(PoolError::Closed),
-        }
+    /// Spawns onto the thread's runtime.
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.handle
     }
 }
