@@ -30,9 +30,10 @@ use crate::finale::Final;
 
 /// Slack between the head's stamp and the cutoff the last retention used. A retention starts
 /// after each image on the same host's clock, but one at a time: an image published while one
-/// runs gets none of its own, and the one under way (started after an image a little older)
-/// stands for it. Five seconds covers an image the fresh replica's first compaction took just
-/// before the end's.
+/// runs gets the next, once the one under way (started after an image a little older) ends,
+/// and the audit, which sees only their ends (`crate::audit`), may judge the one under way.
+/// Five seconds covers an image the fresh replica's first compaction took just before the
+/// end's.
 pub const RETENTION_SLACK_MS: u64 = 5_000;
 
 /// What the stores hold of one tenant at the end.
@@ -375,7 +376,8 @@ mod tests {
         let images = [manifest(5, 1, 100, 19_139), manifest(6, 1, 128, 39_862)];
         let mut t = tenant(&images, 5, 128);
         let k = key();
-        t.objects.retain(|o| segment_of(&k, o).is_none_or(|p| p.seq >= 100));
+        t.objects
+            .retain(|o| segment_of(&k, o).is_none_or(|p| p.seq >= 100));
         assert_eq!(judge(&key(), &t, Some(Duration::from_secs(6))).0, []);
         // Segment 99 left behind is one retention promised to delete.
         t.objects
