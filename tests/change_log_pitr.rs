@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 use leasehold::layout::{LogPos, image_key, manifest_key, segment_key};
 use leasehold::log::{LogError, PitrReport, Target};
-use leasehold::testkit::LeaseOp;
+use leasehold::testkit::{LeaseOp, StoreOp};
 use leasehold::{Clock, LeaseStore, ManualClock};
 use leasehold_actors::{Event, TenantRef};
 
@@ -63,6 +63,49 @@ async fn sweeps(replica: &Replica, n: usize) {
         done >= n
     })
     .await;
+}
+
+/// The storage bound holds after every new image, one published while the retention of an
+/// earlier image still runs among them (its listing slow): that retention read the record and
+/// took its `now` before the image, so it cannot stand for it; another runs after it. It used
+/// to run none until the next image, and the image the window had moved past stayed, with the
+/// segments below the new base (docs/guarantees.md, the storage bound).
+#[actix_rt::test]
+async fn storage_bound_an_image_published_while_retention_runs_gets_a_retention_after_it() {
+    let fleet = Fleet::new().await;
+    let wall = ManualClock::new(WALL);
+    let a = fleet.replica_with("a", "a", |c| {
+        c.retain = Duration::from_secs(60);
+        c.wall_clock = Arc::new(wall.clone());
+    });
+    let t = a.open().await;
+    write(&fleet, &t, "k1").await;
+    t.snapshot().await.unwrap().expect("the first image");
+    sweeps(&a, 1).await;
+    wall.advance(Duration::from_secs(100));
+    write(&fleet, &t, "k2").await;
+    // The second image's retention (its `now` 100 s on) is held at its listing.
+    let (held, mut gate) = gated();
+    fleet.durable.before_next(StoreOp::List, held);
+    t.snapshot().await.unwrap().expect("the second image");
+    gate.reached().await;
+    wall.advance(Duration::from_secs(100));
+    write(&fleet, &t, "k3").await;
+    let second = tip(&fleet).await;
+    t.snapshot().await.unwrap().expect("the third image");
+    gate.open();
+    // After the third image (cutoff 140 s on) the second is the window's base: the first goes,
+    // and so do the segments below the second's position.
+    sweeps(&a, 3).await;
+    let stored = fleet.stored_of_tenant().await;
+    let first = image_key(&key(), 1, 1);
+    assert!(!stored.contains(&first), "{stored:?}");
+    assert!(stored.contains(&image_key(&key(), 1, 2)), "{stored:?}");
+    assert!(
+        !stored.contains(&segment_key(&key(), LogPos { epoch: 1, seq: 1 })),
+        "{stored:?}"
+    );
+    assert!(second.seq > 1, "{second:?}");
 }
 
 /// Hole 3: the second retention run deleted the window's base that the first kept (an image

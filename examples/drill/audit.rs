@@ -134,8 +134,9 @@ async fn compact(c: &Cluster, checker: &Proc, tenant: u32) -> Option<u32> {
     if c.history.published_by(&checker.label, tenant) == published {
         return None;
     }
-    // A retention ends after the image (the one it started, or one already under way, which
-    // then stands for it: `crate::storage::RETENTION_SLACK_MS`); then none for a while.
+    // A retention ends after the image (its own, or one already under way, which its own
+    // follows; stopping at that one is what `crate::storage::RETENTION_SLACK_MS` covers); then
+    // none for a while.
     let give_up = now_ms() + 10_000;
     let mut last = before;
     let mut quiet_since = None;

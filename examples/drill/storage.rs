@@ -9,7 +9,7 @@
 //!                               shipped s (it is the newest at s)          (else orphan-object)
 //!  with a retain (`--retain-ms`), after the last image (the head, taken at the end):
 //!    images older than head.created − retain − slack: at most one (the window's base)
-//!    segments at or below that base's position: none                      (else storage-bound)
+//!    segments below that base's position: none (the base's own stays)    (else storage-bound)
 //! ```
 //!
 //! The bound is the guarantee's, computed here from the objects and a little looser than the
@@ -30,9 +30,10 @@ use crate::finale::Final;
 
 /// Slack between the head's stamp and the cutoff the last retention used. A retention starts
 /// after each image on the same host's clock, but one at a time: an image published while one
-/// runs gets none of its own, and the one under way (started after an image a little older)
-/// stands for it. Five seconds covers an image the fresh replica's first compaction took just
-/// before the end's.
+/// runs gets the next, once the one under way (started after an image a little older) ends,
+/// and the audit, which sees only their ends (`crate::audit`), may judge the one under way.
+/// Five seconds covers an image the fresh replica's first compaction took just before the
+/// end's.
 pub const RETENTION_SLACK_MS: u64 = 5_000;
 
 /// What the stores hold of one tenant at the end.
@@ -177,9 +178,11 @@ fn retention(
         .and_then(|r| r.tip)
         .map_or(0, |t| t.seq);
     for p in live.iter().filter_map(|o| segment_of(key, o)) {
-        if p.seq <= covered && p.seq <= tip {
+        // The base's own segment stays: the next run judges the base on the chain by it
+        // (docs/guarantees.md, the storage bound; `src/plan/retention.rs`).
+        if p.seq < covered && p.seq <= tip {
             findings.push(bound(format!(
-                "the segment {p} lies at or below the window's base (seq {covered}): every kept \
+                "the segment {p} lies below the window's base (seq {covered}): every kept \
                  image holds it and no moment of the window precedes it"
             )));
         }
@@ -337,7 +340,7 @@ mod tests {
     }
 
     #[test]
-    fn with_a_retain_only_the_base_may_be_old_and_no_segment_at_or_below_it_may_stay() {
+    fn with_a_retain_only_the_base_may_be_old_and_no_segment_below_it_may_stay() {
         // retain 10 s; the head at 60 s: images of 5 s and 20 s are older than 50 s − 5 s.
         let images = [
             manifest(1, 1, 10, 5_000),
@@ -348,18 +351,41 @@ mod tests {
         let mut t = tenant(&images, 1, 40);
         let retain = Some(Duration::from_secs(10));
         let (findings, _) = judge(&key(), &t, retain);
-        // e1/1 is old and not the base (e1/2 is); segments 1..=20 are at or below the base.
-        assert_eq!(findings.len(), 1 + 20, "{findings:?}");
+        // e1/1 is old and not the base (e1/2 is); segments 1..=19 lie below the base.
+        assert_eq!(findings.len(), 1 + 19, "{findings:?}");
         assert!(findings.iter().all(|f| f.rule == "storage-bound"));
-        // What retention leaves: the base e1/2, the younger images, segments after 20.
+        // What retention leaves: the base e1/2, the younger images, the base's own segment 20
+        // (the next run judges the base on the chain by it: docs/guarantees.md, the storage
+        // bound) and the segments after it.
         let k = key();
         t.objects.retain(|o| {
             o != &image_key(&k, 1, 1)
                 && o != &manifest_key(&k, 1, 1)
-                && segment_of(&k, o).is_none_or(|p| p.seq > 20)
+                && segment_of(&k, o).is_none_or(|p| p.seq >= 20)
         });
         t.manifests.remove(0);
         assert_eq!(judge(&key(), &t, retain).0, []);
+    }
+
+    /// Seed 405740540 (20 s, `--retain-ms 6000 --compact-segments 100`, under load): the base
+    /// e5/1 at seq 100 was published 20.7 s before the head, retention deleted segments 1..=99
+    /// and kept the base's own segment 100, as it promises; the audit counted segment 100 among
+    /// those it promised to delete (`storage-bound`) whenever its base was the runtime's.
+    #[test]
+    fn the_bases_own_segment_is_no_finding_when_the_audit_and_retention_agree_on_the_base() {
+        let images = [manifest(5, 1, 100, 19_139), manifest(6, 1, 128, 39_862)];
+        let mut t = tenant(&images, 5, 128);
+        let k = key();
+        t.objects
+            .retain(|o| segment_of(&k, o).is_none_or(|p| p.seq >= 100));
+        assert_eq!(judge(&key(), &t, Some(Duration::from_secs(6))).0, []);
+        // Segment 99 left behind is one retention promised to delete.
+        t.objects
+            .push(segment_key(&k, LogPos { epoch: 5, seq: 99 }));
+        assert_eq!(
+            rules(&judge(&key(), &t, Some(Duration::from_secs(6))).0),
+            ["storage-bound"]
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use super::log::LogShip;
 use super::messages::*;
 use super::publish::Publisher;
+use super::shipping::RetentionSweep;
 use super::tenure::{Input, SnapshotPlan, Tenure};
 use crate::lease_actor::{LeaseActor, LeaseCell};
 use crate::runtime::Runtime;
@@ -118,8 +119,8 @@ pub(crate) struct TenantActor {
     pub(super) flush_wanted: Option<u64>,
     /// Images wanted at the next cut of the log.
     pub(super) image_wanted: Vec<ImageWant>,
-    /// A retention sweep is under way.
-    pub(super) retention_running: bool,
+    /// Whether a retention sweep is under way, and whether another follows it.
+    pub(super) retention: RetentionSweep,
     /// An image of a logged ledger is being taken and published: at most one at a time, so a
     /// slow upload never piles up read transactions (each a connection holding the WAL).
     pub(super) image_busy: bool,
@@ -160,7 +161,7 @@ impl TenantActor {
             log: parts.log,
             flush_wanted: None,
             image_wanted: Vec::new(),
-            retention_running: false,
+            retention: RetentionSweep::Idle,
             image_busy: false,
             image_too_large: None,
             _counted: parts.counted,

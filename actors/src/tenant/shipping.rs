@@ -16,6 +16,20 @@ use super::log::{Cut, ship};
 use super::tenure::Input;
 use crate::events::Event;
 
+/// Where the tenant's retention stands (docs/guarantees.md, the storage bound): one sweep at a
+/// time, and one after every new image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum RetentionSweep {
+    /// None under way.
+    #[default]
+    Idle,
+    /// One under way.
+    Running,
+    /// One under way, and an image published since it began: it read the record and took its
+    /// `now` before that image, so it cannot stand for it, and another runs once it ends.
+    RunningThenAgain,
+}
+
 impl TenantActor {
     /// Ships the pending changes if no segment is in flight; answers callers the log already
     /// covers; takes wanted images at the cut; tells a waiting flush when the log has settled.
@@ -244,12 +258,18 @@ impl TenantActor {
 
     /// Deletes, in the background, the images and segments of this tenant that no restore can
     /// need and that are older than `retain` (docs/guarantees.md, the storage bound). One sweep
-    /// at a time; a failure is reported and the next new image tries again.
+    /// at a time: asked while one runs (a new image), another runs once it ends; a failure is
+    /// reported and the next new image tries again.
     fn sweep_retention(&mut self, ctx: &mut Context<Self>) {
-        if self.retention_running {
+        if self.retention != RetentionSweep::Idle {
+            if self.retention == RetentionSweep::Running {
+                tracing::debug!(key = %self.key(),
+                    "an image was published while retention runs: it runs again once it ends");
+            }
+            self.retention = RetentionSweep::RunningThenAgain;
             return;
         }
-        self.retention_running = true;
+        self.retention = RetentionSweep::Running;
         let (rt, key) = (self.rt.clone(), self.key().clone());
         let work = async move {
             let record = rt.leases.read(&key).await.map_err(|e| e.to_string())?;
@@ -266,8 +286,9 @@ impl TenantActor {
             .await
             .map_err(|e| e.to_string())
         };
-        ctx.spawn(work.into_actor(self).map(|swept, act, _| {
-            act.retention_running = false;
+        ctx.spawn(work.into_actor(self).map(|swept, act, ctx| {
+            let again = act.retention == RetentionSweep::RunningThenAgain;
+            act.retention = RetentionSweep::Idle;
             // What crashed processes left beside the kept images and chain goes too, once seen
             // long enough (docs/guarantees.md, "Reconciling puts of unknown outcome").
             crate::reconcile::orphans::look_soon(&act.rt.reconcile, act.key().clone());
@@ -276,6 +297,9 @@ impl TenantActor {
                 Ok(objects) => Event::Swept { key, objects },
                 Err(error) => Event::SweepFailed { key, error },
             });
+            if again {
+                act.sweep_retention(ctx);
+            }
         }));
     }
 
