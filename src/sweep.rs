@@ -219,9 +219,13 @@ async fn read_manifest(
     epoch: u64,
     seq: u64,
 ) -> Result<ManifestRead, StoreError> {
+    use crate::image::restore::{ManifestBytes, get_manifest_bytes};
     for _ in 0..2 {
-        let Some(bytes) = store.get(object).await? else {
-            return Ok(ManifestRead::Kept);
+        let bytes = match get_manifest_bytes(store, object).await? {
+            ManifestBytes::Bytes(bytes) => bytes,
+            ManifestBytes::Missing => return Ok(ManifestRead::Kept),
+            // Larger than any manifest: damage, and not downloaded.
+            ManifestBytes::Oversized(_) => continue,
         };
         match crate::image::parse_manifest(&bytes, key, epoch, seq) {
             Ok(m) => return Ok(ManifestRead::Parsed(m)),

@@ -240,3 +240,101 @@ async fn retention_deletes_a_damaged_manifest_and_its_image_but_not_the_heads_or
         ],
     );
 }
+
+/// Review (hostile): an object far larger than a manifest at a manifest's key is damage
+/// (docs/guarantees.md, the storage bound: "more than 64 KiB is damage too, refused before it
+/// is parsed"), so retention should delete it with its image. But retention downloads it whole
+/// (twice) before the bound is checked: on a store behind a deadline whose link carries it in
+/// more than the deadline, every run answers `Timeout` and retention of the tenant never runs
+/// again (nothing of it is ever deleted: the storage bound breaks), and on one that carries it,
+/// it is read into memory whole on every run.
+#[tokio::test(start_paused = true)]
+async fn review_an_oversized_object_at_a_manifest_key_does_not_wedge_retention() {
+    use leasehold::lease::LeaseRecord;
+    let faulty = FaultyStore::new(Arc::new(MemStore::new()));
+    faulty.set_pace(Pace {
+        per_mib_read: Duration::from_millis(100),
+        ..Pace::default()
+    });
+    let store = Deadline::new(faulty.shared(), Duration::from_millis(500)).unwrap();
+    let inner = faulty.inner().clone();
+    // (1, 1): an image whose manifest key holds 8 MiB (800 ms on this link); (2, 1): the head.
+    inner
+        .put_if_absent(&image_key(&key(), 1, 1), b"page".to_vec())
+        .await
+        .unwrap();
+    inner
+        .put_if_absent(&manifest_key(&key(), 1, 1), vec![b' '; 8 << 20])
+        .await
+        .unwrap();
+    inner
+        .put_if_absent(&image_key(&key(), 2, 1), b"page".to_vec())
+        .await
+        .unwrap();
+    inner
+        .put_if_absent(&manifest_key(&key(), 2, 1), manifest_json(2, 1, 10))
+        .await
+        .unwrap();
+    let record = LeaseRecord {
+        key: key().to_string(),
+        owner: "a".into(),
+        epoch: 2,
+        expires_at_ms: 0,
+        released: true,
+        floor: 0,
+        head: Some(leasehold::layout::ImageRef {
+            epoch: 2,
+            seq: 1,
+            sha256: leasehold::image::sha256_hex(b"page"),
+        }),
+        tip: None,
+    };
+    let went = leasehold::sweep::sweep_retention(
+        &store,
+        &key(),
+        &record,
+        1_000_000,
+        Duration::from_secs(1),
+    )
+    .await;
+    assert_eq!(
+        went,
+        Ok(2),
+        "the oversized manifest is damage: it and its image go, and retention is not wedged"
+    );
+}
+
+/// Review (hostile), the same root on the restore side: docs/guarantees.md says a damaged head
+/// manifest makes an open fail `Corrupt` naming it, and that more than 64 KiB is damage. An
+/// oversized object at the head's manifest key is downloaded whole before the bound is
+/// checked: on a link that carries it in more than the store deadline, the open answers a
+/// store `Timeout` — an outage, retried for ever — instead of `Corrupt`.
+#[tokio::test(start_paused = true)]
+async fn review_an_oversized_head_manifest_is_corrupt_not_a_timeout() {
+    let faulty = FaultyStore::new(Arc::new(MemStore::new()));
+    faulty.set_pace(Pace {
+        per_mib_read: Duration::from_millis(100),
+        ..Pace::default()
+    });
+    let store = Deadline::new(faulty.shared(), Duration::from_millis(500)).unwrap();
+    let inner = faulty.inner().clone();
+    inner
+        .put_if_absent(&image_key(&key(), 2, 1), b"page".to_vec())
+        .await
+        .unwrap();
+    inner
+        .put_if_absent(&manifest_key(&key(), 2, 1), vec![b' '; 8 << 20])
+        .await
+        .unwrap();
+    let head = leasehold::layout::ImageRef {
+        epoch: 2,
+        seq: 1,
+        sha256: leasehold::image::sha256_hex(b"page"),
+    };
+    let restored = leasehold::image::fetch_restorable(&store, &key(), Some(&head), 0).await;
+    assert!(
+        matches!(restored, Err(leasehold::image::ImageError::Corrupt { .. })),
+        "an oversized head manifest is damage: {:?}",
+        restored.map(|r| r.map(|(m, _)| m))
+    );
+}

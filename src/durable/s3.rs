@@ -71,6 +71,9 @@ pub struct S3Store {
     /// slowest rate): its HTTP timeout fits the largest object, and `op_timeout` ends a call
     /// that stalls ([`S3Limits::is_long_transfer`]).
     transfer: AmazonS3,
+    /// The client for long gets: as `transfer`, and a connection that delivers nothing for
+    /// `request_timeout` is given up (and the get retried).
+    transfer_get: AmazonS3,
     /// The thread the clients' connections run on; it ends with the last clone.
     _io: IoRuntime,
     /// The bucket's name, for messages.
@@ -158,6 +161,22 @@ impl S3Store {
             &limits,
             limits.transfer_request_timeout(),
         )?;
+        // A long get gives up a connection that delivers nothing for `request_timeout` (and
+        // retries, as a GET may be): the request timeout that fits the largest object would
+        // otherwise hold a stalled connection until `op_timeout`. Not on puts: the answer to
+        // an upload arrives only after its last byte.
+        let transfer_get = Self::client(
+            builder
+                .clone()
+                .with_http_connector(connector())
+                .with_config(
+                    AmazonS3ConfigKey::Client(ClientConfigKey::ReadTimeout),
+                    format!("{}ms", duration_ms(limits.request_timeout)),
+                ),
+            bucket,
+            &limits,
+            limits.transfer_request_timeout(),
+        )?;
         let inner = Self::client(
             builder.with_http_connector(connector()),
             bucket,
@@ -176,6 +195,7 @@ impl S3Store {
         Ok(Self {
             inner,
             transfer,
+            transfer_get,
             _io: io,
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
@@ -364,7 +384,11 @@ impl DurableStore for S3Store {
     async fn get_sized(&self, key: &str, expected: u64) -> Result<Option<Vec<u8>>, StoreError> {
         check_key(key)?;
         let path = self.path(key)?;
-        let client = self.client_for(expected);
+        let client = if self.limits.is_long_transfer(expected) {
+            &self.transfer_get
+        } else {
+            &self.inner
+        };
         self.bounded("get", self.get_with(client, &path)).await
     }
 

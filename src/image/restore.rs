@@ -5,9 +5,9 @@
 //! the head names — never a listing — and falls back along the manifests' `base` references
 //! when an image is missing or fails its checks, never to the floor or below.
 
-use super::manifest::{check_fields, image_name, parse_manifest, verify};
+use super::manifest::{MAX_MANIFEST_BYTES, check_fields, image_name, parse_manifest, verify};
 use super::{FORMAT_VERSION, ImageError, ImageFile, Manifest, has_sqlite_header, sha256_hex};
-use crate::durable::{DurableStore, Put};
+use crate::durable::{DurableStore, Put, StoreError};
 use crate::ids::LeaseKey;
 use crate::layout::{ImageRef, LogPos, image_key, manifest_key};
 
@@ -221,6 +221,36 @@ pub async fn fetch_restorable(
     }
 }
 
+/// What is at a manifest's key, read without downloading more than [`MAX_MANIFEST_BYTES`].
+pub(crate) enum ManifestBytes {
+    /// No object there.
+    Missing,
+    /// An object of this many bytes, more than a manifest can be: damage, not downloaded.
+    Oversized(u64),
+    /// The object's bytes.
+    Bytes(Vec<u8>),
+}
+
+/// Reads the object at the manifest key `mkey`, asking its size first (one `size` call): an
+/// object larger than [`MAX_MANIFEST_BYTES`] is damage and is not downloaded — on a slow link
+/// its download would outlast the store deadline and answer `Timeout` on every try, for ever.
+pub(crate) async fn get_manifest_bytes(
+    store: &dyn DurableStore,
+    mkey: &str,
+) -> Result<ManifestBytes, StoreError> {
+    match store.size(mkey).await? {
+        None => return Ok(ManifestBytes::Missing),
+        Some(size) if size > MAX_MANIFEST_BYTES as u64 => {
+            return Ok(ManifestBytes::Oversized(size));
+        }
+        Some(_) => {}
+    }
+    Ok(match store.get(mkey).await? {
+        Some(bytes) => ManifestBytes::Bytes(bytes),
+        None => ManifestBytes::Missing,
+    })
+}
+
 /// The manifest `wanted` names, parsed and matched against `wanted`.
 async fn fetch_manifest(
     store: &dyn DurableStore,
@@ -228,11 +258,20 @@ async fn fetch_manifest(
     wanted: &ImageRef,
 ) -> Result<Manifest, ImageError> {
     let mkey = manifest_key(key, wanted.epoch, wanted.seq);
-    let Some(bytes) = store.get(&mkey).await? else {
-        return Err(ImageError::Corrupt {
-            what: mkey,
-            reason: "the manifest is missing".to_string(),
-        });
+    let bytes = match get_manifest_bytes(store, &mkey).await? {
+        ManifestBytes::Bytes(bytes) => bytes,
+        ManifestBytes::Missing => {
+            return Err(ImageError::Corrupt {
+                what: mkey,
+                reason: "the manifest is missing".to_string(),
+            });
+        }
+        ManifestBytes::Oversized(size) => {
+            return Err(ImageError::Corrupt {
+                what: mkey,
+                reason: format!("{size} bytes; a manifest is at most {MAX_MANIFEST_BYTES}"),
+            });
+        }
     };
     let manifest = parse_manifest(&bytes, key, wanted.epoch, wanted.seq)?;
     if manifest.sha256 != wanted.sha256 {

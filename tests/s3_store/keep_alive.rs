@@ -88,3 +88,37 @@ async fn a_connection_opened_on_a_runtime_that_stopped_running_serves_the_next_c
     assert_eq!(got, Ok(Some(b"object".to_vec())), "after {took:?}");
     assert!(took < Duration::from_secs(1), "{took:?}");
 }
+
+/// Review: the store's runtime thread ends with its last clone, also when that clone is
+/// dropped inside an async context (a task on a current-thread runtime), and nothing panics.
+#[test]
+fn review_the_io_thread_ends_when_the_last_clone_is_dropped_in_an_async_context() {
+    fn io_threads() -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|name| name.trim() == "leasehold-s3-io")
+            .count()
+    }
+    let before = io_threads();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let s = S3Store::with_limits(
+            config("http://127.0.0.1:9", "bucket", ""),
+            S3Limits::default(),
+        )
+        .unwrap();
+        let clone = s.clone();
+        assert_eq!(io_threads(), before + 1);
+        drop(s);
+        tokio::spawn(async move { drop(clone) }).await.unwrap();
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while io_threads() > before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(io_threads(), before, "the io thread ended");
+}

@@ -289,3 +289,37 @@ async fn a_large_put_and_sized_get_on_a_slow_link_take_the_time_of_their_bytes()
     let all = store("").delete_prefix(&format!("{run}/")).await;
     assert_eq!(all, Ok(1));
 }
+
+/// Review (hostile): a GET whose connection stalls (no byte either way, no reset — a dead
+/// pooled keep-alive connection, a server that stops sending) is given up after
+/// `request_timeout` and retried on a new connection (a GET is safe to repeat), within
+/// `op_timeout` — for a small object or an unsized get. A sized get of more than 8 MiB now
+/// goes through the transfer client, whose request timeout fits 5 GiB at 8 MiB/s
+/// (`request_timeout` + 640 s): its stalled first request is never given up and the call ends
+/// at `op_timeout` with `Timeout`, however fast the link is otherwise (a 1 GiB image on a
+/// fast link with one stalled connection: before, 30 s and a retry; now `op_timeout`, 120 s,
+/// and a failed restore).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_a_large_sized_get_whose_first_connection_stalls_is_retried_like_a_small_one() {
+    let run = fresh("s3-stall-retry");
+    let limits = S3Limits {
+        op_timeout: Duration::from_secs(6),
+        ..request_limits(Duration::from_millis(1500))
+    };
+    let (s, proxy) = proxied(&format!("{run}/"), limits).await;
+    for (name, size) in [("small", 1024 * 1024), ("large", 9 * 1024 * 1024)] {
+        assert_eq!(
+            s.put_if_absent(name, vec![7u8; size]).await,
+            Ok(Put::Created)
+        );
+        proxy.on_next_flow(|flow| flow.stall());
+        let started = Instant::now();
+        let got = s.get_sized(name, size as u64).await;
+        let took = started.elapsed();
+        let got = got.map(|b| b.map(|b| b.len()));
+        eprintln!("s3: a {name} sized get whose first connection stalls: {got:?} after {took:?}");
+        assert_eq!(got, Ok(Some(size)), "{name}: after {took:?}");
+    }
+    let all = store("").delete_prefix(&format!("{run}/")).await;
+    assert_eq!(all, Ok(2));
+}
