@@ -17,6 +17,7 @@ use std::sync::Arc;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
+use crate::durable::StoreError;
 use crate::error::Error;
 
 /// The runtime thread of one store (shared by its clones).
@@ -31,9 +32,11 @@ pub(crate) struct IoRuntime {
 impl IoRuntime {
     /// Starts the thread (named `leasehold-<what>-io`) and its runtime.
     pub(crate) fn start(what: &'static str) -> Result<Self, Error> {
-        let fail = |message: String| Error::InvalidOption {
-            name: what,
-            reason: message,
+        let fail = |message: String| {
+            Error::Store(StoreError::Io {
+                op: "start",
+                message: format!("{what}: {message}"),
+            })
         };
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();

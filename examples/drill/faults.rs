@@ -503,14 +503,27 @@ async fn forget_paused(
     // Stopped between two transactions on the lease file: stopped inside one, it would stall
     // every replica of a SQLite lease file, and nobody could take the tenant over to forget it
     // (CI's runs of 2026-12-01 and 12-02, seeds 4, 5, 6).
+    // The replica counts as impaired from before the hold: a hold taken late (its call timed
+    // out) or a failed stop is released by the `Clear` sent on the way out, and its tenures'
+    // ends are explained meanwhile.
     let proc = c.live(slot).ok_or("no live process to pause")?;
+    c.history.impair(&proc.label);
     let hold = Op::Lease {
         fault: LeaseFault::HoldFile,
     };
-    proc.call(hold, Duration::from_secs(5))
-        .await
-        .map_err(|e| format!("holding the lease file: {e:?}"))?;
-    hold_and_pause(c, slot).await?;
+    let held = proc.call(hold, Duration::from_secs(5)).await;
+    let paused = match held {
+        Ok(_) => hold_and_pause(c, slot).await,
+        Err(e) => Err(format!("holding the lease file: {e:?}").into()),
+    };
+    if let Err(e) = paused {
+        let clear = Op::Lease {
+            fault: LeaseFault::Clear,
+        };
+        proc.call(clear, Duration::from_secs(2)).await.ok();
+        c.history.unimpair(&proc.label);
+        return Err(e);
+    }
     let mut text = format!("SIGSTOP {} (owner of t{tenant})", c.slots[slot].name);
     match take_over(c, tenant, other, slot).await {
         Some(next) => {

@@ -13,6 +13,12 @@
 //!
 //! `base` names the image this one was built on (`null` for the first), so the images form a
 //! chain that only goes back in `(epoch, seq)`; [`parse_manifest`] refuses one that does not.
+//!
+//! **Compatibility rule** (retention deletes a damaged manifest with its image, so a build must
+//! tell a newer build's manifest from damage): every later format keeps a numeric top-level
+//! `format` above [`FORMAT_VERSION`] and stays within [`MAX_MANIFEST_BYTES`], and a build that
+//! changes what a manifest may hold — a field, a check relaxed — bumps `format`, never writes
+//! format 1 that this build would refuse. [`is_newer_format`] is the test a build applies.
 
 use serde::{Deserialize, Serialize};
 

@@ -293,12 +293,12 @@ async fn a_large_put_and_sized_get_on_a_slow_link_take_the_time_of_their_bytes()
 /// Review (hostile): a GET whose connection stalls (no byte either way, no reset — a dead
 /// pooled keep-alive connection, a server that stops sending) is given up after
 /// `request_timeout` and retried on a new connection (a GET is safe to repeat), within
-/// `op_timeout` — for a small object or an unsized get. A sized get of more than 8 MiB now
-/// goes through the transfer client, whose request timeout fits 5 GiB at 8 MiB/s
-/// (`request_timeout` + 640 s): its stalled first request is never given up and the call ends
-/// at `op_timeout` with `Timeout`, however fast the link is otherwise (a 1 GiB image on a
-/// fast link with one stalled connection: before, 30 s and a retry; now `op_timeout`, 120 s,
-/// and a failed restore).
+/// `op_timeout` — for a small object or an unsized get, and a large sized get too. A sized get
+/// of more than 8 MiB first went through the transfer client alone, whose request timeout fits
+/// 5 GiB at 8 MiB/s (`request_timeout` + 640 s): its stalled first request was never given up
+/// and the call ended at `op_timeout` with `Timeout`, however fast the link was otherwise (here
+/// `Timeout { op: "get", after_ms: 6000 }`). Large gets now go through a client whose read
+/// timeout is `request_timeout`, a timer every arriving byte resets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn review_a_large_sized_get_whose_first_connection_stalls_is_retried_like_a_small_one() {
     let run = fresh("s3-stall-retry");
