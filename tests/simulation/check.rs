@@ -263,7 +263,8 @@ fn judge(
             rules::fenced_by_reconciliation(&mut after, seen);
             let why = mismatch(&after, seen)
                 .or_else(|| rules::retention_mismatch(&after, seen))
-                .or_else(|| rules::window_mismatch(&after, op, observed, seen));
+                .or_else(|| rules::window_mismatch(&after, op, observed, seen))
+                .or_else(|| rules::damaged_taken_for_gone(state, op, observed, seen));
             match why {
                 None => {
                     rules::refine(&mut after, seen);

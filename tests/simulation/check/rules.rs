@@ -267,6 +267,32 @@ pub fn window_mismatch(state: &State, op: &Op, observed: &[Res], seen: &Seen) ->
     })
 }
 
+/// A point-in-time restore that answered `OutsideRetention` where the model allows it only
+/// because retention may have deleted a damaged segment on the walk: that segment must be gone
+/// from the store, judged from the listing — else the runtime took a damaged segment for a
+/// missing one (the hostile review of the model's `CorruptUnlessGone`).
+pub fn damaged_taken_for_gone(
+    state: &State,
+    op: &Op,
+    observed: &[Res],
+    seen: &Seen,
+) -> Option<String> {
+    let Op::PitrAt { t, target } = *op else {
+        return None;
+    };
+    if !matches!(observed, [Res::OutsideRetention]) {
+        return None;
+    }
+    let pos = state.pitr_damaged_retired_segment(t, target)?;
+    let key = segment_key(t, pos);
+    seen.listings[t].contains(&key).then(|| {
+        format!(
+            "a point-in-time restore of tenant {t} to {target:?} answered OutsideRetention, \
+             but the damaged segment {pos:?} on its walk is still in the store ({key})"
+        )
+    })
+}
+
 /// In the change log's cases, once hole 3 of the review is fixed: whether retention deleted
 /// what the window needs, judged from the listing and the manifests' own stamps.
 pub fn retention_mismatch(state: &State, seen: &Seen) -> Option<String> {

@@ -56,9 +56,10 @@ enum Stop {
     Missing,
     /// A segment fails its checks, or the chain does not meet the image.
     Corrupt,
-    /// A damaged segment retention may have deleted meanwhile: `Corrupt` while it is there, the
-    /// end of the window once it is gone (seed 1796180657680107252).
-    CorruptUnlessGone,
+    /// A damaged object retention may have deleted meanwhile: `Corrupt` while it is there, the
+    /// end of the window once it is gone (seed 1796180657680107252); the segment's position,
+    /// when it is a segment (the checker then looks whether it is still listed).
+    CorruptUnlessGone(Option<Pos>),
 }
 
 impl State {
@@ -201,7 +202,16 @@ impl State {
             Ok((content, _)) => vec![Res::Keys(content)],
             Err(Stop::Missing) => vec![Res::OutsideRetention],
             Err(Stop::Corrupt) => vec![Res::Corrupt],
-            Err(Stop::CorruptUnlessGone) => vec![Res::Corrupt, Res::OutsideRetention],
+            Err(Stop::CorruptUnlessGone(_)) => vec![Res::Corrupt, Res::OutsideRetention],
+        }
+    }
+
+    /// The damaged segment a point-in-time restore of tenant `t` to `target` stops at, when
+    /// retention may have deleted it (either answer is allowed, and the listing tells which).
+    pub fn pitr_damaged_retired_segment(&self, t: usize, target: PitrTarget) -> Option<Pos> {
+        match self.pitr_walk(t, target) {
+            Err(Stop::CorruptUnlessGone(at)) => at,
+            _ => None,
         }
     }
 
@@ -238,7 +248,7 @@ impl State {
             racing |= seg.retired;
             if seg.damaged {
                 return Err(if seg.retired {
-                    Stop::CorruptUnlessGone
+                    Stop::CorruptUnlessGone(Some(at))
                 } else {
                     Stop::Corrupt
                 });
@@ -335,7 +345,7 @@ impl State {
             None => Stop::Missing,
             // Retention may have deleted every such image meanwhile.
             Some((_, first)) if first.retired && damaged.all(|(_, image)| image.retired) => {
-                Stop::CorruptUnlessGone
+                Stop::CorruptUnlessGone(None)
             }
             Some(_) => Stop::Corrupt,
         }
