@@ -22,7 +22,6 @@ use tokio::sync::oneshot;
 use super::log::LogShip;
 use super::messages::*;
 use super::publish::Publisher;
-use super::shipping::RetentionSweep;
 use super::tenure::{Input, SnapshotPlan, Tenure};
 use crate::lease_actor::{LeaseActor, LeaseCell};
 use crate::runtime::Runtime;
@@ -81,6 +80,20 @@ pub(super) struct HandoffReplies {
     pub(super) drained: Option<oneshot::Sender<Result<Duration, Error>>>,
     /// Answered when the flush is over.
     pub(super) done: Option<oneshot::Sender<Result<(), Error>>>,
+}
+
+/// Where the tenant's retention stands (docs/guarantees.md, the storage bound): one sweep at a
+/// time, and one after every new image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum RetentionSweep {
+    /// None under way.
+    #[default]
+    Idle,
+    /// One under way.
+    Running,
+    /// One under way, and an image published since it began: it read the record and took its
+    /// `now` before that image, so it cannot stand for it, and another runs once it ends.
+    RunningThenAgain,
 }
 
 /// One open tenant.

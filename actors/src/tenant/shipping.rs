@@ -11,24 +11,11 @@ use leasehold::image::ReadSnapshot;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
+use super::actor::RetentionSweep;
 use super::actor::{ImageWant, TenantActor};
 use super::log::{Cut, ship};
 use super::tenure::Input;
 use crate::events::Event;
-
-/// Where the tenant's retention stands (docs/guarantees.md, the storage bound): one sweep at a
-/// time, and one after every new image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) enum RetentionSweep {
-    /// None under way.
-    #[default]
-    Idle,
-    /// One under way.
-    Running,
-    /// One under way, and an image published since it began: it read the record and took its
-    /// `now` before that image, so it cannot stand for it, and another runs once it ends.
-    RunningThenAgain,
-}
 
 impl TenantActor {
     /// Ships the pending changes if no segment is in flight; answers callers the log already
