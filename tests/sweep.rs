@@ -157,6 +157,24 @@ async fn s3_a_sweep_longer_than_one_calls_deadline_keeps_the_progress_of_each_pa
     assert_eq!(inner.list(&prefix).await.unwrap(), live.to_vec());
 }
 
+/// The record of a tenant released by epoch 2, whose head is image (2, 1) of the bytes `page`.
+fn released_with_head_2_1() -> leasehold::lease::LeaseRecord {
+    leasehold::lease::LeaseRecord {
+        key: key().to_string(),
+        owner: "a".into(),
+        epoch: 2,
+        expires_at_ms: 0,
+        released: true,
+        floor: 0,
+        head: Some(leasehold::layout::ImageRef {
+            epoch: 2,
+            seq: 1,
+            sha256: leasehold::image::sha256_hex(b"page"),
+        }),
+        tip: None,
+    }
+}
+
 /// A manifest with the head's fields, for retention's reads.
 fn manifest_json(epoch: u64, seq: u64, created_at_ms: u64) -> Vec<u8> {
     leasehold::image::Manifest {
@@ -182,7 +200,6 @@ fn manifest_json(epoch: u64, seq: u64, created_at_ms: u64) -> Vec<u8> {
 /// replica of the newer build reads.
 #[tokio::test]
 async fn retention_deletes_a_damaged_manifest_and_its_image_but_not_the_heads_or_a_newer_formats() {
-    use leasehold::lease::LeaseRecord;
     let store = MemStore::new();
     let put = |k: String, v: Vec<u8>| {
         let store = store.clone();
@@ -205,20 +222,7 @@ async fn retention_deletes_a_damaged_manifest_and_its_image_but_not_the_heads_or
     .await;
     put(image_key(&key(), 2, 1), b"page".to_vec()).await;
     put(manifest_key(&key(), 2, 1), b"garbage".to_vec()).await;
-    let record = LeaseRecord {
-        key: key().to_string(),
-        owner: "a".into(),
-        epoch: 2,
-        expires_at_ms: 0,
-        released: true,
-        floor: 0,
-        head: Some(leasehold::layout::ImageRef {
-            epoch: 2,
-            seq: 1,
-            sha256: leasehold::image::sha256_hex(b"page"),
-        }),
-        tip: None,
-    };
+    let record = released_with_head_2_1();
     let went = leasehold::sweep::sweep_retention(
         &store,
         &key(),
@@ -250,7 +254,6 @@ async fn retention_deletes_a_damaged_manifest_and_its_image_but_not_the_heads_or
 /// it is read into memory whole on every run.
 #[tokio::test(start_paused = true)]
 async fn review_an_oversized_object_at_a_manifest_key_does_not_wedge_retention() {
-    use leasehold::lease::LeaseRecord;
     let faulty = FaultyStore::new(Arc::new(MemStore::new()));
     faulty.set_pace(Pace {
         per_mib_read: Duration::from_millis(100),
@@ -275,20 +278,7 @@ async fn review_an_oversized_object_at_a_manifest_key_does_not_wedge_retention()
         .put_if_absent(&manifest_key(&key(), 2, 1), manifest_json(2, 1, 10))
         .await
         .unwrap();
-    let record = LeaseRecord {
-        key: key().to_string(),
-        owner: "a".into(),
-        epoch: 2,
-        expires_at_ms: 0,
-        released: true,
-        floor: 0,
-        head: Some(leasehold::layout::ImageRef {
-            epoch: 2,
-            seq: 1,
-            sha256: leasehold::image::sha256_hex(b"page"),
-        }),
-        tip: None,
-    };
+    let record = released_with_head_2_1();
     let went = leasehold::sweep::sweep_retention(
         &store,
         &key(),
