@@ -157,6 +157,23 @@ async fn s3_a_sweep_longer_than_one_calls_deadline_keeps_the_progress_of_each_pa
     assert_eq!(inner.list(&prefix).await.unwrap(), live.to_vec());
 }
 
+/// A store read at 10 MiB/s behind a 500 ms deadline (paused time), and its unbounded inside.
+fn slow_link() -> (Deadline<FaultyStore>, Arc<dyn DurableStore>) {
+    let faulty = FaultyStore::new(Arc::new(MemStore::new()));
+    faulty.set_pace(Pace {
+        per_mib_read: Duration::from_millis(100),
+        ..Pace::default()
+    });
+    let inner = faulty.inner().clone();
+    let store = Deadline::new(faulty, Duration::from_millis(500)).unwrap();
+    (store, inner)
+}
+
+/// Puts `bytes` at `key` in `store`, which must take them.
+async fn put_on(store: &Arc<dyn DurableStore>, key: String, bytes: Vec<u8>) {
+    store.put_if_absent(&key, bytes).await.unwrap();
+}
+
 /// The record of a tenant released by epoch 2, whose head is image (2, 1) of the bytes `page`.
 fn released_with_head_2_1() -> leasehold::lease::LeaseRecord {
     leasehold::lease::LeaseRecord {
@@ -254,30 +271,12 @@ async fn retention_deletes_a_damaged_manifest_and_its_image_but_not_the_heads_or
 /// it is read into memory whole on every run.
 #[tokio::test(start_paused = true)]
 async fn review_an_oversized_object_at_a_manifest_key_does_not_wedge_retention() {
-    let faulty = FaultyStore::new(Arc::new(MemStore::new()));
-    faulty.set_pace(Pace {
-        per_mib_read: Duration::from_millis(100),
-        ..Pace::default()
-    });
-    let store = Deadline::new(faulty.shared(), Duration::from_millis(500)).unwrap();
-    let inner = faulty.inner().clone();
+    let (store, inner) = slow_link();
     // (1, 1): an image whose manifest key holds 8 MiB (800 ms on this link); (2, 1): the head.
-    inner
-        .put_if_absent(&image_key(&key(), 1, 1), b"page".to_vec())
-        .await
-        .unwrap();
-    inner
-        .put_if_absent(&manifest_key(&key(), 1, 1), vec![b' '; 8 << 20])
-        .await
-        .unwrap();
-    inner
-        .put_if_absent(&image_key(&key(), 2, 1), b"page".to_vec())
-        .await
-        .unwrap();
-    inner
-        .put_if_absent(&manifest_key(&key(), 2, 1), manifest_json(2, 1, 10))
-        .await
-        .unwrap();
+    put_on(&inner, image_key(&key(), 1, 1), b"page".to_vec()).await;
+    put_on(&inner, manifest_key(&key(), 1, 1), vec![b' '; 8 << 20]).await;
+    put_on(&inner, image_key(&key(), 2, 1), b"page".to_vec()).await;
+    put_on(&inner, manifest_key(&key(), 2, 1), manifest_json(2, 1, 10)).await;
     let record = released_with_head_2_1();
     let went = leasehold::sweep::sweep_retention(
         &store,
@@ -301,21 +300,9 @@ async fn review_an_oversized_object_at_a_manifest_key_does_not_wedge_retention()
 /// store `Timeout` — an outage, retried for ever — instead of `Corrupt`.
 #[tokio::test(start_paused = true)]
 async fn review_an_oversized_head_manifest_is_corrupt_not_a_timeout() {
-    let faulty = FaultyStore::new(Arc::new(MemStore::new()));
-    faulty.set_pace(Pace {
-        per_mib_read: Duration::from_millis(100),
-        ..Pace::default()
-    });
-    let store = Deadline::new(faulty.shared(), Duration::from_millis(500)).unwrap();
-    let inner = faulty.inner().clone();
-    inner
-        .put_if_absent(&image_key(&key(), 2, 1), b"page".to_vec())
-        .await
-        .unwrap();
-    inner
-        .put_if_absent(&manifest_key(&key(), 2, 1), vec![b' '; 8 << 20])
-        .await
-        .unwrap();
+    let (store, inner) = slow_link();
+    put_on(&inner, image_key(&key(), 2, 1), b"page".to_vec()).await;
+    put_on(&inner, manifest_key(&key(), 2, 1), vec![b' '; 8 << 20]).await;
     let head = leasehold::layout::ImageRef {
         epoch: 2,
         seq: 1,
