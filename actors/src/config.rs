@@ -151,6 +151,13 @@ pub struct RuntimeConfig {
     /// docs/benchmarks.md, "Bytes and requests"). Both are always read; `segment_limit` bounds
     /// the plain size either way (docs/guarantees.md, "Limits").
     pub segment_compression: leasehold::log::segment::SegmentCompression,
+    /// The most segments of one tenant's change log under way at once (`Shipped` and `Async`).
+    /// Their puts overlap; their tip moves go strictly in log order, each asked only once the
+    /// one before it is confirmed, so the tip never skips a segment (docs/guarantees.md,
+    /// "Pipelined segments"). A batch committed while this many are in flight waits for the
+    /// oldest to come back. 1 ships one segment at a time; `Async` always does (its RPO counts
+    /// one segment in flight). Between 1 and 64; default 4.
+    pub segments_in_flight: usize,
     /// With `Async`: the most bytes a tenant lets wait committed and not yet in the change log
     /// (pending and in flight). A run is refused with `Error::LogBehind` while this much waits,
     /// so a crash loses at most this plus one batch (docs/guarantees.md, the numbers). Default
@@ -263,6 +270,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("compaction", &self.compaction)
             .field("segment_limit", &self.segment_limit)
             .field("segment_compression", &self.segment_compression)
+            .field("segments_in_flight", &self.segments_in_flight)
             .field("async_pending_limit", &self.async_pending_limit)
             .field("retain", &self.retain)
             .field("local_sweep_every", &self.local_sweep_every)
@@ -306,6 +314,7 @@ impl RuntimeConfig {
             compaction: Compaction::default(),
             segment_limit: leasehold::codec::LIMIT as u64,
             segment_compression: leasehold::log::segment::SegmentCompression::Off,
+            segments_in_flight: 4,
             async_pending_limit: 64 << 20,
             retain: Duration::from_secs(24 * 60 * 60),
             local_sweep_every: Some(Duration::from_secs(60)),
@@ -366,6 +375,9 @@ impl RuntimeConfig {
                 "segment_limit",
                 "must be between 64 KiB and the codec's limit of 1 GiB",
             );
+        }
+        if !(1..=64).contains(&self.segments_in_flight) {
+            return invalid("segments_in_flight", "must be between 1 and 64");
         }
         if self.async_pending_limit == 0 {
             return invalid("async_pending_limit", "must be at least 1 byte");
@@ -530,6 +542,11 @@ mod tests {
             (
                 "close_concurrency",
                 Box::new(|c| c.close_concurrency = 10_001),
+            ),
+            ("segments_in_flight", Box::new(|c| c.segments_in_flight = 0)),
+            (
+                "segments_in_flight",
+                Box::new(|c| c.segments_in_flight = 65),
             ),
             ("arbiters", Box::new(|c| c.arbiters = 0)),
             ("arbiters", Box::new(|c| c.arbiters = 257)),

@@ -49,6 +49,9 @@ pub(crate) struct Runtime {
     pub(crate) compaction: crate::config::Compaction,
     /// The most bytes one segment may take; a batch may take half of it.
     pub(crate) segment_limit: u64,
+    /// The most segments of one tenant under way at once (`RuntimeConfig::segments_in_flight`;
+    /// see [`Runtime::log_pipeline`]).
+    segments_in_flight: usize,
     /// How segments are written (compressed or plain).
     pub(crate) segment_compression: leasehold::log::segment::SegmentCompression,
     /// With `Async`: the most bytes committed and not yet shipped before runs are refused.
@@ -139,6 +142,7 @@ impl Runtime {
             snapshot_every: config.snapshot_every,
             compaction: config.compaction,
             segment_limit: config.segment_limit,
+            segments_in_flight: config.segments_in_flight,
             segment_compression: config.segment_compression,
             async_pending_limit: config.async_pending_limit,
             retain: config.retain,
@@ -176,6 +180,16 @@ impl Runtime {
         return self.breakage.skip_final_image;
         #[cfg(not(feature = "fault-switches"))]
         false
+    }
+
+    /// How many segments of one tenant's log may be under way at once: `segments_in_flight` on
+    /// `Shipped`; one on `Async`, whose RPO in time counts the segment in flight and the next
+    /// (docs/guarantees.md, the numbers) and whose cuts come once per period anyway.
+    pub(crate) fn log_pipeline(&self) -> usize {
+        match self.durability {
+            crate::config::Durability::Async { .. } => 1,
+            _ => self.segments_in_flight,
+        }
     }
 
     /// Whether `Shipped` acknowledges before the tip moves (a deliberate bug).

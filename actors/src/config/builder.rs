@@ -132,6 +132,8 @@ impl RuntimeConfigBuilder {
         segment_limit: u64;
         /// [`RuntimeConfig::segment_compression`].
         segment_compression: leasehold::log::segment::SegmentCompression;
+        /// [`RuntimeConfig::segments_in_flight`].
+        segments_in_flight: usize;
         /// [`RuntimeConfig::async_pending_limit`].
         async_pending_limit: u64;
         /// [`RuntimeConfig::retain`].

@@ -132,6 +132,12 @@ pub const ENV_VARS: &[EnvVar] = &[
         "the most bytes one segment takes (a run at most half)",
     ),
     var(
+        "LEASEHOLD_SEGMENTS_IN_FLIGHT",
+        "segments_in_flight",
+        "4",
+        "the most segments of one tenant under way at once (1: one at a time)",
+    ),
+    var(
         "LEASEHOLD_ASYNC_PENDING_LIMIT",
         "async_pending_limit",
         "64MiB",
@@ -521,6 +527,7 @@ fn options(vars: &Vars) -> Result<Vec<(&'static EnvVar, Set)>, Error> {
             "LEASEHOLD_RENEW_EVERY" => with(v, parse_period(text), B::renew_every)?,
             "LEASEHOLD_SNAPSHOT_EVERY" => with(v, parse_period(text), B::snapshot_every)?,
             "LEASEHOLD_SEGMENT_LIMIT" => with(v, parse_bytes(text), B::segment_limit)?,
+            "LEASEHOLD_SEGMENTS_IN_FLIGHT" => with(v, parse_count(text), B::segments_in_flight)?,
             "LEASEHOLD_ASYNC_PENDING_LIMIT" => with(v, parse_bytes(text), B::async_pending_limit)?,
             "LEASEHOLD_RETAIN" => with(v, parse_duration(text), B::retain)?,
             "LEASEHOLD_LOCAL_SWEEP_EVERY" => with(v, parse_period(text), B::local_sweep_every)?,

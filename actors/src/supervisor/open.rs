@@ -279,6 +279,7 @@ async fn start(
             record.epoch,
             rt.segment_limit,
             rt.segment_compression,
+            rt.log_pipeline(),
             LogStart {
                 tip: restored.position,
                 image_pos: restored.image_log,

@@ -1,11 +1,15 @@
 //! The tenant's change log (`Shipped` and `Async`): committed changes wait here, are cut into
-//! a segment at the next log position, and shipped one segment at a time — the segment put in
-//! the durable store, then the tip moved by compare-and-set in the lease store. Batches that
-//! commit while a segment is in flight form the next one, or the next ones: a segment holds
-//! whole batches, at most `segment_limit` bytes (docs/guarantees.md, the change log, "Limits").
+//! a segment at the next log position, and shipped — the segment put in the durable store, then
+//! the tip moved by compare-and-set in the lease store. Up to `segments_in_flight` segments are
+//! under way at once: their puts overlap, their tip moves go strictly in order (each is asked
+//! only once the one before it is confirmed), and a segment whose predecessor was not shipped
+//! never asks for its move. Batches that commit while the pipeline is full form the next
+//! segment, or the next ones: a segment holds whole batches, at most `segment_limit` bytes
+//! (docs/guarantees.md, the change log, "Limits" and "Pipelined segments").
 //!
 //! [`LogShip`] is the bookkeeping, run on the actor's thread; [`ship`] is the store calls of one
-//! segment, run as a future whose completion the actor feeds back.
+//! segment, run as a future whose completion the actor feeds back (in any order: the log answers
+//! callers in log order).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -19,7 +23,7 @@ use leasehold::log::segment::{SegmentCompression, encoded_bound};
 use leasehold::log::{Changes, Segment};
 use leasehold::plan::reconcile::PutOf;
 use leasehold::{Error, LeaseKey};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use super::messages::Finisher;
 use crate::lease_actor::LeaseCell;
@@ -54,9 +58,35 @@ pub(crate) struct Cut {
     pub(crate) to: LogPos,
     /// Its encoded bytes (compressed or not): what is put.
     pub(crate) bytes: Vec<u8>,
+    /// Its place in the order of tip moves.
+    pub(crate) order: TipOrder,
+}
+
+/// Where one segment's tip move stands among the segments in flight: it may be asked once
+/// `after` (the segment before it, if that one is still in flight when this one is cut) says its
+/// own move was confirmed, and it tells the next one through `done` once its move is confirmed.
+/// `done` dropped unsent — the segment failed, or its work stopped — fails every later one
+/// before it asks for its move, so the tip never skips a segment and never names one whose
+/// predecessor is missing.
+pub(crate) struct TipOrder {
+    /// Resolves `Ok` once the segment before this one is the tip; `Err` if it never will be.
+    pub(crate) after: Option<oneshot::Receiver<()>>,
+    /// Sent once this segment is the tip.
+    pub(crate) done: oneshot::Sender<()>,
+}
+
+/// A segment cut and sent, until the log has its outcome in order.
+struct Flight {
+    /// Its position.
+    pos: LogPos,
     /// The size of its plain encoding: what a restore holds of it, decoded, and what it leaves
     /// committed and not in the log until it is shipped.
-    pub(crate) plain_len: u64,
+    plain: u64,
+    /// Its callers, and the callers of batches without changes committed after it (answered
+    /// once everything before them is in the log).
+    callers: Vec<Finisher>,
+    /// Its outcome, once its work came back (perhaps before the flights ahead of it).
+    outcome: Option<Result<(), Error>>,
 }
 
 /// One committed batch waiting to be cut: what it changed (nothing, for a batch that wrote
@@ -81,15 +111,18 @@ pub(crate) struct LogShip {
     compression: SegmentCompression,
     /// The tip the lease store confirmed last (or the restore found).
     tip: Option<LogPos>,
-    /// The segment in flight, and its plain bytes (what it holds, compressed or not).
-    in_flight: Option<(LogPos, u64)>,
+    /// The segments in flight, oldest first, with their callers: kept here, not in the shipping
+    /// futures, so that a tenant that stops with segments in flight still answers them
+    /// (outcome unknown).
+    in_flight: VecDeque<Flight>,
+    /// The most segments in flight at once (`segments_in_flight`, at least 1).
+    max_in_flight: usize,
+    /// The receiver of the newest cut's [`TipOrder::done`], for the next cut's `after`.
+    last_done: Option<oneshot::Receiver<()>>,
     /// Batches committed since the last cut, oldest first.
     pending: VecDeque<Committed>,
     /// The bytes their pages take ([`encoded_bound`] of each batch, summed).
     pending_bytes: u64,
-    /// Callers of the segment in flight: kept here, not in the shipping future, so that a
-    /// tenant that stops with a segment in flight still answers them (outcome unknown).
-    in_flight_callers: Vec<Finisher>,
     /// Plain sizes of the segments shipped since the newest image's position, oldest first:
     /// what a restore holds of them decoded, whether they were stored compressed or not.
     since_image: VecDeque<(u64, u64)>,
@@ -125,12 +158,14 @@ pub(crate) struct LogStart {
 
 impl LogShip {
     /// The log of the tenure of `key` at `epoch`, whose segments take at most `segment_limit`
-    /// bytes (plain) and are written with `compression`, starting where the restore left it.
+    /// bytes (plain) and are written with `compression`, at most `max_in_flight` of them under
+    /// way at once, starting where the restore left it.
     pub(crate) fn new(
         key: LeaseKey,
         epoch: u64,
         segment_limit: u64,
         compression: SegmentCompression,
+        max_in_flight: usize,
         start: LogStart,
     ) -> Self {
         let (tips, _) = watch::channel(start.tip);
@@ -140,10 +175,11 @@ impl LogShip {
             segment_limit,
             compression,
             tip: start.tip,
-            in_flight: None,
+            in_flight: VecDeque::new(),
+            max_in_flight: max_in_flight.max(1),
+            last_done: None,
             pending: VecDeque::new(),
             pending_bytes: 0,
-            in_flight_callers: Vec::new(),
             since_image: VecDeque::new(),
             image_pos: start.image_pos,
             carried: start.carried,
@@ -173,17 +209,17 @@ impl LogShip {
         self.tips.subscribe()
     }
 
-    /// The position of everything committed and cut: the segment in flight, else the tip. Only
-    /// meaningful when nothing is pending.
+    /// The position of everything committed and cut: the newest segment in flight, else the
+    /// tip. Only meaningful when nothing is pending.
     pub(crate) fn position(&self) -> Option<LogPos> {
-        self.in_flight.map(|(pos, _)| pos).or(self.tip)
+        self.in_flight.back().map(|f| f.pos).or(self.tip)
     }
 
     /// The position the next segment will take.
     pub(crate) fn next_position(&self) -> LogPos {
         LogPos {
             epoch: self.epoch,
-            seq: self.tip.map_or(1, |t| t.seq + 1),
+            seq: self.position().map_or(1, |t| t.seq + 1),
         }
     }
 
@@ -196,23 +232,31 @@ impl LogShip {
     /// segment in flight, at its plain size however it is stored (what `Async` bounds,
     /// docs/guarantees.md, the numbers).
     pub(crate) fn unshipped_bytes(&self) -> u64 {
-        let in_flight = self.in_flight.map_or(0, |(_, bytes)| bytes);
+        let in_flight: u64 = self.in_flight.iter().map(|f| f.plain).sum();
         self.pending_bytes.saturating_add(in_flight)
     }
 
-    /// How many segments settling the log takes at most: the one in flight and those the
-    /// waiting batches are cut into. Each batch takes at most half of `segment_limit`, so every
-    /// segment but the last of a cut is more than half full: at most ⌈2 × pending ÷ limit⌉.
+    /// How many segments settling the log takes at most: those in flight (counted as at least
+    /// one) and those the waiting batches are cut into. Each batch takes at most half of
+    /// `segment_limit`, so every segment but the last of a cut is more than half full: at most
+    /// ⌈2 × pending ÷ limit⌉. Each is counted at its longest wait, as if none overlapped.
     pub(crate) fn segments_to_settle(&self) -> u32 {
         let limit = self.segment_limit.max(1);
         let waiting = self.pending_bytes.saturating_mul(2).div_ceil(limit).max(1);
-        u32::try_from(waiting.saturating_add(1)).unwrap_or(u32::MAX)
+        let flying = (self.in_flight.len() as u64).max(1);
+        u32::try_from(waiting.saturating_add(flying)).unwrap_or(u32::MAX)
     }
 
     /// Whether everything committed is in the log (or the log failed): nothing in flight,
     /// nothing pending, no caller waiting.
     pub(crate) fn settled(&self) -> bool {
-        self.in_flight.is_none() && self.pending.is_empty()
+        self.in_flight.is_empty() && self.pending.is_empty()
+    }
+
+    /// How many segments are in flight.
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.len()
     }
 
     /// Why the log stopped, if it did.
@@ -275,30 +319,30 @@ impl LogShip {
         self.pending.push_back(Committed { changes, callers });
     }
 
-    /// The next segment to ship, if none is in flight and changes are pending: the oldest
-    /// pending batches, whole, as many as fit `segment_limit` together (at least one), so a
-    /// long run of batches goes as several segments and a restore never stops inside a batch.
-    /// Callers of batches that wrote nothing are answered here once everything before them is in
-    /// the log, or ride with the segment cut before them. A single batch too large for a segment
-    /// is an error (the batch was measured before it committed, so this does not happen). The
-    /// segment is stamped [`LogShip::stamp`] of `wall_ms`.
+    /// The next segment to ship, if fewer than `segments_in_flight` are under way and changes
+    /// are pending: the oldest pending batches, whole, as many as fit `segment_limit` together
+    /// (at least one), so a long run of batches goes as several segments and a restore never
+    /// stops inside a batch. Callers of batches that wrote nothing are answered once everything
+    /// before them is in the log: here if nothing is in flight, else with the newest segment in
+    /// flight (or they ride with the segment cut before them). A single batch too large for a
+    /// segment is an error (the batch was measured before it committed, so this does not
+    /// happen). The segment is stamped [`LogShip::stamp`] of `wall_ms`.
     pub(crate) fn cut(&mut self, wall_ms: u64) -> Result<Option<Cut>, Error> {
-        if self.in_flight.is_some() || self.failed.is_some() {
+        if self.in_flight.len() >= self.max_in_flight || self.failed.is_some() {
             return Ok(None);
         }
         while self.pending.front().is_some_and(|c| c.changes.is_none()) {
             if let Some(done) = self.pending.pop_front() {
-                for caller in done.callers {
-                    caller(Ok(()));
-                }
+                self.answer_once_logged(done.callers);
             }
         }
         let Some((changes, callers)) = self.take_segment() else {
             return Ok(None);
         };
+        let from = self.position();
         let to = self.next_position();
         let stamp = self.stamp(wall_ms);
-        let segment = Segment::from_changes(&self.key, to, self.tip, changes, stamp);
+        let segment = Segment::from_changes(&self.key, to, from, changes, stamp);
         let limit = self.segment_limit;
         let encoded = segment
             .encode_with(self.compression)
@@ -322,14 +366,38 @@ impl LogShip {
                 return Err(error);
             }
         };
-        self.in_flight = Some((to, encoded.raw_len));
-        self.in_flight_callers = callers;
+        // The segment before it still in flight: its move is asked only after that one's.
+        let after = match self.in_flight.is_empty() {
+            true => None,
+            false => self.last_done.take(),
+        };
+        let (done, next) = oneshot::channel();
+        self.last_done = Some(next);
+        self.in_flight.push_back(Flight {
+            pos: to,
+            plain: encoded.raw_len,
+            callers,
+            outcome: None,
+        });
         Ok(Some(Cut {
-            from: self.tip,
+            from,
             to,
             bytes: encoded.bytes,
-            plain_len: encoded.raw_len,
+            order: TipOrder { after, done },
         }))
+    }
+
+    /// Answers `callers` (of batches that wrote nothing) once everything before them is in the
+    /// log: now if nothing is in flight, else with the newest segment in flight.
+    fn answer_once_logged(&mut self, callers: Vec<Finisher>) {
+        match self.in_flight.back_mut() {
+            Some(newest) => newest.callers.extend(callers),
+            None => {
+                for caller in callers {
+                    caller(Ok(()));
+                }
+            }
+        }
     }
 
     /// Takes the oldest pending batches that fit one segment together, merged, with their
@@ -338,10 +406,7 @@ impl LogShip {
         let first = self.pending.pop_front()?;
         let mut callers = first.callers;
         let Some(mut changes) = first.changes else {
-            // Everything before it is in the log (none is in flight): it is done.
-            for caller in callers {
-                caller(Ok(()));
-            }
+            self.answer_once_logged(callers);
             return None;
         };
         while let Some(next) = self.pending.front() {
@@ -372,41 +437,58 @@ impl LogShip {
         Some((changes, callers))
     }
 
-    /// The segment at `to`, of `plain_bytes` bytes plain ([`Cut::plain_len`]), came back. On
-    /// success the tip is `to`; on failure the log stops, and everyone waiting hears why.
-    pub(crate) fn shipped(&mut self, to: LogPos, plain_bytes: u64, outcome: &Result<(), Error>) {
-        self.in_flight = None;
-        let callers = std::mem::take(&mut self.in_flight_callers);
-        match outcome {
-            Ok(()) => {
-                self.tip = Some(to);
-                self.since_image.push_back((to.seq, plain_bytes));
-                self.tips.send_replace(self.tip);
-                for caller in callers {
-                    caller(Ok(()));
+    /// The segment at `to` came back with `outcome` (its work may end before the work of a
+    /// segment ahead of it). Outcomes are taken in log order: each segment whose outcome is
+    /// known and that nothing unsettled precedes becomes the tip (`Ok`: its callers hear `Ok`)
+    /// or fails (its callers hear why, and the log stops: everyone waiting hears it too).
+    pub(crate) fn shipped(&mut self, to: LogPos, outcome: &Result<(), Error>) {
+        if let Some(flight) = self.in_flight.iter_mut().find(|f| f.pos == to) {
+            flight.outcome = Some(outcome.clone());
+        }
+        let tip_before = self.tip;
+        while self.in_flight.front().is_some_and(|f| f.outcome.is_some()) {
+            let Some(flight) = self.in_flight.pop_front() else {
+                break;
+            };
+            match flight.outcome {
+                Some(Ok(())) => {
+                    self.tip = Some(flight.pos);
+                    self.since_image.push_back((flight.pos.seq, flight.plain));
+                    for caller in flight.callers {
+                        caller(Ok(()));
+                    }
                 }
-            }
-            Err(error) => {
-                for caller in callers {
-                    caller(Err(error.clone()));
+                Some(Err(error)) => {
+                    for caller in flight.callers {
+                        caller(Err(error.clone()));
+                    }
+                    self.fail(Error::Unshipped {
+                        key: self.key.to_string(),
+                        reason: format!(
+                            "an earlier segment ({}) was not shipped: {error}",
+                            flight.pos
+                        ),
+                    });
                 }
-                self.fail(Error::Unshipped {
-                    key: self.key.to_string(),
-                    reason: format!("an earlier segment ({to}) was not shipped: {error}"),
-                });
+                None => {}
             }
+        }
+        if self.tip != tip_before {
+            self.tips.send_replace(self.tip);
         }
     }
 
-    /// The tenant stopped (its actor is going): the callers of the segment in flight hear
+    /// The tenant stopped (its actor is going): the callers of the segments in flight hear
     /// `Unshipped` (their writes may yet be in the log), and so does everyone waiting.
     pub(crate) fn abort(&mut self) {
         let error = Error::Unshipped {
             key: self.key.to_string(),
             reason: "the tenant stopped while its segment was in flight".to_string(),
         };
-        for caller in self.in_flight_callers.drain(..) {
-            caller(Err(error.clone()));
+        for flight in self.in_flight.drain(..) {
+            for caller in flight.callers {
+                caller(Err(error.clone()));
+            }
         }
         self.fail(error);
     }
@@ -447,7 +529,8 @@ fn may_send(rt: &Runtime, cell: &LeaseCell) -> bool {
     }
 }
 
-/// Ships one segment: put it under its key, then move the tip from `from` to `to`. `Ok` only
+/// Ships one segment: put it under its key, then — once the segment before it is the tip
+/// (`order`) — move the tip from `from` to `to`. `Ok` only
 /// when the lease store confirmed the tip: then the segment is the log's, whatever happens to
 /// this replica next. A refused move (the lease is gone) is `Fenced` and ends the cell; any
 /// other failure is [`Error::Unshipped`], whose outcome is unknown.
@@ -466,7 +549,9 @@ pub(crate) async fn ship(
     from: Option<LogPos>,
     to: LogPos,
     bytes: Vec<u8>,
+    order: TipOrder,
 ) -> Result<(), Error> {
+    let TipOrder { after, done } = order;
     let key = cell.key.clone();
     let unshipped = |reason: String| Error::Unshipped {
         key: key.to_string(),
@@ -535,6 +620,15 @@ pub(crate) async fn ship(
         // No tip move was asked for it: the reconciliation deletes it once the put settles.
         Err(e) => return Err(unshipped(format!("put {skey}: {e}"))),
     }
+    // Tips move in log order: the segment before this one must be the tip first. If it never
+    // will be, no move is asked for this one, and the reconciliation deletes it (never asked).
+    if let Some(after) = after
+        && after.await.is_err()
+    {
+        return Err(unshipped(format!(
+            "the segment before {to} was not shipped, so its tip move is never asked"
+        )));
+    }
     let mut tries = 0;
     loop {
         let asked = leasehold::lease::TipMove {
@@ -548,6 +642,8 @@ pub(crate) async fn ship(
         match rt.tips.move_tip(asked).await {
             Ok(_) => {
                 tracked.named();
+                // The next segment in flight may ask for its move now.
+                let _ = done.send(());
                 return Ok(());
             }
             Err(e) if e.outcome_unknown() && tries < TIP_RETRIES => tries += 1,
@@ -582,6 +678,10 @@ mod tests {
     use leasehold::ids::{OrgId, TenantId};
 
     fn log(segment_limit: u64) -> LogShip {
+        pipelined(segment_limit, 1)
+    }
+
+    fn pipelined(segment_limit: u64, in_flight: usize) -> LogShip {
         let key = LeaseKey::new(&OrgId::new("acme").unwrap(), &TenantId::new("t1").unwrap());
         let start = LogStart {
             tip: None,
@@ -589,7 +689,186 @@ mod tests {
             carried: (0, 0),
             tip_stamp_ms: 0,
         };
-        LogShip::new(key, 1, segment_limit, SegmentCompression::Zstd, start)
+        LogShip::new(
+            key,
+            1,
+            segment_limit,
+            SegmentCompression::Off,
+            in_flight,
+            start,
+        )
+    }
+
+    /// A batch that changed page `page` + 1 (page 1 would have to hold a database header).
+    fn changes(page: u32) -> Changes {
+        let page = page + 1;
+        Changes {
+            page_size: 512,
+            db_pages: page,
+            pages: [(page, vec![page as u8; 512])].into(),
+            sum_before: 0,
+            sum_after: 0,
+        }
+    }
+
+    type Heard = std::sync::Arc<std::sync::Mutex<Vec<(&'static str, bool)>>>;
+
+    /// A caller named `name` whose answer lands in `heard`.
+    fn caller(heard: &Heard, name: &'static str) -> Vec<Finisher> {
+        let heard = heard.clone();
+        vec![Box::new(move |outcome: Result<(), Error>| {
+            heard.lock().unwrap().push((name, outcome.is_ok()));
+        })]
+    }
+
+    fn pos(seq: u64) -> LogPos {
+        LogPos { epoch: 1, seq }
+    }
+
+    fn unknown() -> Error {
+        Error::Unshipped {
+            key: "acme/t1".into(),
+            reason: "a timeout".into(),
+        }
+    }
+
+    #[test]
+    fn pipelined_cuts_chain_their_positions_up_to_the_limit_and_order_their_tip_moves() {
+        let mut log = pipelined(1 << 20, 2);
+        let heard = Heard::default();
+        log.add(Some(changes(1)), caller(&heard, "a"));
+        let first = log.cut(10).unwrap().expect("room for a first segment");
+        log.add(Some(changes(2)), caller(&heard, "b"));
+        let second = log.cut(11).unwrap().expect("room for a second segment");
+        log.add(Some(changes(3)), caller(&heard, "c"));
+        assert!(
+            log.cut(12).unwrap().is_none(),
+            "two in flight: the third waits"
+        );
+        assert_eq!((first.from, first.to), (None, pos(1)));
+        assert_eq!((second.from, second.to), (Some(pos(1)), pos(2)));
+        assert!(first.order.after.is_none(), "nothing before the first");
+        assert_eq!(log.in_flight(), 2);
+        assert_eq!(log.position(), Some(pos(2)));
+        // The second's move waits for the first's: confirmed, it may go.
+        let mut after = second.order.after.expect("the second waits for the first");
+        assert!(after.try_recv().is_err(), "not before the first is the tip");
+        first.order.done.send(()).unwrap();
+        assert!(after.try_recv().is_ok());
+        // The first back: room for the third, which waits for the second.
+        log.shipped(pos(1), &Ok(()));
+        let third = log.cut(13).unwrap().expect("room again");
+        assert_eq!((third.from, third.to), (Some(pos(2)), pos(3)));
+        let mut after = third.order.after.expect("the third waits for the second");
+        drop(second.order.done);
+        assert!(
+            after
+                .try_recv()
+                .is_err_and(|e| e == oneshot::error::TryRecvError::Closed),
+            "a second that never became the tip fails the third before its move"
+        );
+    }
+
+    #[test]
+    fn outcomes_coming_back_out_of_order_are_answered_in_log_order() {
+        let mut log = pipelined(1 << 20, 3);
+        let heard = Heard::default();
+        let tips = log.tips();
+        for (page, name) in [(1, "a"), (2, "b"), (3, "c")] {
+            log.add(Some(changes(page)), caller(&heard, name));
+            assert!(log.cut(10).unwrap().is_some());
+        }
+        log.shipped(pos(2), &Ok(()));
+        assert!(heard.lock().unwrap().is_empty(), "b waits for a");
+        assert_eq!(*tips.borrow(), None);
+        log.shipped(pos(1), &Ok(()));
+        assert_eq!(*heard.lock().unwrap(), vec![("a", true), ("b", true)]);
+        assert_eq!(*tips.borrow(), Some(pos(2)));
+        assert!(!log.settled(), "c is still in flight");
+        log.shipped(pos(3), &Ok(()));
+        assert!(log.settled());
+        assert_eq!(log.since_image(), (3, log.since_image().1));
+    }
+
+    #[test]
+    fn a_failed_segment_fails_every_later_one_and_everything_waiting() {
+        let mut log = pipelined(1 << 20, 2);
+        let heard = Heard::default();
+        log.add(Some(changes(1)), caller(&heard, "a"));
+        log.cut(10).unwrap().unwrap();
+        log.add(Some(changes(2)), caller(&heard, "b"));
+        log.cut(10).unwrap().unwrap();
+        log.add(Some(changes(3)), caller(&heard, "waiting"));
+        // The second's work ends first: its predecessor's move never came.
+        log.shipped(pos(2), &Err(unknown()));
+        assert!(
+            heard.lock().unwrap().is_empty(),
+            "nothing answered out of order"
+        );
+        log.shipped(pos(1), &Err(unknown()));
+        assert_eq!(
+            *heard.lock().unwrap(),
+            vec![("a", false), ("waiting", false), ("b", false)]
+        );
+        assert!(log.failure().is_some());
+        assert!(log.settled());
+        assert!(log.cut(11).unwrap().is_none(), "a failed log cuts nothing");
+        assert_eq!(log.position(), None, "the tip never moved");
+    }
+
+    #[test]
+    fn a_batch_without_changes_is_answered_only_once_every_segment_before_it_is_the_tip() {
+        let mut log = pipelined(1 << 20, 2);
+        let heard = Heard::default();
+        log.add(Some(changes(1)), caller(&heard, "write"));
+        log.cut(10).unwrap().unwrap();
+        log.add(None, caller(&heard, "gate"));
+        assert!(log.cut(10).unwrap().is_none(), "nothing to cut");
+        assert!(
+            heard.lock().unwrap().is_empty(),
+            "the gate waits for the write"
+        );
+        log.shipped(pos(1), &Ok(()));
+        assert_eq!(
+            *heard.lock().unwrap(),
+            vec![("write", true), ("gate", true)]
+        );
+        // With nothing in flight it is answered at once.
+        log.add(None, caller(&heard, "idle gate"));
+        log.cut(10).unwrap();
+        assert_eq!(heard.lock().unwrap().last(), Some(&("idle gate", true)));
+    }
+
+    #[test]
+    fn a_stopping_tenant_answers_every_segment_in_flight_unknown() {
+        let mut log = pipelined(1 << 20, 2);
+        let heard = Heard::default();
+        for (page, name) in [(1, "a"), (2, "b")] {
+            log.add(Some(changes(page)), caller(&heard, name));
+            log.cut(10).unwrap().unwrap();
+        }
+        log.abort();
+        assert_eq!(*heard.lock().unwrap(), vec![("a", false), ("b", false)]);
+        assert!(log.settled());
+    }
+
+    #[test]
+    fn in_flight_bytes_count_every_segment_under_way() {
+        let mut log = pipelined(1 << 20, 2);
+        let heard = Heard::default();
+        for page in [1, 2] {
+            log.add(Some(changes(page)), caller(&heard, "x"));
+            log.cut(10).unwrap().unwrap();
+        }
+        let one = {
+            let mut single = pipelined(1 << 20, 2);
+            single.add(Some(changes(1)), Vec::new());
+            single.cut(10).unwrap().unwrap();
+            single.unshipped_bytes()
+        };
+        assert!(one > 0);
+        assert!(log.unshipped_bytes() >= 2 * one - 16, "both segments count");
+        assert_eq!(log.segments_to_settle(), 3, "two in flight, and the next");
     }
 
     #[test]

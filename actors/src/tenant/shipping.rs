@@ -18,37 +18,42 @@ use super::tenure::Input;
 use crate::events::Event;
 
 impl TenantActor {
-    /// Ships the pending changes if no segment is in flight; answers callers the log already
-    /// covers; takes wanted images at the cut; tells a waiting flush when the log has settled.
+    /// Ships the pending changes while fewer than `segments_in_flight` segments are under way
+    /// (each cut as soon as there is room); answers callers the log already covers; takes wanted
+    /// images at the cut; tells a waiting flush when the log has settled.
     pub(super) fn ship_next(&mut self, ctx: &mut Context<Self>) {
-        let wall_ms = self.rt.wall_ms();
-        let Some(log) = self.log.as_mut() else {
-            return;
-        };
-        let next = log.next_position();
-        match log.cut(wall_ms) {
-            Ok(Some(cut)) => {
-                self.take_wanted_images(ctx);
-                self.send(cut, ctx);
-            }
-            Ok(None) => {
-                self.take_wanted_images(ctx);
-                self.check_flush(ctx);
-            }
-            Err(error) => {
-                // The batches it held hear `error`; the log stops, and says so (a tenure never
-                // ends silently, docs/guarantees.md, "Limits").
-                if let Some(log) = self.log.as_mut() {
-                    log.fail(error.clone());
+        loop {
+            let wall_ms = self.rt.wall_ms();
+            let Some(log) = self.log.as_mut() else {
+                return;
+            };
+            let next = log.next_position();
+            match log.cut(wall_ms) {
+                Ok(Some(cut)) => {
+                    self.take_wanted_images(ctx);
+                    self.send(cut, ctx);
                 }
-                self.rt.events.emit(Event::ShipFailed {
-                    key: self.key().to_string(),
-                    segment: next.to_string(),
-                    error: error.to_string(),
-                });
-                self.feed(Input::Shipping, ctx);
-                self.feed(Input::Shipped(Err(error)), ctx);
-                self.check_flush(ctx);
+                Ok(None) => {
+                    self.take_wanted_images(ctx);
+                    self.check_flush(ctx);
+                    return;
+                }
+                Err(error) => {
+                    // The batches it held hear `error`; the log stops, and says so (a tenure
+                    // never ends silently, docs/guarantees.md, "Limits").
+                    if let Some(log) = self.log.as_mut() {
+                        log.fail(error.clone());
+                    }
+                    self.rt.events.emit(Event::ShipFailed {
+                        key: self.key().to_string(),
+                        segment: next.to_string(),
+                        error: error.to_string(),
+                    });
+                    self.feed(Input::Shipping, ctx);
+                    self.feed(Input::Shipped(Err(error)), ctx);
+                    self.check_flush(ctx);
+                    return;
+                }
             }
         }
     }
@@ -58,7 +63,7 @@ impl TenantActor {
             from,
             to,
             bytes,
-            plain_len,
+            order,
         } = cut;
         // What crosses the link (the metric); the log counts what the segment holds.
         let len = bytes.len() as u64;
@@ -66,13 +71,14 @@ impl TenantActor {
         let span = tracing::debug_span!("ship", key = %self.cell.key, epoch = self.cell.epoch,
             seq = to.seq, bytes = len);
         let started = Instant::now();
-        let work = ship(self.rt.clone(), self.cell.clone(), from, to, bytes).instrument(span);
+        let work =
+            ship(self.rt.clone(), self.cell.clone(), from, to, bytes, order).instrument(span);
         ctx.spawn(work.into_actor(self).map(move |outcome, act, ctx| {
             if outcome.is_ok() {
                 crate::metrics::segment_shipped(len, started.elapsed());
             }
             if let Some(log) = act.log.as_mut() {
-                log.shipped(to, plain_len, &outcome);
+                log.shipped(to, &outcome);
             }
             if let Err(error) = &outcome {
                 act.rt.events.emit(Event::ShipFailed {

@@ -57,6 +57,7 @@ async fn every_variable_sets_its_option() {
         ("LEASEHOLD_COMPACTION_SEGMENTS", "50"),
         ("LEASEHOLD_COMPACTION_BYTES", "8 MiB"),
         ("LEASEHOLD_SEGMENT_LIMIT", "128KiB"),
+        ("LEASEHOLD_SEGMENTS_IN_FLIGHT", "2"),
         ("LEASEHOLD_ASYNC_PENDING_LIMIT", "1048576"),
         ("LEASEHOLD_RETAIN", "1h 30m"),
         ("LEASEHOLD_LOCAL_SWEEP_EVERY", "2m"),
@@ -100,8 +101,12 @@ async fn every_variable_sets_its_option() {
         }
     );
     assert_eq!(
-        (config.segment_limit, config.async_pending_limit),
-        (128 << 10, 1 << 20)
+        (
+            config.segment_limit,
+            config.segments_in_flight,
+            config.async_pending_limit
+        ),
+        (128 << 10, 2, 1 << 20)
     );
     assert_eq!(config.retain, s(90 * 60));
     assert_eq!(config.local_sweep_every, Some(s(120)));
