@@ -235,19 +235,36 @@ impl SupervisorActor {
         }))
     }
 
-    /// An open of a tenant whose passivation is under way here: waits for it to end, then
-    /// opens again (the caller does not notice; a passivation that failed serves on).
+    /// An open of a tenant whose passivation is under way here, or has just ended while its
+    /// tenure is still in the table: waits for it to end, then opens again (the caller does not
+    /// notice; a passivation that failed serves on). The open goes again as a new message: a
+    /// tenure's `TenantGone` is sent before its final status is set, so the open that comes
+    /// back is handled after the tenure left the table — after its local copy was dropped and
+    /// its lease released, which a passivation does before it ends — and opens a new tenure
+    /// whose files nothing of the old one removes.
     pub(super) fn open_after_passivation(
         &mut self,
         tenant: TenantRef,
         open: Open,
         ctx: &mut Context<Self>,
     ) -> ResponseActFuture<Self, Result<TenantRef, Error>> {
+        let epoch = tenant.epoch();
+        let now = tenant.status_now();
+        if open.waited_for == Some(epoch) && now.is_final() {
+            // Ended, and still in the table after its `TenantGone` was handled: never expected;
+            // refused rather than asked again in a loop.
+            tracing::warn!(key = %open.key, epoch, status = %now,
+                "a passivated tenure is still in the table after it ended");
+            return Box::pin(actix::fut::ready(Err(Error::Draining {
+                key: open.key.to_string(),
+                state: now.as_str().into(),
+            })));
+        }
         let until = tokio::time::Instant::now() + self.rt.leave_limit();
         let addr = ctx.address();
-        let reactivates = open.reactivates.or(Some(tenant.epoch()));
         let again = Open {
-            reactivates,
+            reactivates: open.reactivates.or(Some(epoch)),
+            waited_for: Some(epoch),
             ..open
         };
         Box::pin(actix::fut::wrap_future(async move {
