@@ -445,6 +445,8 @@ struct Open {
     reactivates: Option<u64>,
     /// Tenants this open has passivated already to make room at `max_open`.
     evictions: u32,
+    /// Victims whose passivation failed for this open (they serve on): not asked again by it.
+    spared: Vec<LeaseKey>,
     /// The epoch of a passivated tenure of this tenant whose end the open waited for: the open
     /// that comes back must not find it in the table (`open_after_passivation`).
     waited_for: Option<u64>,
@@ -462,6 +464,7 @@ impl Open {
             key,
             reactivates,
             evictions: 0,
+            spared: Vec::new(),
             waited_for: None,
         }
     }
