@@ -7,9 +7,15 @@
 //! tenant from the stores, never the runtime's word.
 //!
 //! `passivation/races.rs` pins passivation against a handoff, a forget, an abandon and a
-//! concurrent reopen, each at the moment the passivation's flush is under way.
+//! concurrent reopen, each at the moment the passivation's flush is under way;
+//! `passivation/ending.rs` an open that meets a passivation at its very end;
+//! `passivation/eviction.rs` an eviction at `max_open` whose victim's passivation fails.
 
 mod common;
+#[path = "passivation/ending.rs"]
+mod ending;
+#[path = "passivation/eviction.rs"]
+mod eviction;
 #[path = "passivation/races.rs"]
 mod races;
 

@@ -445,6 +445,11 @@ struct Open {
     reactivates: Option<u64>,
     /// Tenants this open has passivated already to make room at `max_open`.
     evictions: u32,
+    /// Victims whose passivation failed for this open (they serve on): not asked again by it.
+    spared: Vec<LeaseKey>,
+    /// The epoch of a passivated tenure of this tenant whose end the open waited for: the open
+    /// that comes back must not find it in the table (`open_after_passivation`).
+    waited_for: Option<u64>,
 }
 
 impl Open {
@@ -459,6 +464,8 @@ impl Open {
             key,
             reactivates,
             evictions: 0,
+            spared: Vec::new(),
+            waited_for: None,
         }
     }
 }
@@ -511,7 +518,9 @@ impl Handler<Open> for SupervisorActor {
         }
         if let Some(entry) = self.table.get(&key) {
             let now = entry.tenant.status_now();
-            if now == TenantStatus::Passivating {
+            if matches!(now, TenantStatus::Passivating | TenantStatus::Passivated) {
+                // Being let go, or let go with its `TenantGone` still queued behind this open:
+                // the host must not notice (promise 12). Open again once it has left.
                 let tenant = entry.tenant.clone();
                 return self.open_after_passivation(tenant, msg, ctx);
             }

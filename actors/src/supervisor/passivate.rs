@@ -9,8 +9,13 @@
 //!   idle check: Recency::pick(before = now − passivate_after) ──> Passivate{judged} to each
 //!                 refused (a ticket, used since) ──> noted again at now
 //!                 begun, then its flush failed (serves on) ──> noted again at now
-//!   open at max_open: Recency::pick(any age, one) ──> Passivate ──> wait until it has left
-//!                 ──> the open goes again (at most EVICTION_TRIES victims, then OpenLimit)
+//!   open at max_open: Recency::pick(any age, one, not spared) ──> Passivate
+//!                 ──> wait while it leaves ──> ended: the open goes again
+//!                                          └─> serving (refused, or its flush failed): noted
+//!                                              again, spared by this open, which goes again
+//!                 (at most EVICTION_TRIES victims; OpenLimit when none is left to ask)
+//!   open finding its tenant passivating, or passivated but still in the table ──> wait
+//!                 while it passivates ──> the open goes again, behind the tenure's TenantGone
 //! ```
 
 use std::future::Future;
@@ -95,11 +100,24 @@ impl SupervisorActor {
     }
 
     /// The least recently used tenants that may be passivated, last active before `before`
-    /// (any when `None`), at most `limit`.
-    fn choose(&mut self, before: Option<u64>, limit: usize) -> Vec<(TenantRef, Chosen<LeaseKey>)> {
+    /// (any when `None`), at most `limit`; `spared` ones are passed over (they keep their place).
+    fn choose(
+        &mut self,
+        before: Option<u64>,
+        limit: usize,
+        spared: &[LeaseKey],
+    ) -> Vec<(TenantRef, Chosen<LeaseKey>)> {
         let (recency, table) = (&mut self.recency, &self.table);
         let chosen = recency.pick(before, limit, |key| {
-            table.get(key).map(|e| Self::standing(&e.tenant))
+            let standing = Self::standing(&table.get(key)?.tenant);
+            Some(if spared.contains(key) {
+                Standing {
+                    serving: false,
+                    ..standing
+                }
+            } else {
+                standing
+            })
         });
         chosen
             .into_iter()
@@ -138,7 +156,7 @@ impl SupervisorActor {
             return Box::pin(actix::fut::ready(0));
         };
         let now = self.rt.now_ms();
-        let chosen = self.choose(Some(idle_before(now, duration_ms(after))), usize::MAX);
+        let chosen = self.choose(Some(idle_before(now, duration_ms(after))), usize::MAX, &[]);
         self.arm_idle_check(ctx);
         let asks = chosen.into_iter().map(|(tenant, c)| {
             let idle_ms = now.saturating_sub(c.last_ms);
@@ -193,7 +211,11 @@ impl SupervisorActor {
 
     /// An open met `max_open`: with passivation on, the least recently used idle tenant is
     /// passivated and the open goes again once it has left; refused with `OpenLimit` when none
-    /// is idle (or after [`EVICTION_TRIES`] victims).
+    /// is idle (or after [`EVICTION_TRIES`] victims). A victim that refuses, or whose
+    /// passivation fails (it serves on), is noticed as soon as its status says so — not after
+    /// `leave_limit` — and is not asked again by this open: the open goes to the next idle
+    /// tenant, or is refused when none is left (docs/guarantees.md, "when an idle tenant is let
+    /// go").
     pub(super) fn evict_for(
         &mut self,
         open: Open,
@@ -205,49 +227,69 @@ impl SupervisorActor {
         if self.rt.passivate_after.is_none() || open.evictions >= EVICTION_TRIES {
             return Box::pin(actix::fut::ready(Err(refused)));
         }
-        let Some((victim, chosen)) = self.choose(None, 1).pop() else {
+        let Some((victim, chosen)) = self.choose(None, 1, &open.spared).pop() else {
             return Box::pin(actix::fut::ready(Err(refused)));
         };
         let now = self.rt.now_ms();
         let idle_ms = now.saturating_sub(chosen.last_ms);
         let ask = victim.passivate(PassivationReason::Evicted, chosen.touches, idle_ms);
         let until = tokio::time::Instant::now() + self.rt.leave_limit();
-        let victim_status = victim.clone();
+        // The tenant answers once its status reads `passivating` (or `serving` again, when its
+        // flush failed at once): from then on, leaving means under way.
         let left = async move {
-            let accepted = ask.await.is_ok();
-            if accepted {
-                victim.wait_while_status(|s| !s.is_final(), until).await;
+            if ask.await.is_err() {
+                return TenantStatus::Serving;
             }
-            accepted
+            victim
+                .wait_while_status(TenantStatus::is_leaving, until)
+                .await
         };
-        let again = Open {
+        let mut again = Open {
             evictions: open.evictions + 1,
             ..open
         };
         let addr = ctx.address();
-        let serving = victim_status.clone();
-        Box::pin(left.into_actor(self).then(move |accepted, act, ctx| {
-            // Refused, or its flush failed and it serves on: noted again as used now.
-            if !accepted || serving.status_now() == TenantStatus::Serving {
+        Box::pin(left.into_actor(self).then(move |now, act, ctx| {
+            if now == TenantStatus::Serving {
+                // Refused, or its flush failed and it serves on: noted again as used now, and
+                // spared by this open. (Ended, its `TenantGone` is queued ahead of the open.)
                 act.note_activity(&chosen.key, Some(act.rt.now_ms()), ctx);
+                again.spared.push(chosen.key);
             }
             actix::fut::wrap_future(async move { addr.send(again).await.map_err(|_| stopped())? })
         }))
     }
 
-    /// An open of a tenant whose passivation is under way here: waits for it to end, then
-    /// opens again (the caller does not notice; a passivation that failed serves on).
+    /// An open of a tenant whose passivation is under way here, or has just ended while its
+    /// tenure is still in the table: waits for it to end, then opens again (the caller does not
+    /// notice; a passivation that failed serves on). The open goes again as a new message: a
+    /// tenure's `TenantGone` is sent before its final status is set, so the open that comes
+    /// back is handled after the tenure left the table — after its local copy was dropped and
+    /// its lease released, which a passivation does before it ends — and opens a new tenure
+    /// whose files nothing of the old one removes.
     pub(super) fn open_after_passivation(
         &mut self,
         tenant: TenantRef,
         open: Open,
         ctx: &mut Context<Self>,
     ) -> ResponseActFuture<Self, Result<TenantRef, Error>> {
+        let epoch = tenant.epoch();
+        let now = tenant.status_now();
+        if open.waited_for == Some(epoch) && now.is_final() {
+            // Ended, and still in the table after its `TenantGone` was handled: never expected;
+            // refused rather than asked again in a loop.
+            tracing::warn!(key = %open.key, epoch, status = %now,
+                "a passivated tenure is still in the table after it ended");
+            return Box::pin(actix::fut::ready(Err(Error::Draining {
+                key: open.key.to_string(),
+                state: now.as_str().into(),
+            })));
+        }
         let until = tokio::time::Instant::now() + self.rt.leave_limit();
         let addr = ctx.address();
-        let reactivates = open.reactivates.or(Some(tenant.epoch()));
         let again = Open {
-            reactivates,
+            reactivates: open.reactivates.or(Some(epoch)),
+            waited_for: Some(epoch),
             ..open
         };
         Box::pin(actix::fut::wrap_future(async move {

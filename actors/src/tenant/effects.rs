@@ -39,6 +39,10 @@ impl TenantActor {
             Effect::Answer(answer) => Some(answer.clone()),
             _ => None,
         });
+        // A passivation's answer goes once its effects are carried out: whoever hears "begun"
+        // reads `passivating` (or, if its flush failed at once, `serving` again), never the
+        // `serving` of before (the supervisor's eviction watches the status from then on).
+        let mut passivation = None;
         match (caller, answered) {
             (Caller::None, _) => {}
             (Caller::Handoff(replies), Some(answer)) => {
@@ -46,9 +50,10 @@ impl TenantActor {
                     let _ = tx.send(answer.map(|()| std::time::Duration::ZERO));
                 }
             }
-            (Caller::Abandon(tx) | Caller::Forget(tx) | Caller::Passivate(tx), Some(answer)) => {
+            (Caller::Abandon(tx) | Caller::Forget(tx), Some(answer)) => {
                 let _ = tx.send(answer);
             }
+            (Caller::Passivate(tx), Some(answer)) => passivation = Some((tx, answer)),
             (Caller::Passivate(_), None) => {}
             (Caller::Handoff(replies), None) => self.handoff = replies,
             (Caller::Abandon(tx), None) => self.abandons.push(tx),
@@ -56,6 +61,9 @@ impl TenantActor {
         }
         for effect in effects {
             self.perform(effect, ctx);
+        }
+        if let Some((tx, answer)) = passivation {
+            let _ = tx.send(answer);
         }
     }
 
