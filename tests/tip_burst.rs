@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -118,8 +117,8 @@ async fn shipped_a_burst_of_tenants_on_a_slow_postgres_is_all_acknowledged() {
     let mut cfg = RuntimeConfig::new(
         leasehold::ReplicaId::new("a").unwrap(),
         dir.path().join("node"),
-        Arc::new(leases),
-        Arc::new(durable),
+        std::sync::Arc::new(leases),
+        std::sync::Arc::new(durable),
     );
     cfg.store_deadline = Duration::from_secs(1);
     cfg.snapshot_every = None;
