@@ -1,5 +1,5 @@
 //! Pipelined segments (docs/guarantees.md, "Pipelined segments"): with `Shipped`, up to
-//! `segments_in_flight` segments of a tenant are under way at once — a batch committed while a
+//! `segments_in_flight` (here 4; the default is 1) segments of a tenant are under way at once — a batch committed while a
 //! segment is in flight is cut and put at once instead of waiting for it — yet the tip moves
 //! strictly in log order, a caller hears `Ok` only once the tip names its segment and every one
 //! before it, and a segment whose predecessor was not shipped never moves the tip and is
@@ -50,11 +50,16 @@ async fn second_segment_beside_a_held_first(
     (gate, first, second)
 }
 
+/// Four segments in flight at most.
+fn pipelined(c: &mut leasehold_actors::RuntimeConfig) {
+    c.segments_in_flight = 4;
+}
+
 #[actix_rt::test]
 async fn pipelined_a_second_segment_is_put_while_the_first_is_held_and_the_tip_names_both_in_order()
 {
     let fleet = Fleet::new().await;
-    let a = fleet.replica("a");
+    let a = fleet.replica_with("a", "a", pipelined);
     let t = a.open().await;
     insert(&t, "k0").await.unwrap();
     assert_eq!(tip_seq(&fleet).await, 1);
@@ -77,6 +82,7 @@ async fn pipelined_a_second_segment_is_put_while_the_first_is_held_and_the_tip_n
 async fn pipelined_a_segment_after_one_that_was_not_shipped_never_moves_the_tip_and_is_deleted() {
     let fleet = Fleet::new().await;
     let a = fleet.replica_with("a", "a", |c| {
+        pipelined(c);
         c.store_deadline = Duration::from_millis(300);
     });
     let t = a.open().await;
@@ -113,9 +119,9 @@ async fn pipelined_a_segment_after_one_that_was_not_shipped_never_moves_the_tip_
 }
 
 #[actix_rt::test]
-async fn with_one_segment_in_flight_a_batch_waits_for_the_segment_before_it() {
+async fn with_one_segment_in_flight_the_default_a_batch_waits_for_the_segment_before_it() {
     let fleet = Fleet::new().await;
-    let a = fleet.replica_with("a", "a", |c| c.segments_in_flight = 1);
+    let a = fleet.replica("a");
     let t = a.open().await;
     insert(&t, "k0").await.unwrap();
     let (held, mut gate) = gated();

@@ -2,6 +2,7 @@
 //! directory in a temp dir) or, with `LEASEHOLD_BENCH_BACKEND=postgres-s3` and the `postgres`
 //! and `s3` features, PostgreSQL and S3 from `scripts/with-servers.sh` (the variables
 //! `LEASEHOLD_TEST_PG_URL`, `LEASEHOLD_TEST_S3_ENDPOINT`, `LEASEHOLD_TEST_S3_BUCKET`).
+//! `LEASEHOLD_BENCH_SEGMENTS_IN_FLIGHT=N` sets `segments_in_flight` of every replica.
 //! Every measurement gets stores of its own (a lease file and directory, or a table and a
 //! bucket prefix), so no figure pays for another's leftovers.
 
@@ -121,6 +122,13 @@ pub fn replica(
     );
     config.durability = durability;
     config.snapshot_every = None;
+    // `LEASEHOLD_BENCH_SEGMENTS_IN_FLIGHT=N`: the same run with another pipeline depth.
+    if let Some(n) = std::env::var("LEASEHOLD_BENCH_SEGMENTS_IN_FLIGHT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config.segments_in_flight = n;
+    }
     tweak(&mut config);
     Supervisor::start(config).expect("supervisor")
 }

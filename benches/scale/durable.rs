@@ -1,6 +1,10 @@
 //! A durable store that counts what is asked of it — requests by operation, bytes put, the time
 //! of each put — and passes every call on: "durable bytes and store requests per 1,000 writes"
 //! and the put stage of a `Shipped` batch are read through it, from outside the runtime.
+//!
+//! `LEASEHOLD_BENCH_PUT_LATENCY_MS=N` adds N ms to every put before it reaches the store, puts
+//! overlapping freely: a model of a store far away (an S3 region's ~10–30 ms per `PUT`), the
+//! case pipelined segments are for; the output says when it is on.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -31,6 +35,14 @@ impl Counted {
     pub fn of(&self, op: &str) -> u64 {
         self.calls.get(op).copied().unwrap_or(0)
     }
+}
+
+/// `LEASEHOLD_BENCH_PUT_LATENCY_MS`, if set: the latency added to every put.
+pub fn added_put_latency() -> Option<Duration> {
+    std::env::var("LEASEHOLD_BENCH_PUT_LATENCY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
 }
 
 /// Counts every request made of the store it wraps.
@@ -72,6 +84,9 @@ impl DurableStore for CountingDurable {
         self.count("put");
         let len = bytes.len() as u64;
         let started = Instant::now();
+        if let Some(latency) = added_put_latency() {
+            tokio::time::sleep(latency).await;
+        }
         let put = self.inner.put_if_absent(key, bytes).await;
         let mut counted = self.counted.lock().unwrap();
         counted.put_bytes += len;

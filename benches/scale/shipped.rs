@@ -129,6 +129,12 @@ pub async fn measure(backend: Backend, dir: &Path, callers: usize, span: Duratio
     let a = replica(&c.stores, "shipping", Durability::Shipped, |_| {});
     let org = OrgId::new("shipped").expect("org");
     let t = open_and_write(&a, &org, "hot").await.expect("open");
+    if let Some(latency) = crate::durable::added_put_latency() {
+        println!("    (every durable put takes {latency:?} more: LEASEHOLD_BENCH_PUT_LATENCY_MS)");
+    }
+    if let Ok(depth) = std::env::var("LEASEHOLD_BENCH_SEGMENTS_IN_FLIGHT") {
+        println!("    (segments_in_flight = {depth}: LEASEHOLD_BENCH_SEGMENTS_IN_FLIGHT)");
+    }
     println!("    Shipped: 1 caller ...");
     let one = costed(&c, sequential_async(span, |i| insert(&t, format!("s-{i}")))).await;
     println!("    Shipped: {callers} callers ...");

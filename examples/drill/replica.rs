@@ -189,6 +189,7 @@ async fn serve(args: ReplicaArgs, out: Output) -> Result<(), BoxError> {
     config.store_deadline = protocol::STORE_DEADLINE;
     config.passivate_after = args.passivate.then_some(protocol::PASSIVATE_AFTER);
     config.put_lifetime = tuning.put_lifetime();
+    config.segments_in_flight = tuning.segments_in_flight(&args.name);
     config.reconcile_every = Some(protocol::RECONCILE_EVERY);
     config.arbiters = 2;
     config.breakage = breakage(&args.breakage);

@@ -41,9 +41,24 @@ pub struct Tuning {
     /// when that is longer: the driver sets it).
     #[arg(long)]
     pub put_lifetime_ms: Option<u64>,
+    /// Every replica's `segments_in_flight` (default: a mixed fleet, see
+    /// [`Tuning::segments_in_flight`]).
+    #[arg(long)]
+    pub segments_in_flight: Option<usize>,
 }
 
 impl Tuning {
+    /// The `segments_in_flight` of the replica named `name`: the run's, else 4 for a name
+    /// ending in an odd digit and the runtime's default (1) otherwise — so every run has
+    /// pipelined replicas and one-at-a-time ones, and tenants handed between them.
+    pub fn segments_in_flight(&self, name: &str) -> usize {
+        let odd = name
+            .bytes()
+            .last()
+            .is_some_and(|b| b.is_ascii_digit() && b % 2 == 1);
+        self.segments_in_flight.unwrap_or(if odd { 4 } else { 1 })
+    }
+
     /// The options as a replica's command line takes them.
     pub fn to_args(&self) -> Vec<String> {
         let mut args = Vec::new();
@@ -58,6 +73,9 @@ impl Tuning {
         }
         if self.delete_one_by_one {
             args.push("--delete-one-by-one".to_string());
+        }
+        if let Some(n) = self.segments_in_flight {
+            args.extend(["--segments-in-flight".to_string(), n.to_string()]);
         }
         if let Some(ms) = self.put_lifetime_ms {
             args.extend(["--put-lifetime-ms".to_string(), ms.to_string()]);

@@ -312,6 +312,9 @@ impl World {
         cfg.margin = Duration::from_millis(MARGIN_MS);
         cfg.renew_every = None;
         cfg.snapshot_every = self.periodic.then_some(SNAPSHOT_EVERY);
+        // Odd replicas pipeline their segments, even ones ship one at a time (the default):
+        // tenants move between both (docs/testing.md, "Pipelined segments").
+        cfg.segments_in_flight = if r % 2 == 1 { 4 } else { 1 };
         cfg.durability = match self.case.modes[r] {
             Mode::Shipped => Durability::Shipped,
             Mode::Async => Durability::Async { every: ASYNC_EVERY },

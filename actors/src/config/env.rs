@@ -134,7 +134,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     var(
         "LEASEHOLD_SEGMENTS_IN_FLIGHT",
         "segments_in_flight",
-        "4",
+        "1",
         "the most segments of one tenant under way at once (1: one at a time)",
     ),
     var(
