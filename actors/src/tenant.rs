@@ -523,23 +523,10 @@ where
 {
     let (reply, answer) = oneshot::channel();
     let job = Box::new(TypedJob::new(f, reply));
-    // Into the mailbox at once, as `send` would, but without waiting to hear that the handler
-    // ran: the caller wakes once, for the answer (one thread hop each way, not two back). Only
-    // a full mailbox makes the caller wait for room, as `send` does; a closed one drops the
-    // job, which answers `Undelivered` with its closure.
-    let request = match addr.try_send(Run { ticket, job }) {
-        Ok(()) => None,
-        Err(actix::prelude::SendError::Full(run)) => Some(addr.send(run)),
-        Err(actix::prelude::SendError::Closed(run)) => {
-            drop(run);
-            None
-        }
-    };
+    let request = addr.send(Run { ticket, job });
     async move {
         // Delivered or not, the job answers: a job dropped undelivered hands its closure back.
-        if let Some(request) = request {
-            let _ = request.await;
-        }
+        let _ = request.await;
         answer.await.unwrap_or_else(|_| {
             RunOutcome::Ran(Err(Error::Closed("the run's answer was lost".into())))
         })
