@@ -189,6 +189,8 @@ pub enum Racer {
     Handoff,
     /// A forget on the tenure's handle.
     Forget,
+    /// An abandon on the tenure's handle.
+    Abandon,
 }
 
 /// How large the batches of a change log's case get.

@@ -114,7 +114,13 @@ fn explains(op: &Op, t: usize, replica: Option<usize>, status: TenantStatus) -> 
         _ => false,
     };
     let faulted = match *op {
-        Op::Abandon { t: u, .. } | Op::WriteWhileDown { t: u, .. } => on_tenant(u),
+        Op::Abandon { t: u, .. }
+        | Op::WriteWhileDown { t: u, .. }
+        | Op::RacePassivate {
+            t: u,
+            with: Racer::Abandon,
+            ..
+        } => on_tenant(u),
         Op::Crash { r } => on_replica(r),
         Op::DurableDown(true)
         | Op::LeaseDown(true)

@@ -171,7 +171,10 @@ impl State {
     /// - an open of the tenant on that replica waits for the passivation to end and opens a new
     ///   tenure (or finds the tenure serving on);
     /// - a handoff answers `Ok` once the tenure is passivated; refused (`Draining`) while the
-    ///   passivation was under way if it then serves on, or hands off if it came after.
+    ///   passivation was under way if it then serves on, or hands off if it came after;
+    /// - an abandon may overtake the flush (the tenure abandoned, the lease handed back: on
+    ///   `Images` the final image may or may not have moved the head first), or come once the
+    ///   tenure let go (a no-op), or meet a tenure whose flush failed (abandoned then).
     pub(super) fn race_passivate(
         &self,
         k: (usize, u64),
@@ -230,6 +233,30 @@ impl State {
                     Err(refused) => refused,
                 };
                 outcomes.push((vec![forgot], s));
+            }
+            Racer::Abandon => {
+                if chosen {
+                    // The abandon overtakes the flush: nothing more is flushed.
+                    let mut overtaken = base.clone();
+                    overtaken.idle_checks(Some(before));
+                    if overtaken.tenures[&before].dirty && !overtaken.logged(before) {
+                        // During the final image's upload: the head may have moved first.
+                        let mut uploading = overtaken.clone();
+                        let _ = uploading.publish(before, false);
+                        let abandoned = uploading.abandon(before);
+                        outcomes.push((vec![abandoned], uploading));
+                        // Or not: the image's put may still land, named by nothing (the
+                        // reconciliation deletes it).
+                        let (t, epoch) = before;
+                        let seq = overtaken.tenures[&before].next_seq;
+                        overtaken.tenants[t].stray.insert((epoch, seq));
+                    }
+                    let abandoned = overtaken.abandon(before);
+                    outcomes.push((vec![abandoned], overtaken));
+                }
+                // On the tenure the handle is bound to: a no-op once it is over.
+                let abandoned = s.abandon(before);
+                outcomes.push((vec![abandoned], s));
             }
         }
         outcomes

@@ -27,6 +27,7 @@ fn racer() -> impl Strategy<Value = Racer> {
         Racer::Open,
         Racer::Handoff,
         Racer::Forget,
+        Racer::Abandon,
     ])
 }
 

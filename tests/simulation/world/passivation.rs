@@ -72,6 +72,7 @@ impl World {
             Racer::Open => self.open(r, t).await,
             Racer::Handoff => settle(unit(h.handoff())).await,
             Racer::Forget => settle(unit(h.forget())).await,
+            Racer::Abandon => settle(unit(h.abandon())).await,
         };
         self.until_no_passivation_under_way().await;
         outcome
