@@ -161,6 +161,13 @@ pub struct RuntimeConfig {
     /// (S3: with 32 callers and 20 ms per put, 4 gave 1.5× the writes for 2.4× the `PUT`s;
     /// docs/benchmarks.md, "Pipelined segments").
     pub segments_in_flight: usize,
+    /// How long, at most, the next segment waits to be cut after a segment answered two or more
+    /// callers (`Shipped`): callers that write again at once go in it instead of the one after,
+    /// so each segment carries every waiting caller, not half of them. The pause ends as soon
+    /// as that many callers' runs have arrived; a lone caller never waits; a flush never does.
+    /// `None`: cut at once. At most 100 ms; default 500 µs (docs/benchmarks.md, "Pipelined
+    /// segments").
+    pub ship_linger: Option<Duration>,
     /// With `Async`: the most bytes a tenant lets wait committed and not yet in the change log
     /// (pending and in flight). A run is refused with `Error::LogBehind` while this much waits,
     /// so a crash loses at most this plus one batch (docs/guarantees.md, the numbers). Default
@@ -274,6 +281,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("segment_limit", &self.segment_limit)
             .field("segment_compression", &self.segment_compression)
             .field("segments_in_flight", &self.segments_in_flight)
+            .field("ship_linger", &self.ship_linger)
             .field("async_pending_limit", &self.async_pending_limit)
             .field("retain", &self.retain)
             .field("local_sweep_every", &self.local_sweep_every)
@@ -318,6 +326,7 @@ impl RuntimeConfig {
             segment_limit: leasehold::codec::LIMIT as u64,
             segment_compression: leasehold::log::segment::SegmentCompression::Off,
             segments_in_flight: 1,
+            ship_linger: Some(Duration::from_micros(500)),
             async_pending_limit: 64 << 20,
             retain: Duration::from_secs(24 * 60 * 60),
             local_sweep_every: Some(Duration::from_secs(60)),
@@ -378,6 +387,12 @@ impl RuntimeConfig {
                 "segment_limit",
                 "must be between 64 KiB and the codec's limit of 1 GiB",
             );
+        }
+        if let Some(linger) = self.ship_linger {
+            positive("ship_linger", linger)?;
+            if linger > Duration::from_millis(100) {
+                return invalid("ship_linger", "must be at most 100 ms");
+            }
         }
         if !(1..=64).contains(&self.segments_in_flight) {
             return invalid("segments_in_flight", "must be between 1 and 64");
@@ -547,6 +562,14 @@ mod tests {
                 Box::new(|c| c.close_concurrency = 10_001),
             ),
             ("segments_in_flight", Box::new(|c| c.segments_in_flight = 0)),
+            (
+                "ship_linger",
+                Box::new(|c| c.ship_linger = Some(Duration::ZERO)),
+            ),
+            (
+                "ship_linger",
+                Box::new(|c| c.ship_linger = Some(Duration::from_millis(101))),
+            ),
             (
                 "segments_in_flight",
                 Box::new(|c| c.segments_in_flight = 65),

@@ -49,6 +49,8 @@ pub(crate) struct Runtime {
     pub(crate) compaction: crate::config::Compaction,
     /// The most bytes one segment may take; a batch may take half of it.
     pub(crate) segment_limit: u64,
+    /// How long a cut waits for the callers a segment just answered (`RuntimeConfig::ship_linger`).
+    pub(crate) ship_linger: Option<std::time::Duration>,
     /// The most segments of one tenant under way at once (`RuntimeConfig::segments_in_flight`;
     /// see [`Runtime::log_pipeline`]).
     segments_in_flight: usize,
@@ -143,6 +145,7 @@ impl Runtime {
             compaction: config.compaction,
             segment_limit: config.segment_limit,
             segments_in_flight: config.segments_in_flight,
+            ship_linger: config.ship_linger,
             segment_compression: config.segment_compression,
             async_pending_limit: config.async_pending_limit,
             retain: config.retain,

@@ -134,6 +134,8 @@ impl RuntimeConfigBuilder {
         segment_compression: leasehold::log::segment::SegmentCompression;
         /// [`RuntimeConfig::segments_in_flight`].
         segments_in_flight: usize;
+        /// [`RuntimeConfig::ship_linger`] (`None`: cut at once).
+        ship_linger: Option<Duration>;
         /// [`RuntimeConfig::async_pending_limit`].
         async_pending_limit: u64;
         /// [`RuntimeConfig::retain`].

@@ -138,6 +138,12 @@ pub const ENV_VARS: &[EnvVar] = &[
         "the most segments of one tenant under way at once (1: one at a time)",
     ),
     var(
+        "LEASEHOLD_SHIP_LINGER",
+        "ship_linger",
+        "500us",
+        "how long a cut waits for the callers a segment just answered (off: never)",
+    ),
+    var(
         "LEASEHOLD_ASYNC_PENDING_LIMIT",
         "async_pending_limit",
         "64MiB",
@@ -527,6 +533,7 @@ fn options(vars: &Vars) -> Result<Vec<(&'static EnvVar, Set)>, Error> {
             "LEASEHOLD_RENEW_EVERY" => with(v, parse_period(text), B::renew_every)?,
             "LEASEHOLD_SNAPSHOT_EVERY" => with(v, parse_period(text), B::snapshot_every)?,
             "LEASEHOLD_SEGMENT_LIMIT" => with(v, parse_bytes(text), B::segment_limit)?,
+            "LEASEHOLD_SHIP_LINGER" => with(v, parse_period(text), B::ship_linger)?,
             "LEASEHOLD_SEGMENTS_IN_FLIGHT" => with(v, parse_count(text), B::segments_in_flight)?,
             "LEASEHOLD_ASYNC_PENDING_LIMIT" => with(v, parse_bytes(text), B::async_pending_limit)?,
             "LEASEHOLD_RETAIN" => with(v, parse_duration(text), B::retain)?,

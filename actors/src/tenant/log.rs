@@ -75,6 +75,18 @@ pub(crate) struct TipOrder {
     pub(crate) done: oneshot::Sender<()>,
 }
 
+/// A pause of the next cut right after a segment came back and answered `awaiting` callers:
+/// callers that write again at once (a service's request loop) then go in the next segment
+/// instead of the one after it, so a segment carries every waiting caller rather than half
+/// of them. It ends once `awaiting` callers' runs have arrived, or at `ship_linger`
+/// (docs/guarantees.md, "Pipelined segments").
+struct Linger {
+    /// Callers answered when it began.
+    awaiting: usize,
+    /// Callers of the batches committed since.
+    arrived: usize,
+}
+
 /// A segment cut and sent, until the log has its outcome in order.
 struct Flight {
     /// Its position.
@@ -119,6 +131,8 @@ pub(crate) struct LogShip {
     max_in_flight: usize,
     /// The receiver of the newest cut's [`TipOrder::done`], for the next cut's `after`.
     last_done: Option<oneshot::Receiver<()>>,
+    /// A pause of the next cut, if one runs.
+    linger: Option<Linger>,
     /// Batches committed since the last cut, oldest first.
     pending: VecDeque<Committed>,
     /// The bytes their pages take ([`encoded_bound`] of each batch, summed).
@@ -178,6 +192,7 @@ impl LogShip {
             in_flight: VecDeque::new(),
             max_in_flight: max_in_flight.max(1),
             last_done: None,
+            linger: None,
             pending: VecDeque::new(),
             pending_bytes: 0,
             since_image: VecDeque::new(),
@@ -316,6 +331,9 @@ impl LogShip {
             let bytes = encoded_bound(changes.page_size, changes.pages.len() as u64);
             self.pending_bytes = self.pending_bytes.saturating_add(bytes);
         }
+        if let Some(linger) = self.linger.as_mut() {
+            linger.arrived += callers.len();
+        }
         self.pending.push_back(Committed { changes, callers });
     }
 
@@ -330,6 +348,21 @@ impl LogShip {
     pub(crate) fn cut(&mut self, wall_ms: u64) -> Result<Option<Cut>, Error> {
         if self.in_flight.len() >= self.max_in_flight || self.failed.is_some() {
             return Ok(None);
+        }
+        // A segment in flight already failed (its outcome waits for the ones before it): the
+        // log will stop, and a segment cut now could never be named.
+        if self
+            .in_flight
+            .iter()
+            .any(|f| f.outcome.as_ref().is_some_and(Result::is_err))
+        {
+            return Ok(None);
+        }
+        if let Some(linger) = &self.linger {
+            if linger.arrived < linger.awaiting {
+                return Ok(None);
+            }
+            self.linger = None;
         }
         while self.pending.front().is_some_and(|c| c.changes.is_none()) {
             if let Some(done) = self.pending.pop_front() {
@@ -437,15 +470,36 @@ impl LogShip {
         Some((changes, callers))
     }
 
+    /// Pauses the next cut after a segment answered `answered` callers, if two or more were
+    /// answered and nothing is in flight (a lone caller never waits: its next run is all there
+    /// is). Whether a pause began; [`LogShip::end_linger`] ends it at the latest.
+    pub(crate) fn linger_for(&mut self, answered: usize) -> bool {
+        let begins = answered >= 2 && self.in_flight.is_empty() && self.failed.is_none();
+        if begins {
+            self.linger = Some(Linger {
+                awaiting: answered,
+                arrived: 0,
+            });
+        }
+        begins
+    }
+
+    /// Ends a pause of the next cut (its time is up, or a flush wants everything now).
+    pub(crate) fn end_linger(&mut self) {
+        self.linger = None;
+    }
+
     /// The segment at `to` came back with `outcome` (its work may end before the work of a
     /// segment ahead of it). Outcomes are taken in log order: each segment whose outcome is
     /// known and that nothing unsettled precedes becomes the tip (`Ok`: its callers hear `Ok`)
-    /// or fails (its callers hear why, and the log stops: everyone waiting hears it too).
-    pub(crate) fn shipped(&mut self, to: LogPos, outcome: &Result<(), Error>) {
+    /// or fails (its callers hear why, and the log stops: everyone waiting hears it too). How
+    /// many callers heard `Ok`.
+    pub(crate) fn shipped(&mut self, to: LogPos, outcome: &Result<(), Error>) -> usize {
         if let Some(flight) = self.in_flight.iter_mut().find(|f| f.pos == to) {
             flight.outcome = Some(outcome.clone());
         }
         let tip_before = self.tip;
+        let mut answered = 0;
         while self.in_flight.front().is_some_and(|f| f.outcome.is_some()) {
             let Some(flight) = self.in_flight.pop_front() else {
                 break;
@@ -454,6 +508,7 @@ impl LogShip {
                 Some(Ok(())) => {
                     self.tip = Some(flight.pos);
                     self.since_image.push_back((flight.pos.seq, flight.plain));
+                    answered += flight.callers.len();
                     for caller in flight.callers {
                         caller(Ok(()));
                     }
@@ -476,6 +531,7 @@ impl LogShip {
         if self.tip != tip_before {
             self.tips.send_replace(self.tip);
         }
+        answered
     }
 
     /// The tenant stopped (its actor is going): the callers of the segments in flight hear

@@ -78,7 +78,17 @@ impl TenantActor {
                 crate::metrics::segment_shipped(len, started.elapsed());
             }
             if let Some(log) = act.log.as_mut() {
-                log.shipped(to, &outcome);
+                let answered = log.shipped(to, &outcome);
+                if let Some(linger) = act.rt.ship_linger
+                    && log.linger_for(answered)
+                {
+                    ctx.run_later(linger, |act, ctx| {
+                        if let Some(log) = act.log.as_mut() {
+                            log.end_linger();
+                        }
+                        act.ship_next(ctx);
+                    });
+                }
             }
             if let Err(error) = &outcome {
                 act.rt.events.emit(Event::ShipFailed {
@@ -115,6 +125,9 @@ impl TenantActor {
     /// A handoff's flush: ship everything committed, then go on once the log has settled.
     pub(super) fn flush_log(&mut self, commits: u64, ctx: &mut Context<Self>) {
         self.flush_wanted = Some(commits);
+        if let Some(log) = self.log.as_mut() {
+            log.end_linger();
+        }
         self.ship_next(ctx);
     }
 
