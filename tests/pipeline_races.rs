@@ -324,3 +324,45 @@ async fn async_ships_one_segment_at_a_time_whatever_segments_in_flight_says() {
     let b = fleet.replica("b");
     assert_eq!(keys_of(&b.open().await).await, ["k1", "k2", "k3", "k4"]);
 }
+
+#[actix_rt::test]
+async fn pipelined_a_forget_erases_a_segment_whose_put_lands_after_its_segment_gave_up() {
+    let fleet = Fleet::with_store_clock().await;
+    fleet.assert_store_clock_is_manual();
+    let a = fleet.replica_with("a", "a", |c| {
+        pipelined(c);
+        c.store_deadline = Duration::from_millis(300);
+    });
+    let t = a.open().await;
+    insert(&t, "k0").await.unwrap();
+    t.snapshot().await.unwrap();
+    // k1's put held at the store; k2's put (every try) outlives its deadline beside it.
+    let (held, mut gate) = gated();
+    fleet.durable.before_next_put_matching(is_segment_key, held);
+    let first = spawn_insert(&t, "k1");
+    gate.reached().await;
+    fleet
+        .durable
+        .late_puts(leasehold::testkit::LatePuts::every(is_segment_key).hanging());
+    let second = spawn_insert(&t, "k2");
+    eventually(10_000, "k2's put under way", || async {
+        fleet.durable.late_puts_held() > 0
+    })
+    .await;
+    let forget = actix_rt::spawn(t.forget());
+    gate.open();
+    let _ = first.await.unwrap();
+    let second = second.await.unwrap();
+    assert!(second.is_err(), "k2 was never acknowledged: {second:?}");
+    fleet.durable.clear_late_puts();
+    // The put lands only once the forget has had every chance to sweep without it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!forget.is_finished(), "the forget waits for the late put");
+    fleet.durable.land_late_puts().await.unwrap();
+    within(10_000, "the forget", forget)
+        .await
+        .unwrap()
+        .unwrap();
+    let stored = fleet.stored_of_tenant().await;
+    assert!(stored.is_empty(), "the forget left {stored:?}");
+}
