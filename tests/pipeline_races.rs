@@ -43,7 +43,10 @@ async fn holds_segment(fleet: &Fleet, epoch: u64, seq: u64) -> bool {
 }
 
 /// An insert of `idem` running on its own.
-fn spawn_insert(t: &TenantRef, idem: &str) -> tokio::task::JoinHandle<Result<i64, leasehold::Error>> {
+fn spawn_insert(
+    t: &TenantRef,
+    idem: &str,
+) -> tokio::task::JoinHandle<Result<i64, leasehold::Error>> {
     let (t, idem) = (t.clone(), idem.to_string());
     actix_rt::spawn(async move { insert(&t, &idem).await })
 }
@@ -67,9 +70,11 @@ async fn segments_past_a_held_one(
     for idem in then {
         let puts = fleet.durable.puts();
         writes.push(spawn_insert(t, idem));
-        eventually(10_000, "the next segment's put beside the held one", || async {
-            fleet.durable.puts() > puts
-        })
+        eventually(
+            10_000,
+            "the next segment's put beside the held one",
+            || async { fleet.durable.puts() > puts },
+        )
         .await;
     }
     (gate, writes)
@@ -100,7 +105,11 @@ async fn pipelined_a_tip_move_landing_after_its_segment_gave_up_leaves_the_next_
     until_status(&t, TenantStatus::Abandoned).await;
     assert_eq!(fleet.leases.held().len(), 3, "k2's move was never asked");
     fleet.leases.land_held().await;
-    assert_eq!(tip_seq(&fleet).await, 2, "k1's late move named it, and only it");
+    assert_eq!(
+        tip_seq(&fleet).await,
+        2,
+        "k1's late move named it, and only it"
+    );
     a.clock.as_ref().unwrap().advance(PAST_DEADLINES);
     a.sup.reconcile_now().await.unwrap();
     assert!(holds_segment(&fleet, 1, 2).await, "the tip's segment stays");
@@ -115,8 +124,7 @@ async fn pipelined_a_tip_move_landing_after_its_segment_gave_up_leaves_the_next_
 }
 
 #[actix_rt::test]
-async fn pipelined_a_read_only_run_is_answered_only_once_the_newest_segment_in_flight_is_the_tip()
-{
+async fn pipelined_a_read_only_run_is_answered_only_once_the_newest_segment_in_flight_is_the_tip() {
     let fleet = Fleet::new().await;
     let a = fleet.replica_with("a", "a", pipelined);
     let t = a.open().await;
@@ -129,9 +137,11 @@ async fn pipelined_a_read_only_run_is_answered_only_once_the_newest_segment_in_f
     // k1's move goes through and arms a hold on the next one: k2's.
     let (held, mut second) = gated();
     let leases = fleet.leases.clone();
-    fleet.leases.before_next(LeaseOp::MoveTip, move || async move {
-        leases.before_next(LeaseOp::MoveTip, held);
-    });
+    fleet
+        .leases
+        .before_next(LeaseOp::MoveTip, move || async move {
+            leases.before_next(LeaseOp::MoveTip, held);
+        });
     gate.open();
     second.reached().await;
     assert_eq!(tip_seq(&fleet).await, 2, "k1 is the tip, k2's move is held");
@@ -149,8 +159,7 @@ async fn pipelined_a_read_only_run_is_answered_only_once_the_newest_segment_in_f
 }
 
 #[actix_rt::test]
-async fn pipelined_a_snapshot_holds_the_newest_cut_and_moves_the_head_only_once_the_tip_is_there()
-{
+async fn pipelined_a_snapshot_holds_the_newest_cut_and_moves_the_head_only_once_the_tip_is_there() {
     let fleet = Fleet::new().await;
     let a = fleet.replica_with("a", "a", pipelined);
     let t = a.open().await;
@@ -195,8 +204,7 @@ async fn pipelined_a_handoff_waits_for_every_segment_in_flight_and_for_the_batch
     let t = a.open().await;
     insert(&t, "k0").await.unwrap();
     // k1 held, k2..k4 put beside it: four in flight; k5 waits for room.
-    let (gate, mut writes) =
-        segments_past_a_held_one(&fleet, &t, "k1", &["k2", "k3", "k4"]).await;
+    let (gate, mut writes) = segments_past_a_held_one(&fleet, &t, "k1", &["k2", "k3", "k4"]).await;
     writes.push(spawn_insert(&t, "k5"));
     eventually(10_000, "k5 committed", || async {
         keys_in_file(&a.ledger_file()).len() >= 6
@@ -204,7 +212,10 @@ async fn pipelined_a_handoff_waits_for_every_segment_in_flight_and_for_the_batch
     .await;
     let handoff = actix_rt::spawn(t.handoff());
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!handoff.is_finished(), "the flush waits for the held segment");
+    assert!(
+        !handoff.is_finished(),
+        "the flush waits for the held segment"
+    );
     assert_eq!(tip_seq(&fleet).await, 1);
     gate.open();
     for write in writes {
@@ -242,10 +253,7 @@ async fn pipelined_a_forget_with_segments_in_flight_leaves_nothing_once_they_set
         // Shipped before the floor rose, or refused: either way, erased below.
         let _ = write.await.unwrap();
     }
-    within(10_000, "the forget", forget)
-        .await
-        .unwrap()
-        .unwrap();
+    within(10_000, "the forget", forget).await.unwrap().unwrap();
     let stored = fleet.stored_of_tenant().await;
     assert!(stored.is_empty(), "the forget left {stored:?}");
     let record = record(&fleet).await;
@@ -281,11 +289,7 @@ async fn pipelined_a_crash_with_segments_above_the_tip_restores_the_tip_and_the_
         .into_iter()
         .filter(|k| k.contains("e00000001/") && is_segment_key(k))
         .collect();
-    assert_eq!(
-        left.len(),
-        1,
-        "only epoch 1's k0 segment stays: {left:?}"
-    );
+    assert_eq!(left.len(), 1, "only epoch 1's k0 segment stays: {left:?}");
     drop(t);
     b.sup.close().await.unwrap();
     fleet.advance(TTL + Duration::from_secs(1));
@@ -359,10 +363,40 @@ async fn pipelined_a_forget_erases_a_segment_whose_put_lands_after_its_segment_g
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!forget.is_finished(), "the forget waits for the late put");
     fleet.durable.land_late_puts().await.unwrap();
-    within(10_000, "the forget", forget)
-        .await
-        .unwrap()
-        .unwrap();
+    within(10_000, "the forget", forget).await.unwrap().unwrap();
     let stored = fleet.stored_of_tenant().await;
     assert!(stored.is_empty(), "the forget left {stored:?}");
+}
+
+#[actix_rt::test]
+async fn pipelined_a_passivation_settles_every_segment_in_flight_before_it_lets_go() {
+    let fleet = Fleet::new().await;
+    let a = fleet.replica_with("a", "a", |c| {
+        pipelined(c);
+        c.passivate_after = Some(Duration::from_secs(5));
+    });
+    let t = a.open().await;
+    insert(&t, "k0").await.unwrap();
+    let (gate, writes) = segments_past_a_held_one(&fleet, &t, "k1", &["k2", "k3"]).await;
+    // Idle past `passivate_after` (a renewal at each step keeps the lease).
+    for _ in 0..2 {
+        fleet.advance(Duration::from_secs(3));
+        a.sup.renew_now().await.unwrap();
+    }
+    assert_eq!(a.sup.passivate_idle_now().await.unwrap(), 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !record(&fleet).await.released,
+        "not let go while segments are in flight"
+    );
+    gate.open();
+    for write in writes {
+        write.await.unwrap().unwrap();
+    }
+    until_status(&t, TenantStatus::Passivated).await;
+    let record = record(&fleet).await;
+    assert!(record.released);
+    assert_eq!(record.tip.map(|t| t.seq), Some(4));
+    let b = fleet.replica("b");
+    assert_eq!(keys_of(&b.open().await).await, ["k0", "k1", "k2", "k3"]);
 }

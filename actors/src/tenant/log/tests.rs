@@ -253,10 +253,15 @@ fn a_long_run_of_batches_is_cut_into_several_chained_segments_at_once_each_withi
     let mut second_after = second.order.after.unwrap();
     let mut third_after = third.order.after.unwrap();
     first.order.done.send(()).unwrap();
-    assert!(second_after.try_recv().is_ok(), "the first's move opens the second's");
+    assert!(
+        second_after.try_recv().is_ok(),
+        "the first's move opens the second's"
+    );
     drop(second.order.done);
     assert!(
-        third_after.try_recv().is_err_and(|e| e == oneshot::error::TryRecvError::Closed),
+        third_after
+            .try_recv()
+            .is_err_and(|e| e == oneshot::error::TryRecvError::Closed),
         "the second failed: the third never asks"
     );
 }
@@ -271,7 +276,11 @@ fn segments_count_toward_compaction_in_log_order_whatever_order_their_outcomes_c
     }
     log.shipped(pos(3), &Ok(()));
     log.shipped(pos(2), &Ok(()));
-    assert_eq!(log.since_image().0, 0, "nothing is on the chain before the first");
+    assert_eq!(
+        log.since_image().0,
+        0,
+        "nothing is on the chain before the first"
+    );
     log.shipped(pos(1), &Ok(()));
     let (segments, bytes) = log.since_image();
     assert_eq!(segments, 3);
