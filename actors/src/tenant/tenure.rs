@@ -120,8 +120,9 @@ pub(crate) struct Tenure {
     /// Image publishes under way: a forget raises the floor only once none is, and a
     /// periodic snapshot is not started while one is.
     uploads: usize,
-    /// Segments of the change log in flight (at most one): a forget raises the floor only
-    /// once none is; they never hold back a periodic image (compaction keeps up under load).
+    /// Segments of the change log in flight (up to `segments_in_flight`): a forget raises the
+    /// floor only once none is; they never hold back a periodic image (compaction keeps up
+    /// under load).
     ships: usize,
     /// Batches committed in this tenure.
     commits: u64,
