@@ -2,7 +2,8 @@
 //! directory in a temp dir) or, with `LEASEHOLD_BENCH_BACKEND=postgres-s3` and the `postgres`
 //! and `s3` features, PostgreSQL and S3 from `scripts/with-servers.sh` (the variables
 //! `LEASEHOLD_TEST_PG_URL`, `LEASEHOLD_TEST_S3_ENDPOINT`, `LEASEHOLD_TEST_S3_BUCKET`).
-//! `LEASEHOLD_BENCH_SEGMENTS_IN_FLIGHT=N` sets `segments_in_flight` of every replica.
+//! `LEASEHOLD_BENCH_SEGMENTS_IN_FLIGHT=N` sets `segments_in_flight` of every replica,
+//! `LEASEHOLD_BENCH_SHIP_LINGER_US=N` its `ship_linger` (0: off).
 //! Every measurement gets stores of its own (a lease file and directory, or a table and a
 //! bucket prefix), so no figure pays for another's leftovers.
 
@@ -128,6 +129,13 @@ pub fn replica(
         .and_then(|v| v.parse().ok())
     {
         config.segments_in_flight = n;
+    }
+    // `LEASEHOLD_BENCH_SHIP_LINGER_US=N` (0: off): the same run with another `ship_linger`.
+    if let Some(us) = std::env::var("LEASEHOLD_BENCH_SHIP_LINGER_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        config.ship_linger = (us > 0).then(|| std::time::Duration::from_micros(us));
     }
     tweak(&mut config);
     Supervisor::start(config).expect("supervisor")

@@ -132,6 +132,9 @@ pub async fn measure(backend: Backend, dir: &Path, callers: usize, span: Duratio
     if let Some(latency) = crate::durable::added_put_latency() {
         println!("    (every durable put takes {latency:?} more: LEASEHOLD_BENCH_PUT_LATENCY_MS)");
     }
+    if let Ok(us) = std::env::var("LEASEHOLD_BENCH_SHIP_LINGER_US") {
+        println!("    (ship_linger = {us} µs, 0 = off: LEASEHOLD_BENCH_SHIP_LINGER_US)");
+    }
     if let Ok(depth) = std::env::var("LEASEHOLD_BENCH_SEGMENTS_IN_FLIGHT") {
         println!("    (segments_in_flight = {depth}: LEASEHOLD_BENCH_SEGMENTS_IN_FLIGHT)");
     }

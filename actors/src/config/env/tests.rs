@@ -58,6 +58,7 @@ async fn every_variable_sets_its_option() {
         ("LEASEHOLD_COMPACTION_BYTES", "8 MiB"),
         ("LEASEHOLD_SEGMENT_LIMIT", "128KiB"),
         ("LEASEHOLD_SEGMENTS_IN_FLIGHT", "2"),
+        ("LEASEHOLD_SHIP_LINGER", "off"),
         ("LEASEHOLD_ASYNC_PENDING_LIMIT", "1048576"),
         ("LEASEHOLD_RETAIN", "1h 30m"),
         ("LEASEHOLD_LOCAL_SWEEP_EVERY", "2m"),
@@ -108,6 +109,7 @@ async fn every_variable_sets_its_option() {
         ),
         (128 << 10, 2, 1 << 20)
     );
+    assert_eq!(config.ship_linger, None);
     assert_eq!(config.retain, s(90 * 60));
     assert_eq!(config.local_sweep_every, Some(s(120)));
     assert_eq!(config.drain_timeout, s(45));

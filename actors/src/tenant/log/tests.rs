@@ -293,3 +293,65 @@ fn segments_count_toward_compaction_in_log_order_whatever_order_their_outcomes_c
     log.image_at(Some(pos(1)));
     assert_eq!(log.since_image(), (after, left));
 }
+
+#[test]
+fn a_cut_after_a_segment_answered_many_callers_waits_for_as_many_to_write_again() {
+    let mut log = pipelined(1 << 20, 1);
+    let heard = Heard::default();
+    let mut callers = caller(&heard, "a");
+    callers.extend(caller(&heard, "b"));
+    log.add(Some(changes(1)), callers);
+    log.cut(10).unwrap().unwrap();
+    log.add(Some(changes(2)), caller(&heard, "waiting"));
+    let answered = log.shipped(pos(1), &Ok(()));
+    assert_eq!(answered, 2);
+    assert!(log.linger_for(answered), "two callers answered: pause");
+    assert!(log.cut(11).unwrap().is_none(), "nobody came back yet");
+    log.add(Some(changes(3)), caller(&heard, "a again"));
+    assert!(log.cut(11).unwrap().is_none(), "one of two came back");
+    log.add(Some(changes(4)), caller(&heard, "b again"));
+    let cut = log.cut(11).unwrap().expect("both came back: cut");
+    assert_eq!(cut.to, pos(2));
+    let carried = log.shipped(pos(2), &Ok(()));
+    assert_eq!(
+        carried, 3,
+        "the waiting caller and both that came back, in one segment"
+    );
+}
+
+#[test]
+fn a_lone_caller_never_waits_and_an_ended_pause_cuts_at_once() {
+    let mut log = pipelined(1 << 20, 1);
+    let heard = Heard::default();
+    log.add(Some(changes(1)), caller(&heard, "lone"));
+    log.cut(10).unwrap().unwrap();
+    let answered = log.shipped(pos(1), &Ok(()));
+    assert!(!log.linger_for(answered), "one caller: no pause");
+    let mut both = caller(&heard, "a");
+    both.extend(caller(&heard, "b"));
+    log.add(Some(changes(2)), both);
+    log.cut(10).unwrap().unwrap();
+    let answered = log.shipped(pos(2), &Ok(()));
+    assert!(log.linger_for(answered));
+    log.add(Some(changes(3)), caller(&heard, "a again"));
+    assert!(log.cut(11).unwrap().is_none());
+    log.end_linger();
+    assert!(log.cut(11).unwrap().is_some(), "the pause's time is up");
+}
+
+#[test]
+fn nothing_is_cut_behind_a_segment_in_flight_that_already_failed() {
+    let mut log = pipelined(1 << 20, 4);
+    let heard = Heard::default();
+    for (page, name) in [(1, "a"), (2, "b")] {
+        log.add(Some(changes(page)), caller(&heard, name));
+        log.cut(10).unwrap().unwrap();
+    }
+    // The second failed on its own while the first is still out.
+    log.shipped(pos(2), &Err(unknown()));
+    log.add(Some(changes(3)), caller(&heard, "c"));
+    assert!(
+        log.cut(11).unwrap().is_none(),
+        "a segment cut now could never be named: no put"
+    );
+}
