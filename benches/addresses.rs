@@ -15,7 +15,7 @@
 //!
 //! Run: `cargo bench --bench addresses` (`LEASEHOLD_BENCH_DURABILITY=async`: the replicas on
 //! `Async`, so that a command's reply waits for no shipping and the hop's cost stands alone;
-//! part 1 only). Under `cargo test` (no `--bench` argument) it runs once
+//! part 1 only; `LEASEHOLD_BENCH_SHIP_LINGER_US=N`, 0 for off: both replicas' `ship_linger`). Under `cargo test` (no `--bench` argument) it runs once
 //! with tiny sizes, as a smoke test. Real time (`Instant`), because that is the point.
 
 #[allow(dead_code)]
@@ -112,6 +112,13 @@ fn replica(
     );
     c.snapshot_every = None;
     c.arbiters = 2;
+    // `LEASEHOLD_BENCH_SHIP_LINGER_US=N` (0: off): the same run with another `ship_linger`.
+    if let Some(us) = std::env::var("LEASEHOLD_BENCH_SHIP_LINGER_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        c.ship_linger = (us > 0).then(|| std::time::Duration::from_micros(us));
+    }
     if async_mode() {
         c.durability = Durability::ASYNC;
     }
