@@ -129,3 +129,27 @@ fn regression_an_abandon_racing_a_passivation_overtakes_its_flush_or_comes_after
         ]);
     }
 }
+
+/// CI seed 1796199758459679506 (open: docs/testing.md, "Open findings"): a passivation of a
+/// tenure whose lease lapsed while the lease store was down ended it lost in the model, and
+/// once in about 80 replays here the runtime read `Serving` (its flush failing as not fenced,
+/// or the passivation refused). Ignored until the cause is known: it fails only now and then.
+#[test]
+#[ignore = "open finding: fails about once in 80 replays"]
+fn regression_a_passivation_of_a_tenure_whose_lease_lapsed_while_the_store_was_down() {
+    use crate::ops::At::On;
+    replay(&[
+        Passivation { images: true },
+        Open { r: 0, t: 0 },
+        Open { r: 2, t: 1 },
+        LeaseDown(true),
+        Write { t: 1, at: Newest },
+        Open { r: 1, t: 1 },
+        Advance { ms: 5000 },
+        Passivate {
+            t: 1,
+            at: On(2),
+            ms: 0,
+        },
+    ]);
+}
