@@ -42,6 +42,12 @@ async fn holds_segment(fleet: &Fleet, epoch: u64, seq: u64) -> bool {
         .any(|k| k.ends_with(&name))
 }
 
+/// How many segments of the main tenant the store holds.
+async fn segments_stored(fleet: &Fleet) -> usize {
+    let stored = fleet.stored_of_tenant().await;
+    stored.iter().filter(|k| is_segment_key(k)).count()
+}
+
 /// An insert of `idem` running on its own.
 fn spawn_insert(
     t: &TenantRef,
@@ -68,12 +74,13 @@ async fn segments_past_a_held_one(
     let mut writes = vec![spawn_insert(t, first)];
     gate.reached().await;
     for idem in then {
-        let puts = fleet.durable.puts();
+        let before = segments_stored(fleet).await;
         writes.push(spawn_insert(t, idem));
+        // In the store, not only sent: the put counter moves before the bytes land.
         eventually(
             10_000,
-            "the next segment's put beside the held one",
-            || async { fleet.durable.puts() > puts },
+            "the next segment in the store beside the held one",
+            || async { segments_stored(fleet).await > before },
         )
         .await;
     }
