@@ -15,7 +15,9 @@
 //!
 //! Run: `cargo bench --bench addresses` (`LEASEHOLD_BENCH_DURABILITY=async`: the replicas on
 //! `Async`, so that a command's reply waits for no shipping and the hop's cost stands alone;
-//! part 1 only; `LEASEHOLD_BENCH_SHIP_LINGER_US=N`, 0 for off: both replicas' `ship_linger`). Under `cargo test` (no `--bench` argument) it runs once
+//! part 1 only; `LEASEHOLD_BENCH_SHIP_LINGER_US=N`, 0 for off: both replicas' `ship_linger`;
+//! `LEASEHOLD_BENCH_HOLDER_CACHE=off`: the sender reads the lease store before every forward).
+//! Under `cargo test` (no `--bench` argument) it runs once
 //! with tiny sizes, as a smoke test. Real time (`Instant`), because that is the point.
 
 #[allow(dead_code)]
@@ -127,10 +129,13 @@ fn replica(
         .and_then(Messages::query::<Newest>)
         .expect("distinct names");
     let key = FleetKey::new(*b"leasehold-bench-fleet-key-32byte").expect("a fleet key");
-    c.transport = Some(TransportConfig::new(
-        SocketAddr::from(([127, 0, 0, 1], 0)),
-        key,
-    ));
+    let mut transport = TransportConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), key);
+    // `LEASEHOLD_BENCH_HOLDER_CACHE=off`: the sender reads the lease store before every
+    // forward, as before the holder cache.
+    if std::env::var("LEASEHOLD_BENCH_HOLDER_CACHE").as_deref() == Ok("off") {
+        transport.holder_cache = None;
+    }
+    c.transport = Some(transport);
     Supervisor::start(c).expect("a replica starts")
 }
 

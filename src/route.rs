@@ -24,8 +24,10 @@
 use crate::lease::{Lookup, ReplicaView};
 
 mod placement;
+mod recall;
 
 pub use placement::{Placement, Rendezvous, Stay};
+pub use recall::{recall, worth_remembering};
 
 /// The most forwards a message takes by default before a replica answers `Moved`.
 pub const DEFAULT_MAX_HOPS: u8 = 3;

@@ -116,6 +116,12 @@ pub struct TransportConfig {
     pub body_limit: usize,
     /// The most forwards a message takes before a replica answers `Moved`. Default 3.
     pub max_hops: u8,
+    /// How long where a tenant held elsewhere was found is trusted as the place to forward a
+    /// host's messages to before the lease store is read again; `None` reads it before every
+    /// forward. A stale place costs one round trip, never a wrong answer: the replica there
+    /// runs nothing it does not hold, and the sender routes again from a fresh lookup
+    /// (docs/architecture.md, "The path of a forwarded message"). Default 1 s.
+    pub holder_cache: Option<Duration>,
     /// Server threads. Default 2.
     pub workers: usize,
     /// How long a forward may take to connect. Default 1 s.
@@ -141,6 +147,7 @@ impl TransportConfig {
             fleet_key,
             body_limit: ENVELOPE_LIMIT,
             max_hops: leasehold::route::DEFAULT_MAX_HOPS,
+            holder_cache: Some(Duration::from_secs(1)),
             workers: 2,
             connect_timeout: Duration::from_secs(1),
             body_timeout: Duration::from_secs(10),
@@ -166,6 +173,12 @@ impl TransportConfig {
         }
         if self.max_hops == 0 {
             return bad("max_hops", "must be at least 1");
+        }
+        if self.holder_cache.is_some_and(|d| d.is_zero()) {
+            return bad(
+                "holder_cache",
+                "must be longer than zero (None reads the lease store before every forward)",
+            );
         }
         if !(1..=64).contains(&self.workers) {
             return bad("workers", "must be between 1 and 64");
@@ -202,6 +215,7 @@ impl fmt::Debug for TransportConfig {
             .field("fleet_key", &self.fleet_key)
             .field("body_limit", &self.body_limit)
             .field("max_hops", &self.max_hops)
+            .field("holder_cache", &self.holder_cache)
             .field("connect_timeout", &self.connect_timeout)
             .field("body_timeout", &self.body_timeout)
             .field("workers", &self.workers)

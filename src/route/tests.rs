@@ -307,3 +307,44 @@ fn stay_opens_where_the_message_arrived_and_dead_replicas_are_never_placed() {
         .collect();
     assert_eq!(Rendezvous.place(&key(1), "r9", &dead), None);
 }
+
+/// A remembered lookup is only ever a place to forward to: it comes back only for the
+/// sender's own message, within its age, with its lease shortened by that age, and only when it
+/// names a live holder other than this replica with a live endpoint — so `decide` can answer
+/// nothing but `Forward` from it (never that a lease ran out: a takeover always reads the
+/// store).
+#[test]
+fn a_remembered_holder_is_recalled_only_as_a_place_to_forward_to() {
+    let there = held_by("r2", true, 900);
+    assert!(worth_remembering(&there, ME));
+    let got = recall(&there, 300, 1_000, ME, 0).expect("fresh enough");
+    assert_eq!(
+        got.lease_left_ms, 600,
+        "the lease shortened by the record's age"
+    );
+    assert_eq!(
+        decide(&input(LocalState::Absent, &got)),
+        forward("r2", false)
+    );
+    assert_eq!(recall(&there, 1_001, 1_000, ME, 0), None, "too old");
+    assert_eq!(
+        recall(&there, 900, 5_000, ME, 0),
+        None,
+        "its lease may have run out"
+    );
+    assert_eq!(
+        recall(&there, 0, 1_000, ME, 1),
+        None,
+        "a forwarded message looks up"
+    );
+    for never in [
+        Lookup::vacant(),
+        lease("r2", 0),
+        held_by("r2", false, 900),
+        held_by(ME, true, 900),
+        lease("r2", 900),
+    ] {
+        assert!(!worth_remembering(&never, ME), "{never:?}");
+        assert_eq!(recall(&never, 0, 1_000, ME, 0), None, "{never:?}");
+    }
+}

@@ -156,6 +156,8 @@ struct Faults {
     renewals_held: watch::Sender<bool>,
     /// How many renew and renew_many calls have started.
     renewals_started: AtomicUsize,
+    /// How many calls of each operation have started.
+    started: Mutex<HashMap<LeaseOp, usize>>,
     /// Hooks that run before the next call of their operation.
     before: Hooks,
     /// Hooks that run after the next call of their operation returned.
@@ -194,6 +196,7 @@ impl FaultyLeaseStore {
             down: AtomicBool::new(false),
             renewals_held,
             renewals_started: AtomicUsize::new(0),
+            started: Mutex::default(),
             before: Mutex::default(),
             after: Mutex::default(),
             late: LateCalls::default(),
@@ -249,6 +252,17 @@ impl FaultyLeaseStore {
         self.faults.renewals_started.load(Ordering::SeqCst)
     }
 
+    /// How many calls of `op` have started, whatever they came to.
+    pub fn started(&self, op: LeaseOp) -> usize {
+        self.faults
+            .started
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&op)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Runs `hook` once, at the start of the next `op` call, before it reaches the inner store.
     /// Several hooks for one `op` all run at its next call, in the order they were added.
     pub fn before_next<F, Fut>(&self, op: LeaseOp, hook: F)
@@ -286,6 +300,13 @@ impl FaultyLeaseStore {
         if op.is_renewal() {
             self.faults.renewals_started.fetch_add(1, Ordering::SeqCst);
         }
+        *self
+            .faults
+            .started
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(op)
+            .or_default() += 1;
         run_hooks(&self.faults.before, op).await;
         if op.is_renewal() {
             self.wait_while_renewals_held().await;

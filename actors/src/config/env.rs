@@ -259,6 +259,12 @@ pub const ENV_VARS: &[EnvVar] = &[
         "how many forwards a message takes before it is answered Moved",
     ),
     var(
+        "LEASEHOLD_TRANSPORT_HOLDER_CACHE",
+        "holder_cache",
+        "1s",
+        "how long where a tenant held elsewhere was found is trusted before the lease store is read again; off reads it before every forward",
+    ),
+    var(
         "LEASEHOLD_PLACEMENT",
         "placement",
         "stay",
@@ -353,7 +359,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// A duration, or `off` for none.
-fn parse_period(text: &str) -> Result<Option<Duration>, String> {
+pub(crate) fn parse_period(text: &str) -> Result<Option<Duration>, String> {
     if text.eq_ignore_ascii_case("off") {
         Ok(None)
     } else {

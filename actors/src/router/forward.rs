@@ -13,6 +13,11 @@
 //!    Unavailable / Moved ─> the caller's error  <────────────────────────────┘
 //! ```
 //!
+//! The lookup before a forward of a host's own message may be one this replica made less than
+//! `holder_cache` ago ([`Holders`], `leasehold::route::recall`): only ever a place to forward
+//! to, forgotten when a forward there comes back without the holder's answer, and then the
+//! message is routed again at once from a fresh lookup (the stale hop not counted).
+//!
 //! Every forward is a `tracing` span (`forward`: key, epoch, from, to, hop) and an observer
 //! event; so are moves, refusals, waits and takeovers. A forward whose answer was lost may have
 //! run: the same idempotency key on every retry and hop makes running it again a replay of the
@@ -34,6 +39,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::LocalDelivery;
+use super::holders::Holders;
 use crate::events::{Event, EventSink};
 use crate::message::{ErasedRequest, MessageKind};
 use crate::transport::wire::{Sent, from_wire, routes_again};
@@ -63,6 +69,8 @@ pub(crate) struct FleetRouter {
     max_hops: u8,
     /// Where events go.
     events: EventSink,
+    /// Where tenants held elsewhere were found lately.
+    holders: Arc<Holders>,
 }
 
 /// A replica a forward could not reach.
@@ -100,6 +108,10 @@ struct Trip {
     waiting_since: Option<Instant>,
     /// The pause before the next try after a "not here".
     backoff: Duration,
+    /// Routings so far: only the first may use a remembered lookup.
+    tries: u32,
+    /// The current routing's lookup was a remembered one.
+    recalled: bool,
 }
 
 impl FleetRouter {
@@ -121,7 +133,15 @@ impl FleetRouter {
             placement,
             max_hops,
             events,
+            holders: Arc::new(Holders::new(None)),
         }
+    }
+
+    /// The same router, trusting where it found a tenant held elsewhere for `max_age` before
+    /// it looks again (`None`: it looks before every forward).
+    pub(crate) fn remembering(mut self, max_age: Option<Duration>) -> Self {
+        self.holders = Arc::new(Holders::new(max_age));
+        self
     }
 
     /// Routes a message a host of this replica sent (`Supervisor::send`).
@@ -154,6 +174,8 @@ impl FleetRouter {
             waiting_out: None,
             waiting_since: None,
             backoff: Duration::from_millis(5),
+            tries: 0,
+            recalled: false,
         };
         loop {
             if Instant::now() >= deadline {
@@ -167,9 +189,13 @@ impl FleetRouter {
                 return Err(self.expired(key, &trip, deadline));
             };
             let lookup = match local {
-                LocalState::Absent => self.lookup(key, deadline, &trip).await?,
-                _ => Lookup::vacant(),
+                LocalState::Absent => self.where_is(key, deadline, &mut trip).await?,
+                _ => {
+                    trip.recalled = false;
+                    Lookup::vacant()
+                }
             };
+            trip.tries += 1;
             let left = duration_ms(deadline.saturating_duration_since(Instant::now()));
             forget_unreachable_if_alive(&mut trip, &lookup);
             let mut input = RouteInput {
@@ -317,7 +343,7 @@ impl FleetRouter {
     ) -> Option<Result<Vec<u8>, Error>> {
         let hop = envelope.hops;
         let (envelope_name, envelope_version) = (envelope.name.clone(), envelope.version);
-        trip.hops = hop;
+        let hops_before = std::mem::replace(&mut trip.hops, hop);
         self.events.emit(Event::Forwarded {
             key: key.to_string(),
             to: to.to_owned(),
@@ -330,6 +356,10 @@ impl FleetRouter {
         match sent.instrument(span).await {
             Ok(reply) => Some(Ok(reply)),
             Err(ForwardError::NotSent(why)) => {
+                self.holders.forget(key);
+                if trip.recalled {
+                    trip.hops = hops_before;
+                }
                 tracing::debug!(%key, to, %why, "the holder cannot be reached");
                 trip.unreachable = Some(Unreachable {
                     id: to.to_owned(),
@@ -339,6 +369,7 @@ impl FleetRouter {
                 None
             }
             Err(ForwardError::Lost(reason)) => {
+                self.holders.forget(key);
                 self.events.emit(Event::ForwardLost {
                     key: key.to_string(),
                     to: to.to_owned(),
@@ -358,6 +389,14 @@ impl FleetRouter {
                 // it is one more replica that does not hold the tenant (its own `Closed` is
                 // the caller's answer only on the replica that is closing).
                 if routes_again(&e) || matches!(e, Error::Closed(_)) {
+                    self.holders.forget(key);
+                    if trip.recalled {
+                        // The tenant was not where this replica remembered it: route again
+                        // at once from a fresh lookup, this hop not counted.
+                        tracing::debug!(%key, to, "not where it was found lately: looked up");
+                        trip.hops = hops_before;
+                        return None;
+                    }
                     return self.pause(trip, deadline).await;
                 }
                 Some(Err(e))
@@ -387,6 +426,28 @@ impl FleetRouter {
             open,
             body: req.body.clone(),
         }
+    }
+
+    /// Where the tenant is: remembered, on the first routing of a host's own message, if
+    /// `Holders::recall` allows; else one lookup, remembered if it names a holder elsewhere.
+    async fn where_is(
+        &self,
+        key: &LeaseKey,
+        deadline: Instant,
+        trip: &mut Trip,
+    ) -> Result<Lookup, Error> {
+        let recalled = match trip.tries {
+            0 => self.holders.recall(key, &self.me, trip.hops),
+            _ => None,
+        };
+        trip.recalled = recalled.is_some();
+        if let Some(lookup) = recalled {
+            return Ok(lookup);
+        }
+        let at = Instant::now();
+        let found = self.lookup(key, deadline, trip).await?;
+        self.holders.remember(key, &found, at, &self.me);
+        Ok(found)
     }
 
     /// One lookup, within the deadline.

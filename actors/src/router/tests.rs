@@ -412,3 +412,78 @@ async fn measure_forward_latency_on_loopback() {
         figures[1].1.saturating_sub(figures[0].1)
     );
 }
+
+/// Options with `holder_cache` and `max_hops`.
+fn remembering(holder_cache: Option<Duration>, max_hops: u8) -> Options {
+    Options {
+        holder_cache,
+        max_hops,
+        ..Options::default()
+    }
+}
+
+/// A host's messages to a tenant held elsewhere read the lease store once, then go where it was
+/// found for `holder_cache`; with it off, the store is read before every forward.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_s_messages_to_a_tenant_held_elsewhere_read_the_lease_store_once_while_it_stays() {
+    for (cache, lookups) in [(Some(Duration::from_secs(30)), 1), (None, 5)] {
+        let (leases, _dir) = store();
+        let faulty = FaultyLeaseStore::new(leases.clone());
+        let world = Arc::new(World::default());
+        let o = || remembering(cache, 3);
+        let a = Replica::start("ra", Arc::new(faulty.clone()), world.clone(), o()).await;
+        let b = Replica::start("rb", leases.clone(), world.clone(), o()).await;
+        b.send("t8", "open", D).await.unwrap();
+        for i in 0..5 {
+            let idem = format!("k{i}");
+            let reply = a.send("t8", &idem, D).await.unwrap();
+            assert_eq!(reply, format!("{idem}@rb").as_bytes());
+            assert_eq!(ran_at(&world, &idem), vec!["rb"]);
+        }
+        assert_eq!(faulty.started(LeaseOp::Lookup), lookups, "{cache:?}");
+        assert_eq!(a.count("forwarded"), 5, "{cache:?}");
+    }
+}
+
+/// The tenant leaves the replica the sender remembers it on and another opens it: the next
+/// message still runs once, at the new holder, and never at the old one. With one hop allowed
+/// the old holder answers `Moved` (it would have to forward again): the sender forgets, looks the
+/// tenant up and forwards to the new holder — the stale hop not counted, so the caller never
+/// hears `Moved` because of the sender's memory. With three, the old holder forwards it on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_holder_that_let_the_tenant_go_costs_a_round_trip_never_a_wrong_answer() {
+    for max_hops in [1, 3] {
+        let (leases, _dir) = store();
+        let faulty = FaultyLeaseStore::new(leases.clone());
+        let world = Arc::new(World::default());
+        let o = || remembering(Some(Duration::from_secs(30)), max_hops);
+        let a = Replica::start("ra", Arc::new(faulty.clone()), world.clone(), o()).await;
+        let b = Replica::start("rb", leases.clone(), world.clone(), o()).await;
+        let c = Replica::start("rc", leases.clone(), world.clone(), o()).await;
+        b.send("t9", "open", D).await.unwrap();
+        assert_eq!(a.send("t9", "k1", D).await.unwrap(), b"k1@rb");
+        b.host.release(&key("t9")).await;
+        c.send("t9", "c-open", D).await.unwrap();
+        let looked = faulty.started(LeaseOp::Lookup);
+        let reply = a.send("t9", "k2", D).await;
+        assert_eq!(reply.as_deref(), Ok(&b"k2@rc"[..]), "max_hops {max_hops}");
+        assert_eq!(ran_at(&world, "k2"), vec!["rc"], "max_hops {max_hops}");
+        let fresh = faulty.started(LeaseOp::Lookup) - looked;
+        match max_hops {
+            1 => {
+                assert_eq!(b.count("message_moved"), 1, "the old holder refused it");
+                assert_eq!(fresh, 1, "the sender looked the tenant up once");
+                assert_eq!(a.send("t9", "k3", D).await.unwrap(), b"k3@rc");
+                assert_eq!(
+                    faulty.started(LeaseOp::Lookup) - looked,
+                    1,
+                    "and remembered the new holder"
+                );
+            }
+            _ => {
+                assert_eq!(b.count("forwarded"), 1, "the old holder forwarded it on");
+                assert_eq!(fresh, 0, "the sender's memory was not wrong enough to look");
+            }
+        }
+    }
+}

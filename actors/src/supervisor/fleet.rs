@@ -52,7 +52,8 @@ impl Fleet {
             self.config.placement.clone(),
             self.config.max_hops,
             rt.events.clone(),
-        );
+        )
+        .remembering(self.config.holder_cache);
         self.slot.set(Arc::new(router.clone()));
         router
     }

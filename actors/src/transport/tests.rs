@@ -285,6 +285,13 @@ fn transport_options_that_cannot_work_are_refused_by_name() {
     );
     assert_eq!(
         name(TransportConfig {
+            holder_cache: Some(Duration::ZERO),
+            ..config()
+        }),
+        "holder_cache"
+    );
+    assert_eq!(
+        name(TransportConfig {
             workers: 0,
             ..config()
         }),

@@ -7,11 +7,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use leasehold::Error;
 use leasehold::route::{Placement, Rendezvous, Stay};
 
-use super::{EnvVar, Vars, bad, lookup};
+use super::{EnvVar, Vars, bad, lookup, parse_period};
 use crate::transport::{FleetKey, TransportConfig};
 
 /// Where the fleet key comes from.
@@ -32,6 +33,8 @@ pub(super) struct TransportVars {
     key: KeySource,
     /// `LEASEHOLD_TRANSPORT_MAX_HOPS`.
     max_hops: Option<u8>,
+    /// `LEASEHOLD_TRANSPORT_HOLDER_CACHE` (`Some(None)`: off).
+    holder_cache: Option<Option<Duration>>,
     /// `LEASEHOLD_PLACEMENT`.
     placement: Option<Arc<dyn Placement>>,
     /// The variables that were set, to name one in a range error.
@@ -49,6 +52,7 @@ impl std::fmt::Debug for TransportVars {
             .field("advertise", &self.advertise)
             .field("key", &key)
             .field("max_hops", &self.max_hops)
+            .field("holder_cache", &self.holder_cache)
             .field("placement", &self.placement)
             .finish()
     }
@@ -68,8 +72,9 @@ pub(super) fn read(vars: &Vars) -> Result<Option<TransportVars>, Error> {
         var("LEASEHOLD_TRANSPORT_MAX_HOPS"),
         var("LEASEHOLD_PLACEMENT"),
     );
+    let cache_v = var("LEASEHOLD_TRANSPORT_HOLDER_CACHE");
     let Some(bind) = vars.get(bind_v)? else {
-        for v in [advertise_v, file_v, key_v, hops_v, placement_v] {
+        for v in [advertise_v, file_v, key_v, hops_v, placement_v, cache_v] {
             if vars.get(v)?.is_some() {
                 return Err(bad(
                     v,
@@ -123,6 +128,13 @@ pub(super) fn read(vars: &Vars) -> Result<Option<TransportVars>, Error> {
         }
         None => None,
     };
+    let holder_cache = match vars.get(cache_v)? {
+        Some(text) => {
+            set.push(cache_v);
+            Some(parse_period(text).map_err(|e| bad(cache_v, e))?)
+        }
+        None => None,
+    };
     let placement: Option<Arc<dyn Placement>> = match vars.get(placement_v)? {
         Some(text) => {
             set.push(placement_v);
@@ -144,6 +156,7 @@ pub(super) fn read(vars: &Vars) -> Result<Option<TransportVars>, Error> {
         advertise,
         key,
         max_hops,
+        holder_cache,
         placement,
         set,
     }))
@@ -174,6 +187,9 @@ impl TransportVars {
         config.advertise = self.advertise;
         if let Some(max_hops) = self.max_hops {
             config.max_hops = max_hops;
+        }
+        if let Some(holder_cache) = self.holder_cache {
+            config.holder_cache = holder_cache;
         }
         if let Some(placement) = self.placement {
             config.placement = placement;
@@ -238,6 +254,7 @@ mod tests {
             ("LEASEHOLD_FLEET_KEY", KEY),
             ("LEASEHOLD_TRANSPORT_ADVERTISE", "http://10.0.0.5:7070"),
             ("LEASEHOLD_TRANSPORT_MAX_HOPS", "2"),
+            ("LEASEHOLD_TRANSPORT_HOLDER_CACHE", "250ms"),
             ("LEASEHOLD_PLACEMENT", "rendezvous"),
         ]))
         .unwrap();
@@ -247,6 +264,14 @@ mod tests {
         assert_eq!(t.bind, "127.0.0.1:0".parse().unwrap());
         assert_eq!(t.advertise.as_deref(), Some("http://10.0.0.5:7070"));
         assert_eq!(t.max_hops, 2);
+        assert_eq!(t.holder_cache, Some(Duration::from_millis(250)));
+        let off = EnvConfig::from_vars(vars(&[
+            ("LEASEHOLD_TRANSPORT_BIND", "127.0.0.1:0"),
+            ("LEASEHOLD_FLEET_KEY", KEY),
+            ("LEASEHOLD_TRANSPORT_HOLDER_CACHE", "off"),
+        ]))
+        .unwrap();
+        assert_eq!(off.transport.unwrap().config().unwrap().holder_cache, None);
         assert!(format!("{:?}", t.placement).contains("Rendezvous"));
         let bad_key = KEY.replace('a', "g");
         let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
@@ -300,6 +325,14 @@ mod tests {
                     ("LEASEHOLD_TRANSPORT_MAX_HOPS", "300"),
                 ],
                 "LEASEHOLD_TRANSPORT_MAX_HOPS",
+            ),
+            (
+                vec![
+                    ("LEASEHOLD_TRANSPORT_BIND", "127.0.0.1:7070"),
+                    ("LEASEHOLD_FLEET_KEY", KEY),
+                    ("LEASEHOLD_TRANSPORT_HOLDER_CACHE", "soon"),
+                ],
+                "LEASEHOLD_TRANSPORT_HOLDER_CACHE",
             ),
         ];
         for (given, variable) in cases {

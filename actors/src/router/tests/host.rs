@@ -181,6 +181,8 @@ pub(crate) fn fleet_key() -> FleetKey {
 /// Options of a test replica.
 pub(crate) struct Options {
     pub(crate) max_hops: u8,
+    /// How long where a tenant was found is trusted (the transport's default: 1 s).
+    pub(crate) holder_cache: Option<Duration>,
     pub(crate) placement: Arc<dyn Placement>,
     /// Advertise this endpoint instead of the server's (a proxy in front of it).
     pub(crate) advertise: Option<String>,
@@ -190,6 +192,8 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             max_hops: 3,
+            holder_cache: TransportConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), fleet_key())
+                .holder_cache,
             placement: Arc::new(Stay),
             advertise: None,
         }
@@ -225,7 +229,8 @@ impl Replica {
             o.placement,
             o.max_hops,
             sink,
-        );
+        )
+        .remembering(o.holder_cache);
         let server = Server::start(&cfg, Arc::new(router.clone())).unwrap();
         let endpoint = o.advertise.unwrap_or_else(|| server.endpoint().to_owned());
         let record = leases.advertise(id, &endpoint, 1, TTL).await.unwrap();
