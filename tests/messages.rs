@@ -376,3 +376,44 @@ async fn promise6_close_hands_off_a_tenant_a_message_opened() {
     let b = fleet.replica_with("b", "b", bank);
     assert_eq!(b.sup.send(&addr(), balance_of("alice")).await, Ok(500));
 }
+
+/// Where a replica found a tenant held elsewhere is remembered only until it opens the tenant
+/// itself (docs/architecture.md, "The path of a forwarded message"): after b hands the tenant
+/// off and a opens it, a's next message runs here, and neither a nor b forwards anything —
+/// the memory of b would have sent it to b, which would have sent it back.
+#[actix_rt::test]
+async fn promise11_a_tenant_opened_here_is_no_longer_sent_where_it_was_found_before() {
+    use std::net::SocketAddr;
+
+    use leasehold_actors::{FleetKey, TransportConfig};
+
+    let fleet = Fleet::new().await;
+    let fleet_member = |c: &mut RuntimeConfig| {
+        bank(c);
+        let key = FleetKey::new(vec![5; 32]).unwrap();
+        let bind = SocketAddr::from(([127, 0, 0, 1], 0));
+        c.transport = Some(TransportConfig::new(bind, key));
+    };
+    let a = fleet.replica_with("a", "a", fleet_member);
+    let b = fleet.replica_with("b", "b", fleet_member);
+    let forwards = |events: Vec<Event>| {
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Forwarded { .. }))
+            .count()
+    };
+    assert_eq!(b.sup.send(&addr(), deposit("dora", 1)).await, Ok(1));
+    assert_eq!(a.sup.send(&addr(), deposit("dora", 2)).await, Ok(3));
+    assert_eq!(forwards(a.events().await), 1, "forwarded to b, which a now remembers");
+    let t = b.sup.tenant(&org(), &tenant()).await.unwrap();
+    t.handoff().await.unwrap();
+    drop(t);
+    let here = a.sup.open(&org(), &tenant()).await.unwrap();
+    assert_eq!(a.sup.send(&addr(), deposit("dora", 4)).await, Ok(7));
+    assert_eq!(forwards(a.events().await), 1, "run here, not sent to b");
+    assert_eq!(forwards(b.events().await), 0, "nothing came back through b");
+    drop(here);
+    for r in [&a, &b] {
+        assert!(r.sup.close().await.unwrap().is_empty());
+    }
+}

@@ -58,6 +58,7 @@
 
 pub mod config;
 pub mod events;
+mod holders;
 mod lease_actor;
 pub mod message;
 pub mod metrics;

@@ -32,7 +32,6 @@ use tokio::time::Instant;
 use crate::message::ErasedRequest;
 
 mod forward;
-mod holders;
 mod local;
 
 pub(crate) use forward::FleetRouter;

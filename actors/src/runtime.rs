@@ -41,6 +41,9 @@ pub(crate) struct Runtime {
     pub(crate) renew_every: Option<Duration>,
     /// The transport to the fleet's other replicas, if any (taken by `Supervisor::start`).
     pub(crate) transport: Option<crate::transport::TransportConfig>,
+    /// Where tenants held elsewhere were found lately (`transport.holder_cache`): the router
+    /// reads and fills it, an open here empties the tenant's entry.
+    pub(crate) holders: Arc<crate::holders::Holders>,
     /// How acknowledged writes are kept beyond the replica.
     pub(crate) durability: crate::config::Durability,
     /// Periodic snapshot (or compaction check) period, or `None`.
@@ -139,6 +142,9 @@ impl Runtime {
             ttl: config.ttl,
             margin: config.margin,
             renew_every: config.renew_every,
+            holders: Arc::new(crate::holders::Holders::new(
+                config.transport.as_ref().and_then(|t| t.holder_cache),
+            )),
             transport: config.transport,
             durability: config.durability,
             snapshot_every: config.snapshot_every,

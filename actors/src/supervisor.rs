@@ -571,6 +571,9 @@ impl Handler<Open> for SupervisorActor {
             attempt,
         };
         let shared = open::open_tenant(plan).boxed().shared();
+        // A holder elsewhere the router remembers is no longer where to send this tenant's
+        // messages once it opens here (the router then asks this actor where it stands).
+        self.rt.holders.forget(&key);
         self.opening.insert(key.clone(), shared.clone());
         Box::pin(shared.into_actor(self).map(move |opened, act, ctx| {
             act.opening.remove(&key);

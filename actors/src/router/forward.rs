@@ -39,8 +39,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::LocalDelivery;
-use super::holders::Holders;
 use crate::events::{Event, EventSink};
+use crate::holders::Holders;
 use crate::message::{ErasedRequest, MessageKind};
 use crate::transport::wire::{Sent, from_wire, routes_again};
 use crate::transport::{ForwardClient, ForwardError, Inbound};
@@ -137,10 +137,10 @@ impl FleetRouter {
         }
     }
 
-    /// The same router, trusting where it found a tenant held elsewhere for `max_age` before
-    /// it looks again (`None`: it looks before every forward).
-    pub(crate) fn remembering(mut self, max_age: Option<Duration>) -> Self {
-        self.holders = Arc::new(Holders::new(max_age));
+    /// The same router, trusting where `holders` says tenants held elsewhere were found lately
+    /// (the runtime's, `transport.holder_cache`) instead of looking before every forward.
+    pub(crate) fn remembering(mut self, holders: Arc<Holders>) -> Self {
+        self.holders = holders;
         self
     }
 
@@ -181,21 +181,38 @@ impl FleetRouter {
             if Instant::now() >= deadline {
                 return Err(self.expired(key, &trip, deadline));
             }
-            // Where the tenant stands here first: a tenant serving or leaving here needs no
-            // lookup (`route::decide` reads the store's answer only for a tenant absent here).
-            // The supervisor's mailbox, on the thread the replica started on: bounded too.
-            let asked = tokio::time::timeout_at(deadline, self.local.local_state(key)).await;
-            let Ok(local) = asked else {
-                return Err(self.expired(key, &trip, deadline));
-            };
-            let lookup = match local {
-                LocalState::Absent => self.where_is(key, deadline, &mut trip).await?,
-                _ => {
-                    trip.recalled = false;
-                    Lookup::vacant()
-                }
+            // A holder elsewhere remembered, on the first routing of a host's own message.
+            let recalled = match trip.tries {
+                0 => self.holders.recall(key, &self.me, trip.hops),
+                _ => None,
             };
             trip.tries += 1;
+            // Where the tenant stands here first: a tenant serving or leaving here needs no
+            // lookup (`route::decide` reads the store's answer only for a tenant absent here).
+            // The handles the local path knows, then the supervisor's mailbox (on the thread the
+            // replica started on: bounded too) — not asked when a holder elsewhere is
+            // remembered, since an open here forgets it.
+            let local = match (self.local.known_state(key), recalled.is_some()) {
+                (Some(state), _) => state,
+                (None, true) => LocalState::Absent,
+                (None, false) => {
+                    let asked =
+                        tokio::time::timeout_at(deadline, self.local.local_state(key)).await;
+                    let Ok(local) = asked else {
+                        return Err(self.expired(key, &trip, deadline));
+                    };
+                    local
+                }
+            };
+            trip.recalled = false;
+            let lookup = match (local, recalled) {
+                (LocalState::Absent, Some(remembered)) => {
+                    trip.recalled = true;
+                    remembered
+                }
+                (LocalState::Absent, None) => self.where_is(key, deadline, &trip).await?,
+                _ => Lookup::vacant(),
+            };
             let left = duration_ms(deadline.saturating_duration_since(Instant::now()));
             forget_unreachable_if_alive(&mut trip, &lookup);
             let mut input = RouteInput {
@@ -428,22 +445,13 @@ impl FleetRouter {
         }
     }
 
-    /// Where the tenant is: remembered, on the first routing of a host's own message, if
-    /// `Holders::recall` allows; else one lookup, remembered if it names a holder elsewhere.
+    /// Where the tenant is: one lookup, remembered if it names a live holder elsewhere.
     async fn where_is(
         &self,
         key: &LeaseKey,
         deadline: Instant,
-        trip: &mut Trip,
+        trip: &Trip,
     ) -> Result<Lookup, Error> {
-        let recalled = match trip.tries {
-            0 => self.holders.recall(key, &self.me, trip.hops),
-            _ => None,
-        };
-        trip.recalled = recalled.is_some();
-        if let Some(lookup) = recalled {
-            return Ok(lookup);
-        }
         let at = Instant::now();
         let found = self.lookup(key, deadline, trip).await?;
         self.holders.remember(key, &found, at, &self.me);

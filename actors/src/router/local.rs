@@ -37,6 +37,11 @@ pub(crate) trait LocalDelivery: Send + Sync + 'static {
     /// Where the tenant of `key` stands here.
     fn local_state(&self, key: &LeaseKey) -> BoxFuture<'static, LocalState>;
 
+    /// Where the tenant of `key` stands here, when known without asking the supervisor
+    /// (serving or leaving through a handle the local path keeps); `None`: ask
+    /// [`LocalDelivery::local_state`].
+    fn known_state(&self, key: &LeaseKey) -> Option<LocalState>;
+
     /// Runs `req` here within `deadline`: on the tenant if it is open and serving, after
     /// opening it if nobody holds it. A refusal that means "not here" (`LeaseHeld`, `Fenced`,
     /// `Draining`) ran nothing: the router routes the message again.
@@ -247,10 +252,17 @@ impl LocalDelivery for LocalPath {
     }
 
     fn local_state(&self, key: &LeaseKey) -> BoxFuture<'static, LocalState> {
+        match self.known_state(key) {
+            Some(state) => Box::pin(async move { state }),
+            None => self.tenants.state_of(key),
+        }
+    }
+
+    fn known_state(&self, key: &LeaseKey) -> Option<LocalState> {
         match self.known_handle(key).map(|t| t.status_now()) {
-            Some(TenantStatus::Serving) => Box::pin(async { LocalState::Serving }),
-            Some(s) if s.is_leaving() => Box::pin(async { LocalState::Leaving }),
-            _ => self.tenants.state_of(key),
+            Some(TenantStatus::Serving) => Some(LocalState::Serving),
+            Some(s) if s.is_leaving() => Some(LocalState::Leaving),
+            _ => None,
         }
     }
 

@@ -53,7 +53,7 @@ impl Fleet {
             self.config.max_hops,
             rt.events.clone(),
         )
-        .remembering(self.config.holder_cache);
+        .remembering(rt.holders.clone());
         self.slot.set(Arc::new(router.clone()));
         router
     }

@@ -153,6 +153,16 @@ impl LocalDelivery for Delivery {
         Box::pin(async move { state })
     }
 
+    fn known_state(&self, key: &LeaseKey) -> Option<LocalState> {
+        if self.0.stalled.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
+        let open = self.0.open.lock().unwrap();
+        open.get(key)
+            .map(|t| t.1)
+            .filter(|s| matches!(s, LocalState::Serving | LocalState::Leaving))
+    }
+
     fn deliver_local(
         &self,
         key: &LeaseKey,
@@ -230,7 +240,7 @@ impl Replica {
             o.max_hops,
             sink,
         )
-        .remembering(o.holder_cache);
+        .remembering(Arc::new(crate::holders::Holders::new(o.holder_cache)));
         let server = Server::start(&cfg, Arc::new(router.clone())).unwrap();
         let endpoint = o.advertise.unwrap_or_else(|| server.endpoint().to_owned());
         let record = leases.advertise(id, &endpoint, 1, TTL).await.unwrap();

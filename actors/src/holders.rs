@@ -1,10 +1,13 @@
 //! [`Holders`]: where this replica last found tenants held elsewhere, so that a host's messages
-//! to a tenant on another replica are forwarded without a lease-store round trip each.
+//! to a tenant on another replica are forwarded without a lease-store round trip, and without a
+//! round trip to the supervisor, each.
 //!
 //! What may be recalled, and for which message, is `leasehold::route::recall` (pure, beside the
 //! route table): only a live holder other than this replica, only for the sender's own
 //! messages, for at most `max_age`. The router forgets a key whenever a forward to it comes
-//! back with anything but the holder's answer. Bounded: at `MAX_REMEMBERED` keys the memory is
+//! back with anything but the holder's answer, and the supervisor whenever an open of it begins
+//! here (so a remembered holder never hides a tenant this replica holds). It is the runtime's
+//! (shared by the router and the supervisor, importing neither). Bounded: at `MAX_REMEMBERED` keys the memory is
 //! emptied and refilled by the next lookups (a lookup per key once, never a scan per message).
 
 use std::collections::HashMap;
