@@ -404,7 +404,11 @@ async fn promise11_a_tenant_opened_here_is_no_longer_sent_where_it_was_found_bef
     };
     assert_eq!(b.sup.send(&addr(), deposit("dora", 1)).await, Ok(1));
     assert_eq!(a.sup.send(&addr(), deposit("dora", 2)).await, Ok(3));
-    assert_eq!(forwards(a.events().await), 1, "forwarded to b, which a now remembers");
+    assert_eq!(
+        forwards(a.events().await),
+        1,
+        "forwarded to b, which a now remembers"
+    );
     let t = b.sup.tenant(&org(), &tenant()).await.unwrap();
     t.handoff().await.unwrap();
     drop(t);
