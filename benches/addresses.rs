@@ -281,7 +281,7 @@ async fn bench(sizes: Sizes) {
         "2. {} callers in flight, {:?} each",
         sizes.callers, sizes.span
     );
-    let through = |sup: &Supervisor, query: bool| {
+    let through = |sup: &Supervisor, query: bool, keyed: bool| {
         let sup = sup.clone();
         let addr = addr.clone();
         let seq = Rc::new(AtomicUsize::new(0));
@@ -291,6 +291,11 @@ async fn bench(sizes: Sizes) {
             async move {
                 if query {
                     sup.send(&addr, Newest).await.expect("a query");
+                } else if keyed {
+                    let key = format!("c{c}-{i}-{n}");
+                    let add = Add { key: key.clone() };
+                    let keyed = sup.request(&addr, add).idempotency_key(key);
+                    keyed.await.expect("a keyed command");
                 } else {
                     let key = format!("c{c}-{i}-{n}");
                     sup.send(&addr, Add { key }).await.expect("a command");
@@ -299,19 +304,23 @@ async fn bench(sizes: Sizes) {
         }
     };
     let mut rates = Vec::new();
-    for (name, sup, query) in [
-        ("commands/s, local", &a, false),
-        ("commands/s, forwarded", &b, false),
-        ("queries/s, local", &a, true),
-        ("queries/s, forwarded", &b, true),
+    for (name, sup, query, keyed) in [
+        ("commands/s, local", &a, false, false),
+        ("commands/s, forwarded", &b, false, false),
+        ("queries/s, local", &a, true, false),
+        ("queries/s, forwarded", &b, true, false),
+        ("commands/s, local, with an idempotency key", &a, false, true),
     ] {
-        let fig: Figure = concurrent_async(sizes.callers, sizes.span, through(sup, query)).await;
+        let run = through(sup, query, keyed);
+        let fig: Figure = concurrent_async(sizes.callers, sizes.span, run).await;
         println!("  {name:<44} {:>9.0}", fig.rate());
         rates.push(fig.rate());
     }
     println!(
-        "  forwarded / local: commands {:.2}x, queries {:.2}x (target: >= 0.5x)",
+        "  forwarded / local: commands {:.2}x ({:.2}x a keyed local one: a forward carries a \
+         key), queries {:.2}x (target: >= 0.5x)",
         rates[1] / rates[0],
+        rates[1] / rates[4],
         rates[3] / rates[2]
     );
 
