@@ -52,6 +52,11 @@ const MAX_BACKOFF: Duration = Duration::from_millis(100);
 /// its caller stopped waiting, and nothing is sent.
 const MIN_FORWARD_TIME: Duration = Duration::from_millis(1);
 
+/// How long a forward to a remembered holder waits for its answer before the lease store is
+/// read once, beside it, to see whether that holder still holds the tenant: a holder that left
+/// and answers nothing (a black hole) must not hold a message up that a lookup would route.
+const RECALL_CHECK: Duration = Duration::from_millis(100);
+
 /// One replica's router. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct FleetRouter {
@@ -369,8 +374,33 @@ impl FleetRouter {
         });
         let span = tracing::info_span!("forward", key = %key, epoch, from = %self.me, to, hop);
         let left = deadline.saturating_duration_since(Instant::now());
-        let sent = self.client.forward(endpoint, &envelope, left);
-        match sent.instrument(span).await {
+        let sent = self
+            .client
+            .forward(endpoint, &envelope, left)
+            .instrument(span);
+        let outcome = match trip.recalled {
+            true => {
+                self.unless_moved_on(key, to, endpoint, epoch, sent, deadline)
+                    .await
+            }
+            false => Some(sent.await),
+        };
+        let Some(outcome) = outcome else {
+            // The remembered holder no longer holds the tenant and has not answered: the
+            // message is routed again from the fresh lookup, with the key it carried (it may
+            // yet arrive there and be forwarded on: the outcome is unknown, as for a lost one).
+            self.holders.forget(key);
+            let reason = "no answer from a holder that no longer holds the tenant".to_owned();
+            self.events.emit(Event::ForwardLost {
+                key: key.to_string(),
+                to: to.to_owned(),
+                reason: reason.clone(),
+            });
+            trip.lost = Some((to.to_owned(), reason));
+            trip.hops = hops_before;
+            return None;
+        };
+        match outcome {
             Ok(reply) => Some(Ok(reply)),
             Err(ForwardError::NotSent(why)) => {
                 self.holders.forget(key);
@@ -443,6 +473,40 @@ impl FleetRouter {
             open,
             body: req.body.clone(),
         }
+    }
+
+    /// The answer of `sent`, a forward to `to` (lease `epoch`, at `endpoint`) chosen from a
+    /// remembered lookup; `None` when, `RECALL_CHECK` into it and still unanswered, a fresh
+    /// lookup says `to` no longer holds the tenant there. A lookup that fails keeps waiting.
+    async fn unless_moved_on(
+        &self,
+        key: &LeaseKey,
+        to: &str,
+        endpoint: &str,
+        epoch: u64,
+        sent: impl std::future::Future<Output = Result<Vec<u8>, ForwardError>>,
+        deadline: Instant,
+    ) -> Option<Result<Vec<u8>, ForwardError>> {
+        tokio::pin!(sent);
+        let check = tokio::time::sleep_until((Instant::now() + RECALL_CHECK).min(deadline));
+        tokio::select! {
+            answer = &mut sent => return Some(answer),
+            () = check => {}
+        }
+        let fresh = tokio::time::timeout_at(deadline, self.leases.lookup(key));
+        tokio::select! {
+            answer = &mut sent => return Some(answer),
+            found = fresh => {
+                if let Ok(Ok(found)) = found {
+                    let holds = found.live_holder() == Some((to, epoch))
+                        && found.live_endpoint() == Some(endpoint);
+                    if !holds {
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(sent.await)
     }
 
     /// Where the tenant is: one lookup, remembered if it names a live holder elsewhere.

@@ -487,3 +487,30 @@ async fn a_remembered_holder_that_let_the_tenant_go_costs_a_round_trip_never_a_w
         }
     }
 }
+
+/// The replica a sender remembers left cleanly (its lease released, its record withdrawn) and
+/// its endpoint now answers nothing (a host gone behind a load balancer, a black hole): a fresh
+/// lookup would open the tenant here at once, so the sender's memory must not hold the message
+/// until its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_holder_that_left_and_answers_nothing_does_not_hold_a_message_up() {
+    for cache in [None, Some(Duration::from_secs(30))] {
+        let (leases, _dir) = store();
+        let world = Arc::new(World::default());
+        let a = Replica::start("ra", leases.clone(), world.clone(), remembering(cache, 3)).await;
+        let (b, proxy) = behind_proxy("rb", leases.clone(), world.clone()).await;
+        b.send("t10", "open", D).await.unwrap();
+        assert_eq!(a.send("t10", "k1", D).await.unwrap(), b"k1@rb");
+        b.host.release(&key("t10")).await;
+        leases.withdraw("rb", b.epoch).await.unwrap();
+        for flow in proxy.flows() {
+            flow.stall();
+        }
+        proxy.on_next_flow(|flow| flow.stall());
+        let began = std::time::Instant::now();
+        let reply = a.send("t10", "k2", Duration::from_secs(3)).await;
+        assert_eq!(reply.as_deref(), Ok(&b"k2@ra"[..]), "{cache:?}");
+        assert!(began.elapsed() < Duration::from_secs(1), "{cache:?}");
+        assert_eq!(ran_at(&world, "k2"), vec!["ra"], "{cache:?}");
+    }
+}
