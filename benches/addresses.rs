@@ -309,7 +309,12 @@ async fn bench(sizes: Sizes) {
         ("commands/s, forwarded", &b, false, false),
         ("queries/s, local", &a, true, false),
         ("queries/s, forwarded", &b, true, false),
-        ("commands/s, local, with an idempotency key", &a, false, true),
+        (
+            "commands/s, local, with an idempotency key",
+            &a,
+            false,
+            true,
+        ),
     ] {
         let run = through(sup, query, keyed);
         let fig: Figure = concurrent_async(sizes.callers, sizes.span, run).await;
