@@ -139,6 +139,21 @@ fn replica(
     Supervisor::start(c).expect("a replica starts")
 }
 
+/// How many segments the durable directory under `dir` holds (nothing deletes one during a
+/// run: no snapshots, so no retention).
+fn segments(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => segments(&e.path()),
+            _ => usize::from(e.path().extension().is_some_and(|x| x == "seg")),
+        })
+        .sum()
+}
+
 /// Whether `LEASEHOLD_BENCH_DURABILITY=async` asks for the replicas on `Async`.
 fn async_mode() -> bool {
     std::env::var("LEASEHOLD_BENCH_DURABILITY").as_deref() == Ok("async")
@@ -317,8 +332,17 @@ async fn bench(sizes: Sizes) {
         ),
     ] {
         let run = through(sup, query, keyed);
+        let before = segments(&dir.path().join("durable"));
         let fig: Figure = concurrent_async(sizes.callers, sizes.span, run).await;
-        println!("  {name:<44} {:>9.0}", fig.rate());
+        let cut = segments(&dir.path().join("durable")) - before;
+        match query {
+            true => println!("  {name:<44} {:>9.0}", fig.rate()),
+            false => println!(
+                "  {name:<44} {:>9.0}   ({:.0} segments per 1,000 writes)",
+                fig.rate(),
+                cut as f64 * 1000.0 / fig.ops.max(1) as f64
+            ),
+        }
         rates.push(fig.rate());
     }
     println!(

@@ -158,14 +158,24 @@ async fn the_tenant_of_a_killed_replica_is_taken_over_after_about_ttl() {
         matches!(&alive, Err(Error::UnknownMessage { name, version: 1 }) if name == "note"),
         "{alive:?}"
     );
-    assert_eq!(a.count("forwarded"), 1);
+    assert_eq!(a.counted("forwarded").await, 1);
 
     child.kill().unwrap();
     let killed = Instant::now();
     child.wait().unwrap();
     let early = a.send("tk", "k-early", Duration::from_millis(800)).await;
+    // The pooled connection to the dead child may still look open: a request written on it
+    // fails with no way to know whether it arrived, an unknown outcome (`ForwardFailed`, then
+    // the holder unavailable) — seen under load; otherwise the connection is refused and
+    // nothing was sent (`Unavailable`).
     assert!(
-        matches!(&early, Err(Error::Unavailable { holder, .. }) if holder == "child"),
+        match &early {
+            Err(Error::Unavailable { holder, .. }) => holder == "child",
+            Err(Error::ForwardFailed { to, reason, .. }) => {
+                to == "child" && reason.contains("unavailable")
+            }
+            _ => false,
+        },
         "{early:?}"
     );
     let reply = a.send("tk", "k-after", CHILD_TTL * 3).await.unwrap();
@@ -183,7 +193,11 @@ async fn the_tenant_of_a_killed_replica_is_taken_over_after_about_ttl() {
     // `taken_over` when the message waited out the dead holder's lease; none when the lease
     // had already run out by the time it was routed (a loaded machine: the early send took
     // long), and the message opened the tenant here like any free one.
-    assert!(a.count("taken_over") <= 1, "{}", a.count("taken_over"));
+    assert!(
+        a.counted("taken_over").await <= 1,
+        "{}",
+        a.counted("taken_over").await
+    );
     let ran = world.ran.lock().unwrap().clone();
     assert_eq!(ran.len(), 1, "only the takeover ran it: {ran:?}");
     assert_eq!((ran[0].replica.as_str(), ran[0].epoch), ("ra", 2));

@@ -180,6 +180,8 @@ pub(crate) struct Replica {
     pub(crate) router: FleetRouter,
     pub(crate) server: Option<Server>,
     pub(crate) events: EventLog,
+    /// The sink the router emits to (its observer runs on a thread of its own).
+    pub(crate) sink: EventSink,
     pub(crate) leases: SharedLeaseStore,
     pub(crate) epoch: u64,
 }
@@ -238,7 +240,7 @@ impl Replica {
             client,
             o.placement,
             o.max_hops,
-            sink,
+            sink.clone(),
         )
         .remembering(Arc::new(crate::holders::Holders::new(o.holder_cache)));
         let server = Server::start(&cfg, Arc::new(router.clone())).unwrap();
@@ -250,6 +252,7 @@ impl Replica {
             router,
             server: Some(server),
             events,
+            sink,
             leases,
             epoch: record.epoch,
         }
@@ -295,6 +298,12 @@ impl Replica {
         if let Some(server) = self.server.take() {
             server.stop().await;
         }
+    }
+
+    /// Events of `kind` emitted so far, once the observer has seen them all.
+    pub(crate) async fn counted(&self, kind: &str) -> usize {
+        assert!(self.sink.delivered(Duration::from_secs(5)).await);
+        self.count(kind)
     }
 
     /// Events of `kind` seen by this replica's observer.
