@@ -165,8 +165,9 @@ pub struct RuntimeConfig {
     /// callers (`Shipped`): callers that write again at once go in it instead of the one after,
     /// so each segment carries every waiting caller, not half of them. The pause ends as soon
     /// as that many callers' runs have arrived; a lone caller never waits; a flush never does.
-    /// `None`: cut at once. At most 100 ms; default 500 µs (docs/benchmarks.md, "Pipelined
-    /// segments").
+    /// `None`: cut at once. At most 100 ms; default 1 ms: callers whose messages are forwarded
+    /// from another replica come back later than local ones, and at 500 µs their segments were
+    /// a quarter smaller (docs/benchmarks.md, "`ship_linger` for forwarded callers").
     pub ship_linger: Option<Duration>,
     /// With `Async`: the most bytes a tenant lets wait committed and not yet in the change log
     /// (pending and in flight). A run is refused with `Error::LogBehind` while this much waits,
@@ -326,7 +327,7 @@ impl RuntimeConfig {
             segment_limit: leasehold::codec::LIMIT as u64,
             segment_compression: leasehold::log::segment::SegmentCompression::Off,
             segments_in_flight: 1,
-            ship_linger: Some(Duration::from_micros(500)),
+            ship_linger: Some(Duration::from_millis(1)),
             async_pending_limit: 64 << 20,
             retain: Duration::from_secs(24 * 60 * 60),
             local_sweep_every: Some(Duration::from_secs(60)),

@@ -140,7 +140,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     var(
         "LEASEHOLD_SHIP_LINGER",
         "ship_linger",
-        "500us",
+        "1ms",
         "how long a cut waits for the callers a segment just answered (off: never)",
     ),
     var(

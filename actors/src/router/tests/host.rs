@@ -52,6 +52,8 @@ pub(crate) struct Host {
     /// The supervisor is held up (its thread busy): asking where a tenant stands here does not
     /// answer.
     pub(crate) stalled: std::sync::atomic::AtomicBool,
+    /// How many times a router here found a tenant leaving (a message waits for its successor).
+    pub(crate) seen_leaving: std::sync::atomic::AtomicUsize,
 }
 
 impl Host {
@@ -158,9 +160,15 @@ impl LocalDelivery for Delivery {
             return None;
         }
         let open = self.0.open.lock().unwrap();
-        open.get(key)
+        let state = open
+            .get(key)
             .map(|t| t.1)
-            .filter(|s| matches!(s, LocalState::Serving | LocalState::Leaving))
+            .filter(|s| matches!(s, LocalState::Serving | LocalState::Leaving));
+        if state == Some(LocalState::Leaving) {
+            let seen = &self.0.seen_leaving;
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        state
     }
 
     fn deliver_local(
@@ -229,6 +237,7 @@ impl Replica {
             open: Mutex::default(),
             closing: Default::default(),
             stalled: Default::default(),
+            seen_leaving: Default::default(),
         });
         let events = EventLog::new();
         let sink = EventSink::new(Some(Arc::new(events.clone())));
