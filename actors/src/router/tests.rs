@@ -181,8 +181,16 @@ async fn a_message_for_a_tenant_leaving_its_holder_waits_for_the_successor() {
     // Until the message has reached b and found the tenant leaving there (a fixed pause let a
     // loaded machine release the tenant first; then b opened it itself).
     let began = std::time::Instant::now();
-    while b.host.seen_leaving.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-        assert!(began.elapsed() < D, "the message never reached the leaving holder");
+    while b
+        .host
+        .seen_leaving
+        .load(std::sync::atomic::Ordering::SeqCst)
+        == 0
+    {
+        assert!(
+            began.elapsed() < D,
+            "the message never reached the leaving holder"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert!(ran_at(&world, "k5").is_empty(), "nothing ran while it left");
