@@ -11,7 +11,10 @@
 //! 3. a query's p50/p99 (local and forwarded) while 8 callers keep the tenant's writer busy,
 //!    against the idle query of part 1;
 //! 4. the raw rusqlite baseline for scale: one caller, one commit per insert (WAL +
-//!    `synchronous=FULL`, and `NORMAL`, the ledger's setting).
+//!    `synchronous=FULL`, and `NORMAL`, the ledger's setting);
+//! 5. two local callers that pause 2 ms between writes: the segment after
+//!    one that answered both waits up to `ship_linger` for them, and they are not back yet —
+//!    what the pause costs a load that does not write again at once.
 //!
 //! Run: `cargo bench --bench addresses` (`LEASEHOLD_BENCH_DURABILITY=async`: the replicas on
 //! `Async`, so that a command's reply waits for no shipping and the hop's cost stands alone;
@@ -68,6 +71,9 @@ const SMOKE: Sizes = Sizes {
     callers: 4,
     writers: 2,
 };
+
+/// How long each of part 5's two callers pauses between its writes.
+const THINK: Duration = Duration::from_millis(2);
 
 /// A command: appends one event.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -410,6 +416,35 @@ async fn bench(sizes: Sizes) {
             fig.rate()
         );
     }
+    println!(
+        "5. two callers that pause {:?} between writes (answered callers that do not come back \
+         at once: what ship_linger costs them; {} writes each, local)",
+        THINK,
+        sizes.calls / 4
+    );
+    let mut pausing = Vec::new();
+    for w in 0..2 {
+        let (sup, addr) = (a.clone(), addr.clone());
+        let n = sizes.calls / 4;
+        pausing.push(actix_rt::spawn(async move {
+            let mut took = Vec::with_capacity(n);
+            for i in 0..n {
+                let started = Instant::now();
+                let key = format!("p{w}-{i}");
+                sup.send(&addr, Add { key }).await.expect("a write");
+                took.push(started.elapsed());
+                actix_rt::time::sleep(THINK).await;
+            }
+            took
+        }));
+    }
+    let mut took = Vec::new();
+    for p in pausing {
+        took.extend(p.await.expect("a pausing caller"));
+    }
+    took.sort();
+    row("command, local, two pausing callers", &took);
+
     a.close().await.expect("a closes");
     b.close().await.expect("b closes");
 }
