@@ -7,8 +7,9 @@
 //! messages, for at most `max_age`. The router forgets a key whenever a forward to it comes
 //! back with anything but the holder's answer, and the supervisor whenever an open of it begins
 //! here (so a remembered holder never hides a tenant this replica holds). It is the runtime's
-//! (shared by the router and the supervisor, importing neither). Bounded: at `MAX_REMEMBERED` keys the memory is
-//! emptied and refilled by the next lookups (a lookup per key once, never a scan per message).
+//! (shared by the router and the supervisor, importing neither). Bounded: at `MAX_REMEMBERED`
+//! keys the memory is emptied and refilled by the next lookups (a lookup per key once, never a
+//! scan per message).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
