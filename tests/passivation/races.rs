@@ -137,3 +137,30 @@ async fn race_close_counts_a_tenant_passivating_meanwhile_as_flushed() {
     assert_eq!(t.status().await, TenantStatus::Passivated);
     assert_eq!(restored_elsewhere(&fleet, "b").await, ["acked"]);
 }
+
+/// A passivation whose flush fails leaves the tenant serving, back in its replica's order of
+/// last activity as used when the flush failed — from the moment its status reads `serving`:
+/// an idle check asked right then, `passivate_after` later, finds it idle and asks again. Before
+/// the tenant told its supervisor (`ServesOn`) ahead of its status change, the supervisor noted
+/// it again only when a watch of its status came back, as used then: an idle check asked by
+/// whoever saw `serving` first could find it missing, or used later than it was (the
+/// simulation's passivation family, docs/testing.md).
+#[actix_rt::test]
+async fn race_an_idle_check_right_after_a_failed_passivation_finds_the_tenant_idle_again() {
+    let fleet = Fleet::new().await;
+    let a = passivating(&fleet, "a", Durability::Images, |_| {});
+    let (t, gate) = held_passivation(&fleet, &a).await;
+    fleet.durable.set_down(true);
+    gate.open();
+    while t.status().await == TenantStatus::Passivating {}
+    assert_eq!(t.status().await, TenantStatus::Serving, "its flush failed");
+    fleet.advance(AFTER);
+    fleet.durable.set_down(false);
+    assert_eq!(
+        a.sup.passivate_idle_now().await.unwrap(),
+        1,
+        "idle for passivate_after since its flush failed: asked again"
+    );
+    until_passivated(&t).await;
+    assert_eq!(restored_elsewhere(&fleet, "b").await, ["acked"]);
+}

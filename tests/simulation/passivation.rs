@@ -130,12 +130,16 @@ fn regression_an_abandon_racing_a_passivation_overtakes_its_flush_or_comes_after
     }
 }
 
-/// CI seed 1796199758459679506 (open: docs/testing.md, "Open findings"): a passivation of a
-/// tenure whose lease lapsed while the lease store was down ended it lost in the model, and
-/// once in about 80 replays here the runtime read `Serving` (its flush failing as not fenced,
-/// or the passivation refused). Ignored until the cause is known: it fails only now and then.
+/// CI seeds 1796199758459679506 and 1796213036365978633: a passivation of a tenure whose lease
+/// lapsed while the lease store was down ended it lost in the model, and once in about 80
+/// replays the runtime read `Serving`. Its first passivation's flush had failed on the store
+/// that was down; the supervisor put the tenant back in its order of last activity only when a
+/// spawned watch of its status came back, as used then — after the world's next clock move or
+/// idle check, now and then, so the next check did not choose it. The tenant now tells its
+/// supervisor before its status reads `serving` (`ServesOn`; pinned without the simulation by
+/// `race_an_idle_check_right_after_a_failed_passivation_finds_the_tenant_idle_again` in
+/// `tests/passivation/races.rs`).
 #[test]
-#[ignore = "open finding: fails about once in 80 replays"]
 fn regression_a_passivation_of_a_tenure_whose_lease_lapsed_while_the_store_was_down() {
     use crate::ops::At::On;
     replay(&[

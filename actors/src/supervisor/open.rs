@@ -298,6 +298,7 @@ async fn start(
         lease_actor: plan.lease_actor.clone(),
         gone: plan.supervisor.clone().recipient(),
         forgets: plan.supervisor.clone().recipient(),
+        serves_on: plan.supervisor.clone().recipient(),
         ended: ended.clone(),
         log,
         counted: crate::metrics::OpenTenant::new(),

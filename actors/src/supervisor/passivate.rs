@@ -8,7 +8,8 @@
 //!   a tenant opens ──> noted (its activity cell) ──> idle check armed at oldest + passivate_after
 //!   idle check: Recency::pick(before = now − passivate_after) ──> Passivate{judged} to each
 //!                 refused (a ticket, used since) ──> noted again at now
-//!                 begun, then its flush failed (serves on) ──> noted again at now
+//!                 begun, then its flush failed (serves on) ──> noted again as of the failure
+//!                                                   (`ServesOn`, before it reads `serving`)
 //!   open at max_open: Recency::pick(any age, one, not spared) ──> Passivate
 //!                 ──> wait while it leaves ──> ended: the open goes again
 //!                                          └─> serving (refused, or its flush failed): noted
@@ -29,6 +30,7 @@ use super::{Open, Supervisor, SupervisorActor, stopped};
 use crate::passivation::{Chosen, PassivationReason, Standing, idle_before, next_check_ms};
 use crate::status::TenantStatus;
 use crate::tenant::TenantRef;
+use crate::tenant::messages::ServesOn;
 
 /// How many victims one open at `max_open` asks before it is refused with `OpenLimit`.
 pub(super) const EVICTION_TRIES: u32 = 8;
@@ -65,6 +67,24 @@ impl Handler<PassivateIdle> for SupervisorActor {
 
     fn handle(&mut self, _msg: PassivateIdle, ctx: &mut Context<Self>) -> Self::Result {
         self.check_idle(ctx)
+    }
+}
+
+impl Handler<ServesOn> for SupervisorActor {
+    type Result = ();
+
+    /// A passivation's flush failed and the tenure serves on: noted again as used when it
+    /// failed (it left the order of last activity when it was chosen), so the idle check that
+    /// finds it idle again, or an eviction, tries again. Heard before its status reads
+    /// `serving` again.
+    fn handle(&mut self, msg: ServesOn, ctx: &mut Context<Self>) {
+        let same = self
+            .table
+            .get(&msg.key)
+            .is_some_and(|e| e.tenant.epoch() == msg.epoch);
+        if same {
+            self.note_activity(&msg.key, Some(msg.at_ms), ctx);
+        }
     }
 }
 
@@ -161,52 +181,21 @@ impl SupervisorActor {
         let asks = chosen.into_iter().map(|(tenant, c)| {
             let idle_ms = now.saturating_sub(c.last_ms);
             let ask = tenant.passivate(PassivationReason::Idle, c.touches, idle_ms);
-            async move { (c.key, tenant, ask.await.is_ok()) }
+            async move { (c.key, ask.await.is_ok()) }
         });
         let all = futures::future::join_all(asks);
         Box::pin(all.into_actor(self).map(move |answers, act, ctx| {
             let mut begun = 0;
-            for (key, tenant, accepted) in answers {
+            for (key, accepted) in answers {
                 if accepted {
+                    // A flush that fails puts it back in the order (`ServesOn`).
                     begun += 1;
-                    act.note_if_it_serves_again(key, tenant, ctx);
                 } else {
                     act.note_activity(&key, Some(act.rt.now_ms()), ctx);
                 }
             }
             begun
         }))
-    }
-
-    /// A passivation begun: once it is over, a tenant whose flush failed serves on, and is
-    /// noted again as used now (it left the order of last activity when it was chosen), so the
-    /// idle check that finds it idle again, or an eviction, tries again.
-    fn note_if_it_serves_again(
-        &mut self,
-        key: LeaseKey,
-        tenant: TenantRef,
-        ctx: &mut Context<Self>,
-    ) {
-        let limit = self.rt.leave_limit();
-        let over = async move {
-            let passivating = TenantStatus::Passivating;
-            loop {
-                let until = tokio::time::Instant::now() + limit;
-                let now = tenant.wait_while_status(|s| s == passivating, until).await;
-                if now != passivating {
-                    return (tenant.epoch(), now);
-                }
-            }
-        };
-        ctx.spawn(over.into_actor(self).map(move |(epoch, now), act, ctx| {
-            let same = act
-                .table
-                .get(&key)
-                .is_some_and(|e| e.tenant.epoch() == epoch);
-            if now == TenantStatus::Serving && same {
-                act.note_activity(&key, Some(act.rt.now_ms()), ctx);
-            }
-        }));
     }
 
     /// An open met `max_open`: with passivation on, the least recently used idle tenant is

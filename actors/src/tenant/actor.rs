@@ -50,6 +50,8 @@ pub(crate) struct TenantParts {
     pub(crate) gone: Recipient<TenantGone>,
     /// Told when a forget begins.
     pub(crate) forgets: Recipient<ForgetBegun>,
+    /// Told when a passivation's flush failed and the tenure serves on.
+    pub(crate) serves_on: Recipient<ServesOn>,
     /// Where the final status is left for handles once the actor has stopped.
     pub(crate) ended: Arc<crate::status::StatusCell>,
     /// The change log, with `Shipped` and `Async`; `None` with `Images`.
@@ -114,6 +116,8 @@ pub(crate) struct TenantActor {
     pub(super) gone: Recipient<TenantGone>,
     /// Told when a forget begins.
     pub(super) forgets: Recipient<ForgetBegun>,
+    /// Told when a passivation's flush failed and the tenure serves on.
+    pub(super) serves_on: Recipient<ServesOn>,
     /// The final status, for handles once the actor has stopped.
     pub(super) ended: Arc<crate::status::StatusCell>,
     /// Callers of the open transaction, answered at commit; `None` when none is open.
@@ -165,6 +169,7 @@ impl TenantActor {
             lease_actor: parts.lease_actor,
             gone: parts.gone,
             forgets: parts.forgets,
+            serves_on: parts.serves_on,
             ended: parts.ended,
             batch: None,
             handoff: HandoffReplies::default(),

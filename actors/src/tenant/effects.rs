@@ -118,6 +118,16 @@ impl TenantActor {
                 }
                 self.rt.events.emit(event)
             }
+            Effect::ServesOn => {
+                // The supervisor hears before the status reads `serving` (the `Emit` after
+                // this effect sets it): an idle check or eviction asked by whoever saw it
+                // finds the tenant back in the order of last activity.
+                self.serves_on.do_send(ServesOn {
+                    key: self.key().clone(),
+                    epoch: self.cell.epoch,
+                    at_ms: self.rt.now_ms(),
+                });
+            }
             Effect::Finish(status) => {
                 // The supervisor hears first: whoever sees the final status and then asks the
                 // supervisor (an open waiting for a passivation to end) finds it gone.

@@ -209,6 +209,20 @@ pub(crate) struct TenantGone {
     pub(crate) status: TenantStatus,
 }
 
+/// Sent to the supervisor when a passivation's flush failed and the tenure serves on, before
+/// its status reads `serving` again: the supervisor puts it back in its order of last activity
+/// as used `at_ms` (the replica's clock when the flush failed).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ServesOn {
+    /// The tenant's key.
+    pub(crate) key: LeaseKey,
+    /// The tenure that serves on.
+    pub(crate) epoch: u64,
+    /// When its flush failed, on the replica's clock (ms).
+    pub(crate) at_ms: u64,
+}
+
 /// Sent to the supervisor when a forget starts, so that `close` can wait for it.
 #[derive(Message)]
 #[rtype(result = "()")]

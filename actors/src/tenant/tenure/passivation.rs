@@ -92,7 +92,10 @@ impl Tenure {
                 }));
                 self.lose_with(Err(error), fx);
             }
-            Err(_) => self.enter(Phase::Serving, fx),
+            Err(_) => {
+                fx.push(Effect::ServesOn);
+                self.enter(Phase::Serving, fx);
+            }
         }
     }
 

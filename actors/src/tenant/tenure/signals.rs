@@ -67,6 +67,11 @@ pub(crate) enum Effect {
     Answer(Result<(), Error>),
     /// Emit an event (also to `tracing`).
     Emit(Event),
+    /// A passivation's flush failed and the tenure serves on: tell the supervisor, before the
+    /// status reads `serving` again, so that it puts the tenant back in its order of last
+    /// activity as used now — whoever sees `serving` and then asks the supervisor (an idle
+    /// check, an eviction) finds it there.
+    ServesOn,
     /// The tenure is over: tell the supervisor and stop the actor.
     Finish(TenantStatus),
 }

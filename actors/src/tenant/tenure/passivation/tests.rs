@@ -273,11 +273,22 @@ fn a_passivation_whose_flush_fails_serves_on_and_one_fenced_is_a_lost_lease() {
         outcome: Err(Error::Closed("store down".into())),
         lease_gone: false,
     };
-    t.on(failed, Instant::now());
+    let fx = t.on(failed, Instant::now());
     assert_eq!(t.status(), TenantStatus::Serving);
     assert!(
         t.admits(None, true).is_ok(),
         "the next idle check tries again"
+    );
+    // The supervisor hears that it serves on before its status says so: whoever sees
+    // `serving` and asks for an idle check finds it back in the order of last activity.
+    let told = fx.iter().position(|e| *e == Effect::ServesOn);
+    let serving = fx.iter().position(|e| {
+        matches!(e, Effect::Emit(crate::events::Event::StateChanged { to, .. })
+            if *to == TenantStatus::Serving)
+    });
+    assert!(
+        told.is_some() && told < serving,
+        "ServesOn before the status change: {fx:?}"
     );
 
     let mut t = passivating(true);
