@@ -6,7 +6,7 @@
 //! | `lost-acknowledged`         | 3, log  | `--durability shipped` (RPO 0, declared tail 0): any acknowledged write of an epoch above the floor is missing, whatever the fault |
 //! | `lost-after-handoff`        | 2       | `async`, `images`: an acknowledged write of a tenure that ended in a flushed handoff is missing |
 //! | `lost-after-publish`        | 2, 3    | `async`, `images`: a missing acknowledged write is in an image the store watcher found published (a head, or the `base` chain behind one), or in the log up to a tip it read |
-//! | `lost-beyond-tail`          | 3       | `async`, `images`: a missing acknowledged write of a crashed or cut-off tenure, held by no image or tip read, whose tenure could ship or publish for longer than the mode's bound after it was acknowledged (`images`: `snapshot_every` + one publish + slack; `async`: `every` + one store deadline + slack; [`crate::store_rules::LossRules`]) |
+//! | `lost-beyond-tail`          | 3       | `async`, `images`: a missing acknowledged write of a crashed or cut-off tenure, held by no image or tip read, whose tenure could ship or publish for longer than the mode's bound after it was acknowledged, counted on the process that ran it ([`runner`]) (`images`: `snapshot_every` + one publish + slack; `async`: `every` + one store deadline + slack; [`crate::store_rules::LossRules`]) |
 //! | `graceful-not-flushed`      | 2       | a handoff or close did not flush, or a close returned while a tenure granted to that process had not ended and was not named unflushed — and no fault touched that replica during the tenure |
 //! | `head-moved-back`           | 3       | the store watcher read a head older than one it had read before                       |
 //! | `tip-moved-back`            | log     | the store watcher read a log tip below one it had read before under the same floor    |
@@ -23,7 +23,7 @@
 //! | `orphan-object`, `storage-bound` | 5, storage | what the stores hold at the end, after the last retention ([`crate::storage`]) |
 //! | `pitr-*`                    | log     | a point-in-time restore refused inside the window, failed, or not the history's state ([`crate::pitr`]) |
 //! | `damage-served`, `damage-not-typed` | log | the open after a damaged segment ([`crate::damage`]) |
-//! | `ran-twice`, `ran-off-holder`, `answered-off-holder`, `forgotten-answered`, `query-missed-acked` | 11 | `--clients addresses`: a command ran twice, ran or answered from a replica its lease store granted no such tenure, a query answered a forgotten epoch or missed an acknowledged note ([`crate::address_rules`]) |
+//! | `ran-twice`, `ran-off-holder`, `answered-off-holder`, `forgotten-answered`, `query-missed-acked` | 11 | `--clients addresses`: a command ran twice, ran or answered from a replica its lease store granted no such tenure, a query answered a forgotten epoch or missed an acknowledged note not lost within the tail ([`crate::address_rules`]) |
 //!
 //! ("log": docs/guarantees.md, the change log.) A write answered `LEASEHOLD_UNSHIPPED` (its
 //! segment did not reach the log in time) has an unknown outcome, like a timeout: it may be read
