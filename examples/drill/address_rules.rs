@@ -8,7 +8,15 @@
 //! | `ran-off-holder`        | a note in the ledger names a replica and an epoch whose tenure no process of that replica was granted by its lease store (`acquired` lines: the store's answers) |
 //! | `answered-off-holder`   | an acknowledged command's reply names a replica and an epoch no process of that replica was granted |
 //! | `forgotten-answered`    | a query sent after a forget returned answers a note of an epoch at or below the floor it raised |
-//! | `query-missed-acked`    | a query sent after a note was acknowledged does not find it, and no forget erased its epoch |
+//! | `query-missed-acked`    | a query sent after a note was acknowledged does not find it, no forget erased its epoch, and the note is not a loss the mode allows: missing at the end, lost within the declared crash tail (the write rules' verdict, [`crate::checker::judge_missing`]), the query answered after a later tenure had acquired the tenant |
+//!
+//! On `Async` and `Images` a reply leaves at the local commit, so what it shows is within the
+//! mode's declared tail, as acknowledged writes are (docs/guarantees.md, promise 11, "No dirty
+//! replies"): a note acknowledged and then lost in a crash within that tail is rightly found by
+//! no query of a later tenure. A query answered while no later tenure had acquired can only
+//! have read the tenure that acknowledged the note, which holds it: missing it there is a
+//! violation in every mode, as is missing a note that is read back at the end, or one lost
+//! beyond the tail (which the write rules report too). On `Shipped` nothing is tolerated.
 //!
 //! Where a command ran is what the code that ran it wrote: its replica's name and the epoch of
 //! that replica's latest acquire of the tenant, as that replica's lease store answered it
@@ -18,9 +26,10 @@
 
 use std::collections::HashMap;
 
-use crate::checker::{Report, Violation};
+use crate::checker::{Report, Successors, Violation, lost_within_tail, present};
 use crate::finale::Final;
-use crate::history::{Outcome, Record};
+use crate::history::{Outcome, Record, WriteOp};
+use crate::store_rules::LossRules;
 
 /// Whether a process label (`name#generation`) is of replica `name`.
 fn of_replica(label: &str, name: &str) -> bool {
@@ -34,8 +43,9 @@ fn granted(rec: &Record, tenant: u32, epoch: u64, replica: &str) -> bool {
         .is_some_and(|t| t.grants.iter().any(|g| of_replica(&g.replica, replica)))
 }
 
-/// Judges the address clients' history against the notes read at the end.
-pub fn check(rec: &Record, fin: &Final, report: &mut Report) {
+/// Judges the address clients' history against the notes read at the end; `succ` and `rules`
+/// are the write rules' (a note lost within the mode's tail).
+pub fn check(rec: &Record, fin: &Final, succ: &Successors, rules: LossRules, report: &mut Report) {
     for (&tenant, notes) in &fin.notes {
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for note in notes {
@@ -81,20 +91,22 @@ pub fn check(rec: &Record, fin: &Final, report: &mut Report) {
             });
         }
     }
-    check_queries(rec, fin, report);
+    check_queries(rec, fin, succ, rules, report);
 }
 
 /// `forgotten-answered` and `query-missed-acked`.
-fn check_queries(rec: &Record, fin: &Final, report: &mut Report) {
-    let acked: HashMap<(u32, &str), (u64, u64)> = rec
+fn check_queries(
+    rec: &Record,
+    fin: &Final,
+    succ: &Successors,
+    rules: LossRules,
+    report: &mut Report,
+) {
+    let acked: HashMap<(u32, &str), &WriteOp> = rec
         .writes
         .iter()
-        .filter_map(|op| match op.outcome {
-            Outcome::Ok { epoch, ack_at, .. } => {
-                Some(((op.tenant, op.key.as_str()), (epoch, ack_at)))
-            }
-            _ => None,
-        })
+        .filter(|op| matches!(op.outcome, Outcome::Ok { .. }))
+        .map(|op| ((op.tenant, op.key.as_str()), op))
         .collect();
     for q in &rec.addresses.queries {
         if let Some(note) = &q.note {
@@ -122,24 +134,45 @@ fn check_queries(rec: &Record, fin: &Final, report: &mut Report) {
             }
             continue;
         }
-        let Some(&(epoch, ack_at)) = acked.get(&(q.tenant, q.key.as_str())) else {
+        let Some(&op) = acked.get(&(q.tenant, q.key.as_str())) else {
+            continue;
+        };
+        let Outcome::Ok { epoch, ack_at, .. } = op.outcome else {
             continue;
         };
         let floor = fin.floors.get(&q.tenant).copied().unwrap_or(0);
-        if ack_at < q.sent_at && epoch > floor {
-            report.violations.push(Violation {
-                rule: "query-missed-acked",
-                tenant: Some(q.tenant),
-                at: q.answered_at,
-                detail: format!(
-                    "a query for {:?} (t{}, via {}) sent {} ms after it was acknowledged under \
-                     epoch {epoch} found nothing (floor {floor})",
-                    q.key,
-                    q.tenant,
-                    q.via,
-                    q.sent_at - ack_at
-                ),
-            });
+        if ack_at >= q.sent_at || epoch <= floor {
+            continue;
         }
+        // A later tenure, surely acquired before the answer came: the only kind of tenure that
+        // may answer without a note it lost in the crash of the one that acknowledged it.
+        let later = succ
+            .of(q.tenant, epoch, &rec.tenures)
+            .filter(|&(_, hi)| hi <= q.answered_at);
+        if later.is_some() && lost_within_tail(rec, fin, succ, op, rules) == Some(true) {
+            report.queries_missed_lost += 1;
+            continue;
+        }
+        let why = match (later, present(fin, op)) {
+            (None, _) => "no later tenure had acquired the tenant by the answer".to_string(),
+            (Some(_), Some(true)) => "the note is read back at the end".to_string(),
+            (Some((next, hi)), _) => format!(
+                "epoch {next} had acquired by {hi}, but the note's loss is not one the mode \
+                 allows (the write rules)"
+            ),
+        };
+        report.violations.push(Violation {
+            rule: "query-missed-acked",
+            tenant: Some(q.tenant),
+            at: q.answered_at,
+            detail: format!(
+                "a query for {:?} (t{}, via {}) sent {} ms after it was acknowledged under \
+                 epoch {epoch} found nothing (floor {floor}): {why}",
+                q.key,
+                q.tenant,
+                q.via,
+                q.sent_at - ack_at
+            ),
+        });
     }
 }

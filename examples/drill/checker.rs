@@ -6,7 +6,7 @@
 //! | `lost-acknowledged`         | 3, log  | `--durability shipped` (RPO 0, declared tail 0): any acknowledged write of an epoch above the floor is missing, whatever the fault |
 //! | `lost-after-handoff`        | 2       | `async`, `images`: an acknowledged write of a tenure that ended in a flushed handoff is missing |
 //! | `lost-after-publish`        | 2, 3    | `async`, `images`: a missing acknowledged write is in an image the store watcher found published (a head, or the `base` chain behind one), or in the log up to a tip it read |
-//! | `lost-beyond-tail`          | 3       | `async`, `images`: a missing acknowledged write of a crashed or cut-off tenure, held by no image or tip read, whose tenure could ship or publish for longer than the mode's bound after it was acknowledged (`images`: `snapshot_every` + one publish + slack; `async`: `every` + one store deadline + slack; [`crate::store_rules::LossRules`]) |
+//! | `lost-beyond-tail`          | 3       | `async`, `images`: a missing acknowledged write of a crashed or cut-off tenure, held by no image or tip read, whose tenure could ship or publish for longer than the mode's bound after it was acknowledged, counted on the process that ran it ([`runner`]) (`images`: `snapshot_every` + one publish + slack; `async`: `every` + one store deadline + slack; [`crate::store_rules::LossRules`]) |
 //! | `graceful-not-flushed`      | 2       | a handoff or close did not flush, or a close returned while a tenure granted to that process had not ended and was not named unflushed — and no fault touched that replica during the tenure |
 //! | `head-moved-back`           | 3       | the store watcher read a head older than one it had read before                       |
 //! | `tip-moved-back`            | log     | the store watcher read a log tip below one it had read before under the same floor    |
@@ -23,7 +23,7 @@
 //! | `orphan-object`, `storage-bound` | 5, storage | what the stores hold at the end, after the last retention ([`crate::storage`]) |
 //! | `pitr-*`                    | log     | a point-in-time restore refused inside the window, failed, or not the history's state ([`crate::pitr`]) |
 //! | `damage-served`, `damage-not-typed` | log | the open after a damaged segment ([`crate::damage`]) |
-//! | `ran-twice`, `ran-off-holder`, `answered-off-holder`, `forgotten-answered`, `query-missed-acked` | 11 | `--clients addresses`: a command ran twice, ran or answered from a replica its lease store granted no such tenure, a query answered a forgotten epoch or missed an acknowledged note ([`crate::address_rules`]) |
+//! | `ran-twice`, `ran-off-holder`, `answered-off-holder`, `forgotten-answered`, `query-missed-acked` | 11 | `--clients addresses`: a command ran twice, ran or answered from a replica its lease store granted no such tenure, a query answered a forgotten epoch or missed an acknowledged note not lost within the tail ([`crate::address_rules`]) |
 //!
 //! ("log": docs/guarantees.md, the change log.) A write answered `LEASEHOLD_UNSHIPPED` (its
 //! segment did not reach the log in time) has an unknown outcome, like a timeout: it may be read
@@ -67,6 +67,8 @@
 //! (through the `LeaseStore` and `DurableStore` traits) on either backend; S3 lists are
 //! strongly consistent, so `forgotten-object-left` means the same on both.
 
+#[cfg(test)]
+mod address_losses;
 mod local_files;
 use local_files::check_local_files;
 use std::collections::{BTreeMap, HashMap};
@@ -135,6 +137,9 @@ pub struct Report {
     pub leaks: u64,
     /// Leaks reported without failing the run (no `--fail-on-leak`).
     pub leaks_reported: Vec<Violation>,
+    /// `--clients addresses`: queries that found nothing of a note lost within the declared
+    /// tail, answered by a later tenure (allowed: [`crate::address_rules`]).
+    pub queries_missed_lost: u64,
     /// How the tenures ended.
     pub endings: Endings,
     /// Tenures that ended, and what explained them (`unexplained-tenure-end`).
@@ -286,11 +291,12 @@ pub fn evaluate(
     report.pitr = counts;
     store_rules::check_flags(rec, &mut report);
     store_rules::check_leaks(rec, tolerance.fail_on_leak, &mut report);
-    crate::address_rules::check(rec, fin, &mut report);
+    crate::address_rules::check(rec, fin, &successors, rules, &mut report);
     report
 }
 
-fn present(fin: &Final, op: &WriteOp) -> Option<bool> {
+/// Whether the fresh replica read `op`'s key at the end (`None`: the tenant was unreadable).
+pub fn present(fin: &Final, op: &WriteOp) -> Option<bool> {
     fin.keys.get(&op.tenant).map(|keys| keys.contains(&op.key))
 }
 
@@ -377,72 +383,170 @@ fn check_acked(
     if found {
         return;
     }
+    match judge_missing(rec, succ, op, (epoch, ack_at), rules) {
+        Missing::WithinTail { tail_ms } => {
+            report.lost_within_tail += 1;
+            report.max_tail_ms = report.max_tail_ms.max(tail_ms);
+        }
+        Missing::Lost { violation, tail_ms } => {
+            report.lost_otherwise += 1;
+            if let Some(tail_ms) = tail_ms {
+                report.max_tail_ms = report.max_tail_ms.max(tail_ms);
+            }
+            report.violations.push(violation);
+        }
+    }
+}
+
+/// What the loss rules of the run's mode make of an acknowledged write that is missing at the
+/// end, its epoch above the floor.
+#[derive(Debug)]
+pub enum Missing {
+    /// Lost within the declared crash tail: allowed. `tail_ms`: how long its tenure could still
+    /// ship or publish after acknowledging it ([`store_rules::unimpaired_ms`]).
+    WithinTail {
+        /// The tail of this write.
+        tail_ms: u64,
+    },
+    /// Lost against the rules: the violation, and the tail when the mode counts it in
+    /// [`Report::max_tail_ms`] (`Shipped`).
+    Lost {
+        /// The broken rule.
+        violation: Violation,
+        /// The tail, on `Shipped`.
+        tail_ms: Option<u64>,
+    },
+}
+
+/// The replica process that ran `op`, acknowledged under `epoch`: the process its tenure was
+/// granted to. With owner clients that is the process the write was sent to; through an
+/// address, the reply names the replica that ran it (forwarded, perhaps), and the tenure's grant
+/// to a process of that replica names the process (`name#generation`). Falls back to the
+/// process it was sent to when the stores reported no such grant (`answered-off-holder`).
+pub fn runner<'a>(rec: &'a Record, op: &'a WriteOp, epoch: u64) -> &'a str {
+    let grants = rec
+        .tenures
+        .get(&(op.tenant, epoch))
+        .map_or(&[][..], |t| t.grants.as_slice());
+    let name = rec
+        .addresses
+        .ran_on
+        .get(&op.req)
+        .map_or_else(|| replica_name(&op.replica), |ran_on| ran_on.as_str());
+    grants
+        .iter()
+        .find(|g| replica_name(&g.replica) == name)
+        .map_or(op.replica.as_str(), |g| g.replica.as_str())
+}
+
+/// The replica's name of a process label (`name#generation`).
+fn replica_name(label: &str) -> &str {
+    label.split('#').next().unwrap_or(label)
+}
+
+/// Judges an acknowledged write `op` that is missing at the end (its epoch above the floor) by
+/// the loss rules of the run's mode: [`Missing::WithinTail`] only where docs/guarantees.md
+/// allows the loss (promise 3: `Async` and `Images`, a tenure that did not end in a flushed
+/// handoff, held by no image or tip the watcher read, its tenure able to ship or publish for at
+/// most the bound after acknowledging it, counted on the process that ran it).
+pub fn judge_missing(
+    rec: &Record,
+    succ: &Successors,
+    op: &WriteOp,
+    (epoch, ack_at): (u64, u64),
+    rules: LossRules,
+) -> Missing {
+    let tenant = op.tenant;
     let tenure = rec.tenures.get(&(tenant, epoch));
     // Which image or tip held it: from the stores (the watcher), never from the runtime's events.
     let cover = rec.covered.get(&tenant).and_then(|c| c.get(&op.key));
     let successor = succ.of(tenant, epoch, &rec.tenures).map(|(_, hi)| hi);
     let end = store_rules::tenure_end(tenure, successor, now_ms());
-    let tail = store_rules::unimpaired_ms(rec, &op.replica, ack_at, end);
+    let ran_on = runner(rec, op, epoch);
+    let tail = store_rules::unimpaired_ms(rec, ran_on, ack_at, end);
+    let lost = |rule: &'static str, detail: String| Violation {
+        rule,
+        tenant: Some(tenant),
+        at: ack_at,
+        detail,
+    };
     if rules.mode == Mode::Shipped {
         // RPO 0: the declared tail is 0, whatever the fault.
-        report.lost_otherwise += 1;
-        report.max_tail_ms = report.max_tail_ms.max(tail);
         let held = cover.map_or(String::new(), |c| format!(" though {c} held it"));
-        report.violations.push(Violation {
-            rule: "lost-acknowledged",
-            tenant: Some(tenant),
-            at: ack_at,
-            detail: format!(
-                "{} is missing{held}; with Shipped nothing acknowledged may be lost (epoch \
-                 {epoch} {}, {tail} ms after the acknowledgement outside any fault)",
-                describe(op),
-                ending(tenure),
+        return Missing::Lost {
+            violation: lost(
+                "lost-acknowledged",
+                format!(
+                    "{} is missing{held}; with Shipped nothing acknowledged may be lost (epoch \
+                     {epoch} {}, {tail} ms after the acknowledgement outside any fault)",
+                    describe(op),
+                    ending(tenure),
+                ),
             ),
-        });
-        return;
+            tail_ms: Some(tail),
+        };
     }
     if tenure.is_some_and(Tenure::graceful) {
-        report.lost_otherwise += 1;
-        report.violations.push(Violation {
-            rule: "lost-after-handoff",
-            tenant: Some(tenant),
-            at: ack_at,
-            detail: format!(
-                "{} is missing; epoch {epoch} ended in a flushed handoff",
-                describe(op)
+        return Missing::Lost {
+            violation: lost(
+                "lost-after-handoff",
+                format!(
+                    "{} is missing; epoch {epoch} ended in a flushed handoff",
+                    describe(op)
+                ),
             ),
-        });
-        return;
+            tail_ms: None,
+        };
     }
     if let Some(cover) = cover {
-        report.lost_otherwise += 1;
-        report.violations.push(Violation {
-            rule: "lost-after-publish",
-            tenant: Some(tenant),
-            at: ack_at,
-            detail: format!("{} is missing though {cover} held it", describe(op)),
-        });
-        return;
+        return Missing::Lost {
+            violation: lost(
+                "lost-after-publish",
+                format!("{} is missing though {cover} held it", describe(op)),
+            ),
+            tail_ms: None,
+        };
     }
     if tail > rules.bound_ms {
-        report.lost_otherwise += 1;
-        report.violations.push(Violation {
-            rule: "lost-beyond-tail",
-            tenant: Some(tenant),
-            at: ack_at,
-            detail: format!(
-                "{} is in no published image nor shipped segment, yet epoch {epoch} could \
-                 publish or ship for {tail} ms after it was acknowledged (bound {} ms, \
-                 --durability {}; the tenure ended by {end})",
-                describe(op),
-                rules.bound_ms,
-                rules.mode.as_arg(),
+        return Missing::Lost {
+            violation: lost(
+                "lost-beyond-tail",
+                format!(
+                    "{} is in no published image nor shipped segment, yet epoch {epoch} could \
+                     publish or ship for {tail} ms after it was acknowledged on {ran_on} (bound \
+                     {} ms, --durability {}; the tenure ended by {end})",
+                    describe(op),
+                    rules.bound_ms,
+                    rules.mode.as_arg(),
+                ),
             ),
-        });
-        return;
+            tail_ms: None,
+        };
     }
-    report.lost_within_tail += 1;
-    report.max_tail_ms = report.max_tail_ms.max(tail);
+    Missing::WithinTail { tail_ms: tail }
+}
+
+/// Whether `op`, acknowledged, is missing at the end and its loss is one the run's mode allows
+/// ([`Missing::WithinTail`]): `None` when the tenant could not be read at the end.
+pub fn lost_within_tail(
+    rec: &Record,
+    fin: &Final,
+    succ: &Successors,
+    op: &WriteOp,
+    rules: LossRules,
+) -> Option<bool> {
+    let Outcome::Ok { epoch, ack_at, .. } = op.outcome else {
+        return Some(false);
+    };
+    let found = present(fin, op)?;
+    let floor = fin.floors.get(&op.tenant).copied().unwrap_or(0);
+    if found || epoch <= floor {
+        return Some(false);
+    }
+    Some(matches!(
+        judge_missing(rec, succ, op, (epoch, ack_at), rules),
+        Missing::WithinTail { .. }
+    ))
 }
 
 fn check_tenures(rec: &Record, succ: &Successors, report: &mut Report) {

@@ -428,7 +428,7 @@ fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &Hi
         report.leaks,
     );
     if args.clients == Clients::Addresses {
-        print_addresses(record);
+        print_addresses(record, &report);
     }
     print_summary(&report, record, args, seed, history);
     if !report.violations.is_empty() {
@@ -442,7 +442,7 @@ fn judge(record: &Record, fin: &Final, args: &DriveArgs, seed: u64, history: &Hi
 
 /// What the address clients did: how many acknowledged notes ran elsewhere than the replica
 /// they were sent to (forwarded), how many queries found their note.
-fn print_addresses(record: &Record) {
+fn print_addresses(record: &Record, report: &Report) {
     let a = &record.addresses;
     let forwarded = record
         .writes
@@ -457,10 +457,11 @@ fn print_addresses(record: &Record) {
     println!(
         "drill addresses: {} notes acknowledged, {forwarded} of them ran on another replica than \
          the one they were sent to; {} queries answered ({found} found their note); {} forgets \
-         returned",
+         returned; {} queries found nothing of a note lost within the tail",
         a.ran_on.len(),
         a.queries.len(),
-        a.forgets.len()
+        a.forgets.len(),
+        report.queries_missed_lost
     );
 }
 

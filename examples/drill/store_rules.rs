@@ -8,10 +8,12 @@
 //!   lost in a tenure that did not end in a flushed handoff is "within the tail" only if its
 //!   tenure could publish for at most the bound after it was acknowledged — counted from `ack_at`
 //!   to the tenure's end (its successor's acquisition, or the line saying it ended), leaving out
-//!   every interval in which the driver impaired its replica (SIGKILL, SIGSTOP, a lease or store
-//!   fault, slowed puts) — and every SIGSTOP of any replica, which may stop while it holds the
-//!   shared lease store's lock (the SQLite lease file, or a row lock on PostgreSQL) and so stall
-//!   every replica's `publish_head` and renewals;
+//!   every interval in which the driver impaired the replica process that ran the write
+//!   ([`crate::checker::runner`]: through an address, the holder, not the replica the write was
+//!   sent through) (SIGKILL, SIGSTOP, a lease or store fault, slowed puts) — and every SIGSTOP
+//!   of any replica, which may stop while it holds the shared lease store's lock (the SQLite
+//!   lease file, or a row lock on PostgreSQL) and so stall every replica's `publish_head` and
+//!   renewals;
 //! * **graceful means flushed**: a handoff or close that did not flush, on a replica no fault
 //!   touched during that tenure, fails the run (`graceful-not-flushed`);
 //! * the driver's own **flags** (`head-moved-back` from the store watcher, erasure listed right
@@ -58,8 +60,9 @@ impl LossRules {
     }
 }
 
-/// How long the lost tail of `tenure`'s write acknowledged at `ack_at` through `replica` lasted
-/// while the replica could publish: from `ack_at` to `end`, minus the impaired intervals.
+/// How long the lost tail of `tenure`'s write acknowledged at `ack_at` by `replica` (the process
+/// that ran it) lasted while the replica could publish: from `ack_at` to `end`, minus the
+/// impaired intervals.
 pub fn unimpaired_ms(rec: &Record, replica: &str, ack_at: u64, end: u64) -> u64 {
     if end <= ack_at {
         return 0;
