@@ -307,6 +307,27 @@ async fn shipped(backend: Backend, dir: &Path, s: &Sizes) -> Vec<(String, Vec<sh
             c.per_1000(c.tip_calls)
         );
     }
+    for (name, f) in ["1 caller's", "many callers'"].iter().zip(&sh.colocated) {
+        println!(
+            "RESULT co-located floor at the {name} segment size: {:.0} batches/s, p50 {}, p99 {} (the put + tip move it would replace: {:.3} ms mean)",
+            f.rate(),
+            ms_or_dash(f.quantile(0.5)),
+            ms_or_dash(f.quantile(0.99)),
+            ms(if name.starts_with('1') {
+                sh.one.1.put_mean + sh.one.1.tip_mean
+            } else {
+                sh.many.1.put_mean + sh.many.1.tip_mean
+            })
+        );
+    }
+    let (one, many) = shipped::projected(&sh);
+    println!(
+        "RESULT projected Shipped with the co-located floor (all else as measured): 1 caller {:.3} ms mean; {} callers {:.0} writes/s = {:.2}x raw WAL+NORMAL",
+        ms(one),
+        s.callers,
+        many,
+        many / sh.raw[1].2.rate().max(1e-9)
+    );
     let stages = sh.stages();
     for (name, st) in &stages {
         println!(

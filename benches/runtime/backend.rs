@@ -137,6 +137,10 @@ pub fn replica(
     {
         config.ship_linger = (us > 0).then(|| std::time::Duration::from_micros(us));
     }
+    // `LEASEHOLD_BENCH_SEGMENT_COMPRESSION=zstd`: the same run with segments compressed.
+    if std::env::var("LEASEHOLD_BENCH_SEGMENT_COMPRESSION").as_deref() == Ok("zstd") {
+        config.segment_compression = leasehold::log::segment::SegmentCompression::Zstd;
+    }
     tweak(&mut config);
     Supervisor::start(config).expect("supervisor")
 }

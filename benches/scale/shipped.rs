@@ -3,7 +3,9 @@
 //! store requests per 1,000 writes and the per-stage breakdown of a batch: the local commit (the
 //! raw ledger's `Ledger::run`, measured alone), the segment's put and the tip's move (timed in
 //! the store wrappers), and the rest (capture, encode, the actor's hops, the reply), which is
-//! what remains of a write's time.
+//! what remains of a write's time. Beside them, the floor of a design the runtime does not
+//! have yet ([`colocated_floor`]): the segment and the tip move in one SQLite transaction, one
+//! fsync per batch, and what `Shipped` would reach with it if nothing else changed.
 
 use std::path::Path;
 use std::time::Duration;
@@ -66,6 +68,55 @@ pub struct Shipped {
     pub many: (Figure, Cost),
     /// Callers of the second figure.
     pub callers: usize,
+    /// The co-located floor at the 1-caller and the many-caller segment sizes.
+    pub colocated: [Figure; 2],
+}
+
+/// The floor of one batch if the segment and the tip move were one SQLite transaction on the
+/// embedded stores (WAL + `FULL`: one fsync of the WAL per batch, no file per segment): a blob
+/// of `bytes` inserted under a fresh key and the tenant's tip moved by compare-and-set, one
+/// transaction after another for `span`. The runtime does not do this (its segments are files
+/// of the durable store, its tips rows of the lease store); this measures what it would buy.
+pub fn colocated_floor(dir: &Path, tag: &str, bytes: usize, span: Duration) -> Figure {
+    let path = dir.join(format!("colocated-{tag}.db"));
+    let conn = rusqlite::Connection::open(&path).expect("open co-located file");
+    conn.execute_batch(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;
+         CREATE TABLE segments (key TEXT PRIMARY KEY, bytes BLOB NOT NULL);
+         CREATE TABLE tips (key TEXT PRIMARY KEY, seq INTEGER NOT NULL);
+         INSERT INTO tips VALUES ('t', 0);",
+    )
+    .expect("co-located schema");
+    let blob = vec![0x5au8; bytes];
+    crate::measure::sequential(span, |i| {
+        let seq = i as i64;
+        let step = || -> rusqlite::Result<()> {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            conn.prepare_cached("INSERT INTO segments VALUES (?1, ?2)")?
+                .execute(rusqlite::params![format!("t/{:012}", seq + 1), &blob])?;
+            let moved = conn
+                .prepare_cached("UPDATE tips SET seq = ?1 WHERE key = 't' AND seq = ?2")?
+                .execute(rusqlite::params![seq + 1, seq])?;
+            assert_eq!(moved, 1, "the tip moves once per segment");
+            conn.execute_batch("COMMIT")
+        };
+        step().expect("co-located batch");
+    })
+}
+
+/// What `Shipped` would reach with the co-located floor in place of its put and tip move, all
+/// else as measured: (1 caller: mean latency; many callers: writes/s at the measured writes
+/// per segment). A projection, not a measurement of the runtime.
+pub fn projected(sh: &Shipped) -> (Duration, f64) {
+    let colo = |f: &Figure| f.took / f.ops.max(1) as u32;
+    let one = mean(&sh.one.0.latencies).saturating_sub(sh.one.1.put_mean + sh.one.1.tip_mean)
+        + colo(&sh.colocated[0]);
+    let (many, cost) = (&sh.many.0, &sh.many.1);
+    let batch = many.took / cost.puts.max(1) as u32;
+    let projected_batch =
+        batch.saturating_sub(cost.put_mean + cost.tip_mean) + colo(&sh.colocated[1]);
+    let per_segment = many.ops as f64 / cost.puts.max(1) as f64;
+    (one, per_segment / projected_batch.as_secs_f64().max(1e-9))
 }
 
 impl Shipped {
@@ -135,6 +186,9 @@ pub async fn measure(backend: Backend, dir: &Path, callers: usize, span: Duratio
     if let Ok(us) = std::env::var("LEASEHOLD_BENCH_SHIP_LINGER_US") {
         println!("    (ship_linger = {us} µs, 0 = off: LEASEHOLD_BENCH_SHIP_LINGER_US)");
     }
+    if let Ok(codec) = std::env::var("LEASEHOLD_BENCH_SEGMENT_COMPRESSION") {
+        println!("    (segment_compression = {codec}: LEASEHOLD_BENCH_SEGMENT_COMPRESSION)");
+    }
     if let Ok(depth) = std::env::var("LEASEHOLD_BENCH_SEGMENTS_IN_FLIGHT") {
         println!("    (segments_in_flight = {depth}: LEASEHOLD_BENCH_SEGMENTS_IN_FLIGHT)");
     }
@@ -144,11 +198,22 @@ pub async fn measure(backend: Backend, dir: &Path, callers: usize, span: Duratio
     let many = costed(&c, in_flight(std::slice::from_ref(&t), callers, "c", span)).await;
     let unflushed = a.close().await.expect("close");
     assert!(unflushed.is_empty(), "unflushed {unflushed:?}");
+    let size = |c: &Cost| (c.bytes / c.puts.max(1)) as usize;
+    println!(
+        "    co-located floor: segment + tip in one SQLite transaction, {} and {} bytes ...",
+        size(&one.1),
+        size(&many.1)
+    );
+    let colocated = [
+        colocated_floor(dir, "one", size(&one.1), span),
+        colocated_floor(dir, "many", size(&many.1), span),
+    ];
     Shipped {
         raw: raws,
         ledger,
         one,
         many,
         callers,
+        colocated,
     }
 }
