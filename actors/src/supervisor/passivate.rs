@@ -84,6 +84,9 @@ impl Handler<ServesOn> for SupervisorActor {
             .is_some_and(|e| e.tenant.epoch() == msg.epoch);
         if same {
             self.note_activity(&msg.key, Some(msg.at_ms), ctx);
+            // Its stamp may be older than the one the armed check was armed for (a tenant
+            // noted in between): armed again at the oldest, so it is not asked late.
+            self.arm_idle_check(ctx);
         }
     }
 }
