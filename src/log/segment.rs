@@ -106,7 +106,10 @@ pub struct SegmentHeader {
 pub struct Page {
     /// Its number, from 1.
     pub pgno: u32,
-    /// Its bytes (`page_size` of them).
+    /// Its bytes (`page_size` of them), encoded as one byte string: the same bytes on the wire
+    /// as a sequence of `u8` (a length, then the bytes), without a call per byte
+    /// (`pages_encode_as_before` pins it).
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 

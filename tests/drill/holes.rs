@@ -29,6 +29,12 @@ fn keeps_every_promise(args: &[&str]) -> String {
 /// fresh replica's at the end. Seen: `VIOLATION unreadable-at-end: a fresh replica could not
 /// open t0 at the end (1 acknowledged writes out of reach): … LEASEHOLD_STORE … store: get: no
 /// answer within 1000 ms`.
+///
+/// Run since 2026-12-02 with 6 MiB batches on a 5 MiB/s link: the same 1.2 s a segment needs
+/// on the link against the get's 1 s, at half the bytes. With 12 MiB on 10 MiB/s, a batch's
+/// commit, capture and encode held the tenant's thread (and its arbiter's) past the drill's 3 s
+/// drain timeout under CI's load, and handoffs answered `DRAIN_TIMEOUT` (`graceful-not-flushed`,
+/// docs/testing.md): timing, with nothing lost.
 #[test]
 fn hole1_an_acknowledged_large_batch_is_restored_on_a_slow_store() {
     let summary = keeps_every_promise(&[
@@ -39,9 +45,9 @@ fn hole1_an_acknowledged_large_batch_is_restored_on_a_slow_store() {
         "--faults",
         "handoff",
         "--large-batch-mib",
-        "12",
+        "6",
         "--store-mib-per-sec",
-        "10",
+        "5",
     ]);
     assert!(count(&summary, "handoff") > 0, "{summary}");
 }
