@@ -664,6 +664,11 @@ impl Handler<TenantGone> for SupervisorActor {
         {
             self.table.remove(&msg.key);
             self.recency.remove(&msg.key);
+            // It may have been the oldest, skipped while it left: the next check falls at the
+            // next oldest's time.
+            if self.idle_timer.is_some() {
+                self.arm_idle_check(ctx);
+            }
         }
         // A forget of this tenure, if any, is over (the tenant actor has stopped by itself).
         self.forgets.retain(|(t, _, _)| *t != tenure);

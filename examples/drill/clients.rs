@@ -150,6 +150,7 @@ pub async fn run_addresses(
             };
             let id = next_id();
             cluster.history.invoke(id, tenant, &key, &proc.label, false);
+            cluster.history.through_address(id);
             let op = Op::Send {
                 tenant,
                 key: key.clone(),

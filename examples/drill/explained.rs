@@ -48,12 +48,35 @@ const IDLE_SLACK_MS: u64 = 50;
 /// at some time in `[start, end]`. The runtime counts a tenant idle from the last request it
 /// received (a write still shipping does not keep it open; its log settles before the lease
 /// goes), so the driver's invoke times bound the runtime's idle spell from outside.
+///
+/// A request to an address may reach the holder through any replica (forwarded), so it counts
+/// against the idle spell unless its reply says it ran elsewhere: a write sent to an address
+/// counts when its reply names one of `replicas` or when no reply came; every query of the
+/// tenant counts (an answer does not say where it ran).
 fn idle_spell(rec: &Record, tenant: u32, replicas: &[&str], start: u64, end: u64) -> bool {
-    let mut sent: Vec<u64> = rec
-        .writes
-        .iter()
-        .filter(|w| w.tenant == tenant && replicas.contains(&w.replica.as_str()))
-        .map(|w| w.invoke_ms)
+    let name = |label: &str| label.split('#').next().unwrap_or(label).to_string();
+    let names: Vec<String> = replicas.iter().map(|r| name(r)).collect();
+    let reached = |w: &&crate::history::WriteOp| {
+        if replicas.contains(&w.replica.as_str()) {
+            return true;
+        }
+        if !rec.addresses.sent.contains(&w.req) {
+            return false;
+        }
+        rec.addresses
+            .ran_on
+            .get(&w.req)
+            .is_none_or(|ran_on| names.contains(&name(ran_on)))
+    };
+    let writes = (rec.writes.iter())
+        .filter(|w| w.tenant == tenant)
+        .filter(reached)
+        .map(|w| w.invoke_ms);
+    let queries = (rec.addresses.queries.iter())
+        .filter(|q| q.tenant == tenant)
+        .map(|q| q.sent_at);
+    let mut sent: Vec<u64> = writes
+        .chain(queries)
         .filter(|at| (start..=end).contains(at))
         .collect();
     sent.sort_unstable();
@@ -177,4 +200,93 @@ pub fn check_tenure_ends(rec: &Record, report: &mut Report) -> Ends {
         });
     }
     ends
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::addresses::QueryOp;
+    use crate::history::{Outcome, WriteOp};
+
+    /// The holder's label.
+    const HOLDER: &str = "replica-1#1";
+
+    /// A write of t0 sent through `via` at `at` (request `req`), acknowledged.
+    fn write(rec: &mut Record, req: u64, via: &str, at: u64) {
+        rec.writes.push(WriteOp {
+            tenant: 0,
+            key: format!("n{req}"),
+            replica: via.into(),
+            req,
+            invoke_ms: at,
+            done_ms: Some(at + 5),
+            outcome: Outcome::Ok {
+                epoch: 1,
+                run_at: at + 1,
+                ack_at: at + 2,
+                late: false,
+            },
+            zombie: false,
+        });
+    }
+
+    /// `PASSIVATE_AFTER` in ms.
+    fn after() -> u64 {
+        crate::protocol::PASSIVATE_AFTER.as_millis() as u64
+    }
+
+    /// The spell asked of every case: t0's tenure on the holder from 0 to one and a half idle
+    /// times: idle unless something reached it in between.
+    fn idle(rec: &Record) -> bool {
+        idle_spell(rec, 0, &[HOLDER], 0, after() * 3 / 2)
+    }
+
+    /// The middle of the tenure: a request then leaves no stretch of `PASSIVATE_AFTER`.
+    fn middle() -> u64 {
+        after() * 3 / 4
+    }
+
+    #[test]
+    fn a_tenant_nobody_wrote_to_was_idle() {
+        let mut rec = Record::default();
+        write(&mut rec, 1, HOLDER, 0);
+        assert!(idle(&rec));
+        // An owner client's write to another replica did not reach the holder.
+        write(&mut rec, 2, "replica-2#1", middle());
+        assert!(idle(&rec));
+    }
+
+    #[test]
+    fn a_write_through_another_replica_that_ran_on_the_holder_keeps_it_busy() {
+        let mut rec = Record::default();
+        write(&mut rec, 1, "replica-2#1", middle());
+        rec.addresses.sent.insert(1);
+        rec.addresses.ran_on.insert(1, "replica-1".into());
+        assert!(!idle(&rec), "forwarded to the holder");
+    }
+
+    #[test]
+    fn a_write_to_an_address_with_no_reply_may_have_reached_the_holder() {
+        let mut rec = Record::default();
+        write(&mut rec, 1, "replica-2#1", middle());
+        rec.addresses.sent.insert(1);
+        assert!(!idle(&rec));
+        // Its reply says it ran elsewhere: the holder stayed idle.
+        rec.addresses.ran_on.insert(1, "replica-3".into());
+        assert!(idle(&rec));
+    }
+
+    #[test]
+    fn a_query_through_any_replica_keeps_it_busy() {
+        let mut rec = Record::default();
+        rec.addresses.queries.push(QueryOp {
+            tenant: 0,
+            key: "n1".into(),
+            via: "replica-3#1".into(),
+            sent_at: middle(),
+            answered_at: middle() + 5,
+            note: None,
+        });
+        assert!(!idle(&rec));
+    }
 }

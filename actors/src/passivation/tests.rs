@@ -166,6 +166,19 @@ fn the_next_check_falls_when_the_oldest_could_be_idle_long_enough() {
 }
 
 #[test]
+fn an_overdue_oldest_is_looked_at_again_after_a_backoff_not_at_once() {
+    // Due later: waited for exactly.
+    assert_eq!(idle_check_wait_ms(61_000, 1_000, 60_000), 60_000);
+    // Overdue after a check: the oldest is a tenant leaving by another way (skipped, it keeps
+    // its place). Looked at again after an eighth of `passivate_after`, within 1 ms and 1 s,
+    // not every millisecond while it leaves.
+    assert_eq!(idle_check_wait_ms(61_000, 61_000, 60_000), 1_000);
+    assert_eq!(idle_check_wait_ms(61_000, 90_000, 60_000), 1_000);
+    assert_eq!(idle_check_wait_ms(1_800, 2_000, 800), 100);
+    assert_eq!(idle_check_wait_ms(5, 9, 4), 1);
+}
+
+#[test]
 fn an_activity_cell_counts_touches_and_keeps_the_latest_stamp() {
     let a = Activity::new(7);
     assert_eq!(a.standing(true).touches, 0);

@@ -27,7 +27,9 @@ use leasehold::clock::duration_ms;
 use leasehold::{Error, LeaseKey};
 
 use super::{Open, Supervisor, SupervisorActor, stopped};
-use crate::passivation::{Chosen, PassivationReason, Standing, idle_before, next_check_ms};
+use crate::passivation::{
+    Chosen, PassivationReason, Standing, idle_before, idle_check_wait_ms, next_check_ms,
+};
 use crate::status::TenantStatus;
 use crate::tenant::TenantRef;
 use crate::tenant::messages::ServesOn;
@@ -149,7 +151,8 @@ impl SupervisorActor {
     }
 
     /// Arms the next idle check for when the least recently used tenant could be idle long
-    /// enough (real time; the judgment itself is on the replica's clock).
+    /// enough (real time; the judgment itself is on the replica's clock), or after a back-off
+    /// when that tenant is overdue: it is leaving by another way ([`idle_check_wait_ms`]).
     pub(super) fn arm_idle_check(&mut self, ctx: &mut Context<Self>) {
         if let Some(timer) = self.idle_timer.take() {
             ctx.cancel_future(timer);
@@ -164,7 +167,7 @@ impl SupervisorActor {
         let Some(due) = next_check_ms(self.recency.oldest_ms(), duration_ms(after)) else {
             return;
         };
-        let wait = Duration::from_millis(due.saturating_sub(now).max(1));
+        let wait = Duration::from_millis(idle_check_wait_ms(due, now, duration_ms(after)));
         self.idle_timer = Some(ctx.run_later(wait, |act, ctx| {
             act.idle_timer = None;
             let check = act.check_idle(ctx);

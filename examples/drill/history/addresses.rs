@@ -3,7 +3,7 @@
 //! when each forget returned (the floor it raised). The checker holds these against the
 //! tenures the lease stores granted ([`crate::address_rules`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{Grant, History, Record};
 use crate::protocol::{NoteRow, now_ms};
@@ -39,6 +39,8 @@ pub struct ForgetDone {
 /// The address clients' part of the history.
 #[derive(Debug, Clone, Default)]
 pub struct AddressRecord {
+    /// Request ids of the writes sent to an address (through any replica).
+    pub sent: HashSet<u64>,
     /// Request id of a write → the replica its reply says ran it.
     pub ran_on: HashMap<u64, String>,
     /// Every query answered.
@@ -48,6 +50,12 @@ pub struct AddressRecord {
 }
 
 impl History {
+    /// Records that write `req` (already invoked) is sent to its tenant's address: it may run
+    /// on another replica than the one it went through.
+    pub fn through_address(&self, req: u64) {
+        self.lock().addresses.sent.insert(req);
+    }
+
     /// Records that the command of write `req` ran on `replica`, as its reply says.
     pub fn ran_on(&self, req: u64, replica: &str) {
         self.lock()
