@@ -47,6 +47,8 @@ mod process;
 mod raw;
 #[path = "scale/shipped.rs"]
 mod shipped;
+#[path = "scale/stages.rs"]
+mod stages;
 #[allow(dead_code)]
 #[path = "runtime/writes.rs"]
 mod writes;
@@ -328,6 +330,17 @@ async fn shipped(backend: Backend, dir: &Path, s: &Sizes) -> Vec<(String, Vec<sh
         many,
         many / sh.raw[1].2.rate().max(1e-9)
     );
+    let commit = |c: &shipped::Cost| {
+        let r = c.runtime.commit;
+        Duration::from_secs_f64(r.total.max(0.0) / r.count.max(1) as f64)
+    };
+    println!(
+        "RESULT commit: the raw ledger's alone p50 {}; the runtime's group commit with its pages captured, mean {:.3} ms (1 caller), {:.3} ms (many callers, {:.1} commits a segment)",
+        ms_or_dash(sh.ledger.quantile(0.5)),
+        ms(commit(&sh.one.1)),
+        ms(commit(&sh.many.1)),
+        sh.many.1.runtime.commit.count as f64 / sh.many.1.puts.max(1) as f64
+    );
     let stages = sh.stages();
     for (name, st) in &stages {
         println!(
@@ -386,5 +399,9 @@ fn main() {
             let target = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
             Path::new(&target).join(if full { "scale.png" } else { "scale-smoke.png" })
         });
+    // The runtime's histograms, summed: the per-stage breakdown of `shipped` reads them.
+    if !stages::install() {
+        println!("(another metrics recorder is installed: the runtime's stage timings read 0)");
+    }
     actix::System::new().block_on(bench(sizes, plot_to));
 }

@@ -62,6 +62,9 @@ pub const RENEW_FAILURES: &str = "leasehold_renew_failures_total";
 pub const LEASES_LOST: &str = "leasehold_leases_lost_total";
 /// Runs per committed batch (the group commit); its `_count` is the commits.
 pub const BATCH_RUNS: &str = "leasehold_batch_runs";
+/// Seconds one group commit took on the tenant's thread: SQLite's commit and, on a tenant with
+/// a change log, the capture of its pages.
+pub const COMMIT_SECONDS: &str = "leasehold_commit_seconds";
 /// Runs refused or rolled back as `Fenced` because the lease no longer held.
 pub const FENCED_RUNS: &str = "leasehold_fenced_runs_total";
 /// Runs refused with nothing committed: too large for a segment, or an `Async` log too far
@@ -71,6 +74,12 @@ pub const RUNS_REFUSED: &str = "leasehold_runs_refused_total";
 pub const SEGMENT_BYTES: &str = "leasehold_segment_bytes";
 /// Seconds from a segment's cut to its tip move confirmed (put and compare-and-set).
 pub const SEGMENT_SHIP_SECONDS: &str = "leasehold_segment_ship_seconds";
+/// Seconds one segment's cut took on the tenant's thread: its batches' pages built into a
+/// segment, encoded, summed and compressed.
+pub const SEGMENT_CUT_SECONDS: &str = "leasehold_segment_cut_seconds";
+/// Seconds from a segment's outcome to the cut of the next: the answered callers coming back,
+/// `ship_linger`, their commits; on a tenant with nothing more to write, its idle time too.
+pub const SEGMENT_GAP_SECONDS: &str = "leasehold_segment_gap_seconds";
 /// Segments not shipped, or whose tip did not move: the tenure ends.
 pub const SHIP_FAILURES: &str = "leasehold_ship_failures_total";
 /// Bytes of each image published; its `_count` is the images.
@@ -148,6 +157,12 @@ pub const CATALOG: &[MetricInfo] = &[
         "runs per committed batch (_count: commits)",
     ),
     metric(
+        COMMIT_SECONDS,
+        Histogram,
+        Unit::Seconds,
+        "a group commit, its pages captured",
+    ),
+    metric(
         FENCED_RUNS,
         Counter,
         Unit::Count,
@@ -170,6 +185,18 @@ pub const CATALOG: &[MetricInfo] = &[
         Histogram,
         Unit::Seconds,
         "a segment's put and tip move",
+    ),
+    metric(
+        SEGMENT_CUT_SECONDS,
+        Histogram,
+        Unit::Seconds,
+        "a segment's cut: built, encoded, compressed",
+    ),
+    metric(
+        SEGMENT_GAP_SECONDS,
+        Histogram,
+        Unit::Seconds,
+        "a segment's outcome to the next cut",
     ),
     metric(
         SHIP_FAILURES,
@@ -314,6 +341,20 @@ pub(crate) fn fenced(runs: usize) {
 pub(crate) fn segment_shipped(bytes: u64, took: Duration) {
     histogram!(SEGMENT_BYTES).record(bytes as f64);
     histogram!(SEGMENT_SHIP_SECONDS).record(took);
+}
+
+/// A group commit (and the capture of its pages) took `took`.
+pub(crate) fn commit_took(took: Duration) {
+    histogram!(COMMIT_SECONDS).record(took);
+}
+
+/// A segment was cut in `took`, `gap` after the previous segment's outcome (none for a
+/// tenure's first).
+pub(crate) fn segment_cut(took: Duration, gap: Option<Duration>) {
+    histogram!(SEGMENT_CUT_SECONDS).record(took);
+    if let Some(gap) = gap {
+        histogram!(SEGMENT_GAP_SECONDS).record(gap);
+    }
 }
 
 /// An image of `bytes` bytes published (its head moved) `took` after it was begun.

@@ -17,6 +17,7 @@ use crate::backend::{Backend, replica};
 use crate::many::{counted, open_and_write};
 use crate::measure::{Figure, sequential_async};
 use crate::raw::{self, RAW_KINDS};
+use crate::stages::{self, Sum};
 use crate::writes::{in_flight, insert};
 
 /// Bytes and requests of a run of writes.
@@ -37,6 +38,42 @@ pub struct Cost {
     pub put_mean: Duration,
     /// Mean tip-move time.
     pub tip_mean: Duration,
+    /// The runtime's own timings over the run (its histograms, [`crate::stages`]).
+    pub runtime: RuntimeStages,
+}
+
+/// What the runtime's histograms recorded over one run.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RuntimeStages {
+    /// Group commits (`leasehold_commit_seconds`).
+    pub commit: Sum,
+    /// Segment cuts (`leasehold_segment_cut_seconds`).
+    pub cut: Sum,
+    /// Outcome to next cut (`leasehold_segment_gap_seconds`).
+    pub gap: Sum,
+    /// Cut to tip moved (`leasehold_segment_ship_seconds`).
+    pub ship: Sum,
+}
+
+impl RuntimeStages {
+    fn read() -> Self {
+        use leasehold_actors::metrics as m;
+        Self {
+            commit: stages::read(m::COMMIT_SECONDS),
+            cut: stages::read(m::SEGMENT_CUT_SECONDS),
+            gap: stages::read(m::SEGMENT_GAP_SECONDS),
+            ship: stages::read(m::SEGMENT_SHIP_SECONDS),
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            commit: self.commit.since(before.commit),
+            cut: self.cut.since(before.cut),
+            gap: self.gap.since(before.gap),
+            ship: self.ship.since(before.ship),
+        }
+    }
 }
 
 impl Cost {
@@ -120,25 +157,40 @@ pub fn projected(sh: &Shipped) -> (Duration, f64) {
 }
 
 impl Shipped {
-    /// The stages of one batch with 1 caller and with many: commit, put, tip move, rest.
+    /// The stages of one batch (a segment: the run's time over its segments) with 1 caller and
+    /// with many, from the runtime's own timings where it has them: the gap from the previous
+    /// segment's outcome to this cut (the commits in it, and the rest of it: the callers
+    /// answered coming back, `ship_linger`), the cut, the put and the tip move (timed in the
+    /// store wrappers), the ship's own hops (its timing less put and tip), and what none of
+    /// them covers. Before the runtime timed its stages, the commit was the raw ledger's alone
+    /// and everything but put and tip was one stage.
     pub fn stages(&self) -> [(String, Vec<Stage>); 2] {
-        let commit = self.ledger.quantile(0.5).unwrap_or_default();
-        let one_total = mean(&self.one.0.latencies);
-        let batch_many = self.many.0.took / (self.many.1.puts.max(1) as u32);
-        let split = |total: Duration, c: &Cost| {
-            let known = commit + c.put_mean + c.tip_mean;
+        let split = |fig: &Figure, c: &Cost| {
+            let batch = fig.took / (c.puts.max(1) as u32);
+            let r = &c.runtime;
+            let per = |s: Sum| Duration::from_secs_f64(s.total.max(0.0) / c.puts.max(1) as f64);
+            let each = |s: Sum| Duration::from_secs_f64(s.total.max(0.0) / s.count.max(1) as f64);
+            let commits = per(r.commit);
+            let gap = per(r.gap);
+            let cut = each(r.cut);
+            let ship = each(r.ship);
+            let hops = ship.saturating_sub(c.put_mean + c.tip_mean);
+            let known = gap.max(commits) + cut + ship;
             vec![
-                ("commit", commit),
+                ("commits", commits),
+                ("callers back, linger", gap.saturating_sub(commits)),
+                ("cut (encode)", cut),
                 ("put", c.put_mean),
                 ("tip move", c.tip_mean),
-                ("capture, encode, hops, reply", total.saturating_sub(known)),
+                ("ship's hops", hops),
+                ("unaccounted", batch.saturating_sub(known)),
             ]
         };
         [
-            ("1 caller".to_string(), split(one_total, &self.one.1)),
+            ("1 caller".to_string(), split(&self.one.0, &self.one.1)),
             (
                 format!("{} callers", self.callers),
-                split(batch_many, &self.many.1),
+                split(&self.many.0, &self.many.1),
             ),
         ]
     }
@@ -150,7 +202,9 @@ async fn costed<F: std::future::Future<Output = Figure>>(
 ) -> (Figure, Cost) {
     c.leases.take();
     c.durable.take();
+    let before = RuntimeStages::read();
     let figure = run.await;
+    let runtime = RuntimeStages::read().since(before);
     let (l, d) = (c.leases.take(), c.durable.take());
     let cost = Cost {
         writes: figure.ops,
@@ -161,6 +215,7 @@ async fn costed<F: std::future::Future<Output = Figure>>(
         tip_calls: l.of("move_tip") + l.of("move_tips"),
         put_mean: mean(&d.puts),
         tip_mean: mean(&l.tip_moves),
+        runtime,
     };
     (figure, cost)
 }

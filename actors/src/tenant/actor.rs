@@ -148,6 +148,8 @@ pub(crate) struct TenantActor {
     _counted: crate::metrics::OpenTenant,
     /// When (wall clock) the next batch prunes stored replies older than the idempotency window.
     pub(super) next_prune_ms: u64,
+    /// When the last segment's outcome came back (the gap to the next cut, a metric).
+    pub(super) last_outcome: Option<std::time::Instant>,
     /// Touched at every run, admission, snapshot and query: the supervisor judges idleness by
     /// it (docs/architecture.md, "Passivation").
     pub(super) activity: Arc<crate::passivation::Activity>,
@@ -184,6 +186,7 @@ impl TenantActor {
             image_too_large: None,
             _counted: parts.counted,
             next_prune_ms: 0,
+            last_outcome: None,
             activity: parts.activity,
         }
     }
@@ -218,6 +221,7 @@ impl TenantActor {
         let _batch = tracing::debug_span!("batch", key = %self.cell.key, epoch = self.cell.epoch,
             runs = callers.len())
         .entered();
+        let began = std::time::Instant::now();
         let held = self.held();
         let fenced = self.fenced();
         let outcome = match self.ledger.as_mut() {
@@ -231,13 +235,16 @@ impl TenantActor {
                 Err(fenced)
             }
         };
+        if outcome.is_ok() && self.log.is_none() {
+            crate::metrics::commit_took(began.elapsed());
+        }
         match &outcome {
             Ok(()) => crate::metrics::committed(callers.len()),
             Err(e) if e.is_fenced() => crate::metrics::fenced(callers.len()),
             Err(_) => {}
         }
         if outcome.is_ok() && self.log.is_some() {
-            return self.committed_logged(callers, ctx);
+            return self.committed_logged(callers, began, ctx);
         }
         let outcome = if outcome.is_ok() {
             // Committed locally; if the lease ran out meanwhile nothing of this tenure may count
@@ -262,11 +269,17 @@ impl TenantActor {
     /// A batch committed locally on a logged ledger: its changes join the log. With `Shipped`
     /// its callers wait until the log holds them; with `Async` they hear at once (if the lease
     /// still held at the commit), and the changes go at the next shipping tick.
-    fn committed_logged(&mut self, callers: Vec<Finisher>, ctx: &mut Context<Self>) {
+    fn committed_logged(
+        &mut self,
+        callers: Vec<Finisher>,
+        began: std::time::Instant,
+        ctx: &mut Context<Self>,
+    ) {
         let taken = match self.ledger.as_mut() {
             Some(ledger) => ledger.take_changes(),
             None => Ok(None),
         };
+        crate::metrics::commit_took(began.elapsed());
         let changes = match taken {
             Ok(changes) => changes,
             Err(e) => {

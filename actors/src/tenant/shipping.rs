@@ -28,8 +28,11 @@ impl TenantActor {
                 return;
             };
             let next = log.next_position();
+            let began = Instant::now();
             match log.cut(wall_ms) {
                 Ok(Some(cut)) => {
+                    let gap = self.last_outcome.take().map(|at| began.duration_since(at));
+                    crate::metrics::segment_cut(began.elapsed(), gap);
                     self.take_wanted_images(ctx);
                     self.send(cut, ctx);
                 }
@@ -77,6 +80,7 @@ impl TenantActor {
             if outcome.is_ok() {
                 crate::metrics::segment_shipped(len, started.elapsed());
             }
+            act.last_outcome = Some(Instant::now());
             if let Some(log) = act.log.as_mut() {
                 let answered = log.shipped(to, &outcome);
                 if let Some(linger) = act.rt.ship_linger
