@@ -2,18 +2,17 @@
 # The project's full test command (CI's .ci/run calls it).
 #
 # 1. checks for PostgreSQL 15, python3 with venv, and curl, and says what to install if missing;
-# 2. starts a throwaway PostgreSQL cluster on a free loopback port (as the postgres user when
-#    run as root);
-# 3. creates or reuses the venv .venv/moto with moto[server], starts moto_server on a free
-#    loopback port and creates the test bucket;
+# 2. builds every test target with the testkit, postgres, s3 and cli features (cli builds the
+#    operator command, which tests/operator_cli.rs runs; the drill example among them), and
+#    beside the build creates or reuses the venv .venv/moto with moto[server];
+# 3. starts a throwaway PostgreSQL cluster on a free loopback port (as the postgres user when
+#    run as root), starts moto_server on a free loopback port and creates the test bucket;
 # 4. exports LEASEHOLD_TEST_PG_URL, LEASEHOLD_TEST_S3_ENDPOINT, LEASEHOLD_TEST_S3_BUCKET and
 #    dummy AWS_* credentials;
-# 5. builds every test target with the testkit, postgres, s3 and cli features (cli builds the
-#    operator command, which tests/operator_cli.rs runs; the drill example among them), then
-#    runs two things side by side: the process drill's tests (tests/drill.rs: replica
+# 5. runs three things side by side: the process drill's tests (tests/drill.rs: replica
 #    processes, mostly waiting on real time) at normal priority, its output kept in a file and
-#    printed when it ends; and, niced so the drill's leases keep their timing, every other
-#    target; once both are over, the runtime's tests again with
+#    printed when it ends; and, niced so the drill's leases keep their timing, the simulation
+#    (its output kept likewise) and every other target; once both are over, the runtime's tests again with
 #    LEASEHOLD_TEST_BACKEND=postgres-s3 (the backend matrix), then the doc tests; arguments are
 #    appended to every cargo test command (scripts/test.sh -- --nocapture);
 # 6. stops both servers and removes their temp dir on exit, and exits with the tests' status
@@ -30,9 +29,6 @@ trap lh_servers_stop EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-lh_servers_start
-lh_log "servers ready"
-
 cargo="${CARGO:-cargo}"
 features="testkit postgres s3 cli"
 status=0
@@ -45,18 +41,33 @@ import json, sys
 meta = json.load(sys.stdin)
 print("\n".join(t["name"] for p in meta["packages"] for t in p["targets"] if "test" in t["kind"]))')"
 for name in $targets; do
-    [[ $name == drill ]] || others+=(--test "$name")
+    [[ $name == drill || $name == simulation ]] || others+=(--test "$name")
 done
-if [[ ${#others[@]} -lt 40 || " ${others[*]} " != *" --test simulation "* ]]; then
+if [[ ${#others[@]} -lt 40 || " ${others[*]} " != *" --test handoff "* ]]; then
     lh_log "the list of test targets looks wrong: ${others[*]}"
     exit 1
 fi
-lh_log "building every test target (the drill example among them)"
+# moto's venv (on a fresh clone a pip install of about a minute, mostly waiting on the network)
+# is made beside the build; the servers start once both are done.
+venv_log="$(mktemp -t leasehold-venv.XXXXXX)"
+lh_moto_venv >"$venv_log" 2>&1 &
+venv_pid=$!
+trap 'kill "$venv_pid" 2>/dev/null || true; lh_servers_stop; rm -f "$venv_log"' EXIT
+lh_log "building every test target (the drill example among them; moto's venv beside it)"
 lh_run "$cargo" test --workspace --all-targets --features "$features" --no-run "$@" || step=$?
 if [[ $step != 0 ]]; then
     lh_log "build: FAILED (exit $step)"
     exit "$step"
 fi
+if ! wait "$venv_pid"; then
+    cat "$venv_log" >&2
+    lh_log "moto's venv: FAILED"
+    exit 1
+fi
+cat "$venv_log" >&2
+rm -f "$venv_log"
+lh_servers_start
+lh_log "servers ready"
 
 # The arguments for cargo and those for the test binaries (after `--`), to add the drill's filters.
 cargo_args=()
@@ -79,13 +90,26 @@ lh_log "cargo test --workspace --features \"$features\" --test drill $* -- --ski
 drill_pid=$!
 # `|| true`: under `set -e` a failing command in the trap (the drill already over) would end the
 # trap there — the servers left running and the script's status turned to 1.
-trap 'kill "$drill_pid" 2>/dev/null || true; lh_servers_stop; rm -f "$drill_log"' EXIT
+# The simulation, niced, as a third stream: mostly one long seeded test on two runner threads,
+# it overlaps the other targets, which wait on timers much of their time.
+sim_log="$(mktemp -t leasehold-simulation-tests.XXXXXX)"
+lh_log "nice cargo test --workspace --features \"$features\" --test simulation $* (beside the rest; output in $sim_log)"
+nice -n 10 "$cargo" test --workspace --features "$features" --test simulation "$@" \
+    >"$sim_log" 2>&1 &
+sim_pid=$!
+trap 'kill "$drill_pid" "$sim_pid" 2>/dev/null || true; lh_servers_stop; rm -f "$drill_log" "$sim_log"' EXIT
 
-lh_log "nice cargo test --workspace --features \"$features\" (every target but the drill) $*"
+lh_log "nice cargo test --workspace --features \"$features\" (every target but the drill and the simulation) $*"
 lh_run nice -n 10 "$cargo" test --no-fail-fast --workspace --features "$features" "${others[@]}" \
     "$@" || step=$?
-lh_log "all targets but the drill: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
+lh_log "all targets but the drill and the simulation: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
 status=$step
+step=0
+lh_log "waiting for the simulation"
+wait "$sim_pid" || step=$?
+cat "$sim_log"
+lh_log "the simulation: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
+[[ $status != 0 ]] || status=$step
 step=0
 lh_log "waiting for the drill's tests"
 wait "$drill_pid" || step=$?
