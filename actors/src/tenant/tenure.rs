@@ -412,26 +412,31 @@ impl Tenure {
         fx: &mut Vec<Effect>,
     ) {
         self.uploads = self.uploads.saturating_sub(1);
-        match &outcome {
-            Ok(published) => {
-                self.published = self.published.max(commits);
-                if let Some(Published {
-                    image, taken_at_ms, ..
-                }) = published
-                {
-                    fx.push(Effect::Emit(Event::SnapshotPublished {
-                        key: self.key.clone(),
-                        image: image.clone(),
-                        taken_at_ms: *taken_at_ms,
-                    }));
-                }
+        if let Ok(published) = &outcome {
+            self.published = self.published.max(commits);
+            if let Some(Published {
+                image, taken_at_ms, ..
+            }) = published
+            {
+                fx.push(Effect::Emit(Event::SnapshotPublished {
+                    key: self.key.clone(),
+                    image: image.clone(),
+                    taken_at_ms: *taken_at_ms,
+                }));
             }
-            Err(error) => fx.push(Effect::Emit(Event::SnapshotFailed {
-                key: self.key.clone(),
-                error: error.to_string(),
-            })),
         }
         let fenced = matches!(&outcome, Err(e) if e.is_fenced());
+        if let Err(error) = &outcome {
+            if final_image && !fenced && self.passivating(Flushing::Publishing) {
+                // A passivation's flush failed: the tenure serves on. The supervisor hears it
+                // before anyone can see it, the `snapshot_failed` event included.
+                fx.push(Effect::ServesOn);
+            }
+            fx.push(Effect::Emit(Event::SnapshotFailed {
+                key: self.key.clone(),
+                error: error.to_string(),
+            }));
+        }
         if final_image && self.passivating(Flushing::Publishing) {
             self.passivation_published(outcome, fenced, fx);
         } else if final_image && self.phase == Phase::Flushing(Flushing::Publishing) {

@@ -92,10 +92,8 @@ impl Tenure {
                 }));
                 self.lose_with(Err(error), fx);
             }
-            Err(_) => {
-                fx.push(Effect::ServesOn);
-                self.enter(Phase::Serving, fx);
-            }
+            // `ServesOn` is already among the effects, before `snapshot_failed`.
+            Err(_) => self.enter(Phase::Serving, fx),
         }
     }
 

@@ -290,6 +290,15 @@ fn a_passivation_whose_flush_fails_serves_on_and_one_fenced_is_a_lost_lease() {
         told.is_some() && told < serving,
         "ServesOn before the status change: {fx:?}"
     );
+    // And before the `snapshot_failed` event: an observer that syncs on the event finds the
+    // tenant back in the order too.
+    let failed_event = fx
+        .iter()
+        .position(|e| matches!(e, Effect::Emit(crate::events::Event::SnapshotFailed { .. })));
+    assert!(
+        failed_event.is_some() && told < failed_event,
+        "ServesOn before snapshot_failed: {fx:?}"
+    );
 
     let mut t = passivating(true);
     let fenced = Input::Published {
