@@ -12,9 +12,10 @@
 # 5. runs three things side by side: the process drill's tests (tests/drill.rs: replica
 #    processes, mostly waiting on real time) at normal priority, its output kept in a file and
 #    printed when it ends; and, niced so the drill's leases keep their timing, the simulation
-#    (its output kept likewise) and every other target; once both are over, the runtime's tests again with
-#    LEASEHOLD_TEST_BACKEND=postgres-s3 (the backend matrix), then the doc tests; arguments are
-#    appended to every cargo test command (scripts/test.sh -- --nocapture);
+#    (its output kept likewise) and every other target, then in that stream the runtime's tests
+#    again with LEASEHOLD_TEST_BACKEND=postgres-s3 (the backend matrix) and the doc tests; once
+#    all are over, the drill's runs on PostgreSQL + S3, alone; arguments are appended to every
+#    cargo test command (scripts/test.sh -- --nocapture);
 # 6. stops both servers and removes their temp dir on exit, and exits with the tests' status
 #    (each part says passed or FAILED; every part runs whatever an earlier one did).
 #
@@ -104,6 +105,24 @@ lh_run nice -n 10 "$cargo" test --no-fail-fast --workspace --features "$features
     "$@" || step=$?
 lh_log "all targets but the drill and the simulation: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
 status=$step
+# The runtime's tests once more on PostgreSQL + S3: the same tests, another backend (a matrix),
+# niced in the same stream while the drill's embedded runs go on (those use no server); not
+# beside the drill's runs on PostgreSQL + S3, which slowed them past their deadlines.
+step=0
+matrix=(--test handoff --test forget --test drain --test sweep --test local_files
+    --test fencing --test guarded_ledger --test observers --test close --test hardening
+    --test change_log --test change_log_pitr --test tip_burst --test reconcile --test messages
+    --test passivation)
+lh_log "runtime tests with LEASEHOLD_TEST_BACKEND=postgres-s3"
+lh_run env LEASEHOLD_TEST_BACKEND=postgres-s3 nice -n 10 "$cargo" test --no-fail-fast \
+    --workspace --features "$features" "${matrix[@]}" "$@" || step=$?
+lh_log "runtime tests on postgres-s3: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
+[[ $status != 0 ]] || status=$step
+step=0
+lh_log "cargo test --workspace --doc --features \"$features\" $*"
+lh_run nice -n 10 "$cargo" test --workspace --doc --features "$features" "$@" || step=$?
+lh_log "doc tests: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
+[[ $status != 0 ]] || status=$step
 step=0
 lh_log "waiting for the simulation"
 wait "$sim_pid" || step=$?
@@ -123,23 +142,6 @@ lh_log "cargo test --workspace --features \"$features\" --test drill postgres_an
 lh_run "$cargo" test --workspace --features "$features" --test drill "${cargo_args[@]}" -- \
     "${bin_args[@]}" postgres_and_s3 || step=$?
 lh_log "the drill on postgres-s3: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
-[[ $status != 0 ]] || status=$step
-# The runtime's tests once more on PostgreSQL + S3: the same tests, another backend (a matrix),
-# once the drill is over (its runs on the same servers slowed them past their deadlines).
-step=0
-matrix=(--test handoff --test forget --test drain --test sweep --test local_files
-    --test fencing --test guarded_ledger --test observers --test close --test hardening
-    --test change_log --test change_log_pitr --test tip_burst --test reconcile --test messages
-    --test passivation)
-lh_log "runtime tests with LEASEHOLD_TEST_BACKEND=postgres-s3"
-lh_run env LEASEHOLD_TEST_BACKEND=postgres-s3 "$cargo" test --no-fail-fast --workspace \
-    --features "$features" "${matrix[@]}" "$@" || step=$?
-lh_log "runtime tests on postgres-s3: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
-[[ $status != 0 ]] || status=$step
-step=0
-lh_log "cargo test --workspace --doc --features \"$features\" $*"
-lh_run "$cargo" test --workspace --doc --features "$features" "$@" || step=$?
-lh_log "doc tests: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
 [[ $status != 0 ]] || status=$step
 
 exit "$status"
