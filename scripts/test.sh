@@ -89,8 +89,7 @@ lh_log "cargo test --workspace --features \"$features\" --test drill $* -- --ski
 "$cargo" test --workspace --features "$features" --test drill "${cargo_args[@]}" -- \
     "${bin_args[@]}" --skip postgres_and_s3 >"$drill_log" 2>&1 &
 drill_pid=$!
-# `|| true`: under `set -e` a failing command in the trap (the drill already over) would end the
-# trap there — the servers left running and the script's status turned to 1.
+trap 'kill "$drill_pid" 2>/dev/null || true; lh_servers_stop; rm -f "$drill_log"' EXIT
 # The simulation, niced, as a third stream: mostly one long seeded test on two runner threads,
 # it overlaps the other targets, which wait on timers much of their time.
 sim_log="$(mktemp -t leasehold-simulation-tests.XXXXXX)"
@@ -98,6 +97,8 @@ lh_log "nice cargo test --workspace --features \"$features\" --test simulation $
 nice -n 10 "$cargo" test --workspace --features "$features" --test simulation "$@" \
     >"$sim_log" 2>&1 &
 sim_pid=$!
+# `|| true`: under `set -e` a failing command in the trap (the drill already over) would end the
+# trap there — the servers left running and the script's status turned to 1.
 trap 'kill "$drill_pid" "$sim_pid" 2>/dev/null || true; lh_servers_stop; rm -f "$drill_log" "$sim_log"' EXIT
 
 lh_log "nice cargo test --workspace --features \"$features\" (every target but the drill and the simulation) $*"

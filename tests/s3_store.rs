@@ -136,7 +136,7 @@ async fn sixteen_racing_puts_of_one_key_create_it_exactly_once_every_round() {
         }
         assert!(!winners.is_empty(), "round {round}: no put was Created");
         assert!(
-            winners.len() <= 3,
+            winners.len() <= 2,
             "round {round}: {} of {RACERS} puts were Created: {winners:?}",
             winners.len()
         );

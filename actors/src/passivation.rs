@@ -248,15 +248,23 @@ pub(crate) fn next_check_ms(oldest_ms: Option<u64>, after_ms: u64) -> Option<u64
 }
 
 /// How long (ms of real time) the supervisor waits before its next idle check, due at `due_ms`
-/// on a clock reading `now_ms`. A check already due is one whose oldest tenant was skipped
-/// because it is leaving by another way (draining, flushing, stopping: it keeps its place until
-/// it is gone, and its going re-arms the check); it is looked at again after a back-off, an
-/// eighth of `passivate_after` within 1 ms and 1 s, not every millisecond while it leaves.
-pub(crate) fn idle_check_wait_ms(due_ms: u64, now_ms: u64, after_ms: u64) -> u64 {
+/// on a clock reading `now_ms`. A check due already right after one ran (`after_check`) found
+/// its oldest tenant leaving by another way (draining, flushing, stopping: it keeps its place
+/// until it is gone, and its going re-arms the check): it is looked at again after a back-off,
+/// an eighth of `passivate_after` within 1 ms and 1 s, not every millisecond while it leaves.
+/// Armed for any other reason (a tenant noted, one gone), a due check runs at once.
+pub(crate) fn idle_check_wait_ms(
+    due_ms: u64,
+    now_ms: u64,
+    after_ms: u64,
+    after_check: bool,
+) -> u64 {
     if due_ms > now_ms {
         due_ms - now_ms
-    } else {
+    } else if after_check {
         (after_ms / 8).clamp(1, 1_000)
+    } else {
+        1
     }
 }
 

@@ -60,6 +60,10 @@ impl Recorder for Sums {
 
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
         let mut cells = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // `histogram!` registers at every record: a lookup, no allocation once the name is in.
+        if let Some(cell) = cells.get(key.name()) {
+            return Histogram::from_arc(cell.clone());
+        }
         let cell = cells.entry(key.name().to_string()).or_default();
         Histogram::from_arc(cell.clone())
     }

@@ -49,24 +49,26 @@ const IDLE_SLACK_MS: u64 = 50;
 /// received (a write still shipping does not keep it open; its log settles before the lease
 /// goes), so the driver's invoke times bound the runtime's idle spell from outside.
 ///
-/// A request to an address may reach the holder through any replica (forwarded), so it counts
-/// against the idle spell unless its reply says it ran elsewhere: a write sent to an address
-/// counts when its reply names one of `replicas` or when no reply came; every query of the
-/// tenant counts (an answer does not say where it ran).
-fn idle_spell(rec: &Record, tenant: u32, replicas: &[&str], start: u64, end: u64) -> bool {
-    let name = |label: &str| label.split('#').next().unwrap_or(label).to_string();
-    let names: Vec<String> = replicas.iter().map(|r| name(r)).collect();
+/// A request to an address may reach the holder through any replica (forwarded), so a write
+/// sent to an address counts when it was acknowledged under this tenure (`epoch`), whichever
+/// replica it went through; one refused or unanswered is not counted (it may never have reached
+/// the holder: counting it could call a true passivation unexplained). Every answered query of
+/// the tenant counts (an answer does not say where it ran; one answered after the passivation
+/// was judged falls after the idle spell it needed, so it cannot hide one).
+fn idle_spell(
+    rec: &Record,
+    tenant: u32,
+    epoch: u64,
+    replicas: &[&str],
+    start: u64,
+    end: u64,
+) -> bool {
     let reached = |w: &&crate::history::WriteOp| {
         if replicas.contains(&w.replica.as_str()) {
             return true;
         }
-        if !rec.addresses.sent.contains(&w.req) {
-            return false;
-        }
-        rec.addresses
-            .ran_on
-            .get(&w.req)
-            .is_none_or(|ran_on| names.contains(&name(ran_on)))
+        rec.addresses.sent.contains(&w.req)
+            && matches!(w.outcome, crate::history::Outcome::Ok { epoch: e, .. } if e == epoch)
     };
     let writes = (rec.writes.iter())
         .filter(|w| w.tenant == tenant)
@@ -175,7 +177,7 @@ pub fn check_tenure_ends(rec: &Record, report: &mut Report) -> Ends {
             ends.faulted += 1;
             continue;
         }
-        if tenure.released == Some(true) && idle_spell(rec, tenant, &replicas, start, end) {
+        if tenure.released == Some(true) && idle_spell(rec, tenant, epoch, &replicas, start, end) {
             ends.passivated += 1;
             continue;
         }
@@ -238,7 +240,7 @@ mod tests {
     /// The spell asked of every case: t0's tenure on the holder from 0 to one and a half idle
     /// times: idle unless something reached it in between.
     fn idle(rec: &Record) -> bool {
-        idle_spell(rec, 0, &[HOLDER], 0, after() * 3 / 2)
+        idle_spell(rec, 0, 1, &[HOLDER], 0, after() * 3 / 2)
     }
 
     /// The middle of the tenure: a request then leaves no stretch of `PASSIVATE_AFTER`.
@@ -257,7 +259,7 @@ mod tests {
     }
 
     #[test]
-    fn a_write_through_another_replica_that_ran_on_the_holder_keeps_it_busy() {
+    fn a_write_through_another_replica_acknowledged_by_this_tenure_keeps_it_busy() {
         let mut rec = Record::default();
         write(&mut rec, 1, "replica-2#1", middle());
         rec.addresses.sent.insert(1);
@@ -266,13 +268,22 @@ mod tests {
     }
 
     #[test]
-    fn a_write_to_an_address_with_no_reply_may_have_reached_the_holder() {
+    fn a_write_to_an_address_not_acknowledged_by_this_tenure_is_not_counted() {
         let mut rec = Record::default();
         write(&mut rec, 1, "replica-2#1", middle());
         rec.addresses.sent.insert(1);
-        assert!(!idle(&rec));
-        // Its reply says it ran elsewhere: the holder stayed idle.
-        rec.addresses.ran_on.insert(1, "replica-3".into());
+        // No answer: it may never have reached the holder (its replica killed, say).
+        rec.writes[0].outcome = Outcome::Unknown {
+            why: "no answer".into(),
+        };
+        assert!(idle(&rec));
+        // Acknowledged by another tenure (epoch 2): it ran elsewhere.
+        rec.writes[0].outcome = Outcome::Ok {
+            epoch: 2,
+            run_at: middle() + 1,
+            ack_at: middle() + 2,
+            late: false,
+        };
         assert!(idle(&rec));
     }
 

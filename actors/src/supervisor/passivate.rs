@@ -151,9 +151,15 @@ impl SupervisorActor {
     }
 
     /// Arms the next idle check for when the least recently used tenant could be idle long
-    /// enough (real time; the judgment itself is on the replica's clock), or after a back-off
-    /// when that tenant is overdue: it is leaving by another way ([`idle_check_wait_ms`]).
+    /// enough (real time; the judgment itself is on the replica's clock).
     pub(super) fn arm_idle_check(&mut self, ctx: &mut Context<Self>) {
+        self.arm_idle_check_after(false, ctx);
+    }
+
+    /// Arms the next idle check; `after_check`: right after a check ran, when an overdue oldest
+    /// tenant is one leaving by another way, looked at again after a back-off
+    /// ([`idle_check_wait_ms`]).
+    fn arm_idle_check_after(&mut self, after_check: bool, ctx: &mut Context<Self>) {
         if let Some(timer) = self.idle_timer.take() {
             ctx.cancel_future(timer);
         }
@@ -167,7 +173,8 @@ impl SupervisorActor {
         let Some(due) = next_check_ms(self.recency.oldest_ms(), duration_ms(after)) else {
             return;
         };
-        let wait = Duration::from_millis(idle_check_wait_ms(due, now, duration_ms(after)));
+        let wait_ms = idle_check_wait_ms(due, now, duration_ms(after), after_check);
+        let wait = Duration::from_millis(wait_ms);
         self.idle_timer = Some(ctx.run_later(wait, |act, ctx| {
             act.idle_timer = None;
             let check = act.check_idle(ctx);
@@ -183,7 +190,7 @@ impl SupervisorActor {
         };
         let now = self.rt.now_ms();
         let chosen = self.choose(Some(idle_before(now, duration_ms(after))), usize::MAX, &[]);
-        self.arm_idle_check(ctx);
+        self.arm_idle_check_after(true, ctx);
         let asks = chosen.into_iter().map(|(tenant, c)| {
             let idle_ms = now.saturating_sub(c.last_ms);
             let ask = tenant.passivate(PassivationReason::Idle, c.touches, idle_ms);
