@@ -177,11 +177,12 @@ async fn a_burst_on_a_slow_store_that_batches_is_answered_and_shares_few_calls()
     let clock: leasehold::clock::SharedClock = Arc::new(leasehold::SystemClock);
     let inner =
         SqliteLeaseStore::open_with(&dir.path().join("leases.db"), clock, "boot".into()).unwrap();
-    // Each batch takes most of its deadline: a caller behind one waits for it, then its own.
-    let deadline = Duration::from_millis(500);
+    // Each batch takes half its deadline: a caller behind one waits for it, then its own. (At
+    // 400 ms of a 500 ms deadline a batch outlived it under CI's load, 2026-12-02.)
+    let deadline = Duration::from_millis(1_200);
     let slow = SlowBatches {
         inner,
-        per_call: Duration::from_millis(400),
+        per_call: Duration::from_millis(600),
     };
     let leases: SharedLeaseStore = Arc::new(Deadline::new(slow, deadline).unwrap());
     let n = 200;
@@ -218,8 +219,8 @@ async fn a_burst_on_a_slow_store_that_batches_is_answered_and_shares_few_calls()
         assert_eq!(answer, &Ok(Some(LogPos { epoch: 1, seq: 1 })));
     }
     assert!(
-        took < Duration::from_millis(2_000),
-        "{n} moves in a few batches of 400 ms each, not one by one: {took:?}"
+        took < Duration::from_millis(5_000),
+        "{n} moves in a few batches of 600 ms each, not one by one (120 s): {took:?}"
     );
 }
 
