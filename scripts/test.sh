@@ -12,10 +12,10 @@
 # 5. runs three things side by side: the process drill's tests (tests/drill.rs: replica
 #    processes, mostly waiting on real time) at normal priority, its output kept in a file and
 #    printed when it ends; and, niced so the drill's leases keep their timing, the simulation
-#    (its output kept likewise) and every other target; once those two are over, while the
-#    drill's runs go on, the runtime's tests again with LEASEHOLD_TEST_BACKEND=postgres-s3 (the
-#    backend matrix) and the doc tests; then the drill's runs on PostgreSQL + S3, alone;
-#    arguments are appended to every cargo test command (scripts/test.sh -- --nocapture);
+#    (its output kept likewise) and every other target; once all three are over, the drill's
+#    runs on PostgreSQL + S3, alone, then the runtime's tests again with
+#    LEASEHOLD_TEST_BACKEND=postgres-s3 (the backend matrix) and the doc tests; arguments are
+#    appended to every cargo test command (scripts/test.sh -- --nocapture);
 # 6. stops both servers and removes their temp dir on exit, and exits with the tests' status
 #    (each part says passed or FAILED; every part runs whatever an earlier one did).
 #
@@ -112,26 +112,6 @@ wait "$sim_pid" || step=$?
 cat "$sim_log"
 lh_log "the simulation: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
 [[ $status != 0 ]] || status=$step
-# The runtime's tests once more on PostgreSQL + S3: the same tests, another backend (a matrix),
-# once the other targets and the simulation are over, while the drill's embedded runs go on
-# (those use no server and little CPU). Not beside the simulation: under its load moto answered
-# a put after a test's 300 ms deadline (CI's run of 2026-12-02); not beside the drill's runs on
-# PostgreSQL + S3, which slowed them past their deadlines.
-step=0
-matrix=(--test handoff --test forget --test drain --test sweep --test local_files
-    --test fencing --test guarded_ledger --test observers --test close --test hardening
-    --test change_log --test change_log_pitr --test tip_burst --test reconcile --test messages
-    --test passivation)
-lh_log "runtime tests with LEASEHOLD_TEST_BACKEND=postgres-s3"
-lh_run env LEASEHOLD_TEST_BACKEND=postgres-s3 nice -n 10 "$cargo" test --no-fail-fast \
-    --workspace --features "$features" "${matrix[@]}" "$@" || step=$?
-lh_log "runtime tests on postgres-s3: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
-[[ $status != 0 ]] || status=$step
-step=0
-lh_log "cargo test --workspace --doc --features \"$features\" $*"
-lh_run nice -n 10 "$cargo" test --workspace --doc --features "$features" "$@" || step=$?
-lh_log "doc tests: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
-[[ $status != 0 ]] || status=$step
 step=0
 lh_log "waiting for the drill's tests"
 wait "$drill_pid" || step=$?
@@ -145,6 +125,26 @@ lh_log "cargo test --workspace --features \"$features\" --test drill postgres_an
 lh_run "$cargo" test --workspace --features "$features" --test drill "${cargo_args[@]}" -- \
     "${bin_args[@]}" postgres_and_s3 || step=$?
 lh_log "the drill on postgres-s3: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
+[[ $status != 0 ]] || status=$step
+
+# The runtime's tests once more on PostgreSQL + S3: the same tests, another backend (a matrix),
+# alone at the end. Beside the simulation moto answered a put after a test's 300 ms deadline;
+# beside the drill's embedded runs, three of those runs lost leases and flushes on the loaded
+# disk (CI's runs of 2026-12-02); beside its runs on PostgreSQL + S3 both slowed past deadlines.
+step=0
+matrix=(--test handoff --test forget --test drain --test sweep --test local_files
+    --test fencing --test guarded_ledger --test observers --test close --test hardening
+    --test change_log --test change_log_pitr --test tip_burst --test reconcile --test messages
+    --test passivation)
+lh_log "runtime tests with LEASEHOLD_TEST_BACKEND=postgres-s3"
+lh_run env LEASEHOLD_TEST_BACKEND=postgres-s3 "$cargo" test --no-fail-fast \
+    --workspace --features "$features" "${matrix[@]}" "$@" || step=$?
+lh_log "runtime tests on postgres-s3: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
+[[ $status != 0 ]] || status=$step
+step=0
+lh_log "cargo test --workspace --doc --features \"$features\" $*"
+lh_run "$cargo" test --workspace --doc --features "$features" "$@" || step=$?
+lh_log "doc tests: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
 [[ $status != 0 ]] || status=$step
 
 exit "$status"
