@@ -13,9 +13,9 @@
 #    processes, mostly waiting on real time) at normal priority, its output kept in a file and
 #    printed when it ends; and, niced so the drill's leases keep their timing, the simulation
 #    (its output kept likewise) and every other target; once all three are over, the drill's
-#    runs on PostgreSQL + S3, alone, then the runtime's tests again with
-#    LEASEHOLD_TEST_BACKEND=postgres-s3 (the backend matrix) and the doc tests; arguments are
-#    appended to every cargo test command (scripts/test.sh -- --nocapture);
+#    runs on PostgreSQL + S3, alone, then hole 1's drill pin alone, then the runtime's tests
+#    again with LEASEHOLD_TEST_BACKEND=postgres-s3 (the backend matrix) and the doc tests;
+#    arguments are appended to every cargo test command (scripts/test.sh -- --nocapture);
 # 6. stops both servers and removes their temp dir on exit, and exits with the tests' status
 #    (each part says passed or FAILED; every part runs whatever an earlier one did).
 #
@@ -84,10 +84,15 @@ for arg in "$@"; do
     fi
 done
 
+# Hole 1's drill pin (6 MiB batches on a 5 MiB/s link) runs alone after the drill's other runs:
+# its large batches' commit, capture and encode hold a tenant's thread for seconds when two
+# other streams share the cores, and under that load CI saw it end handoffs on the drain timeout
+# and fail its end audit (docs/testing.md, "CI's time").
+hole1_pin=holes::hole1_an_acknowledged_large_batch_is_restored_on_a_slow_store
 drill_log="$(mktemp -t leasehold-drill-tests.XXXXXX)"
 lh_log "cargo test --workspace --features \"$features\" --test drill $* -- --skip postgres_and_s3 (beside the rest; output in $drill_log)"
 "$cargo" test --workspace --features "$features" --test drill "${cargo_args[@]}" -- \
-    "${bin_args[@]}" --skip postgres_and_s3 >"$drill_log" 2>&1 &
+    "${bin_args[@]}" --skip postgres_and_s3 --skip "$hole1_pin" >"$drill_log" 2>&1 &
 drill_pid=$!
 trap 'kill "$drill_pid" 2>/dev/null || true; lh_servers_stop; rm -f "$drill_log"' EXIT
 # The simulation, niced, as a third stream: mostly one long seeded test on two runner threads,
@@ -101,31 +106,38 @@ sim_pid=$!
 # trap there — the servers left running and the script's status turned to 1.
 trap 'kill "$drill_pid" "$sim_pid" 2>/dev/null || true; lh_servers_stop; rm -f "$drill_log" "$sim_log"' EXIT
 
+# Says how a part ended and keeps the first failure as the run's status.
+ended() {
+    lh_log "$1: $([[ $2 == 0 ]] && echo passed || echo "FAILED (exit $2)")"
+    [[ $status != 0 ]] || status=$2
+}
+# Waits for a part running beside the others, prints its output, and says how it ended.
+collect() {
+    local code=0
+    lh_log "waiting for $1"
+    wait "$2" || code=$?
+    cat "$3"
+    ended "$1" "$code"
+}
+
 lh_log "nice cargo test --workspace --features \"$features\" (every target but the drill and the simulation) $*"
 lh_run nice -n 10 "$cargo" test --no-fail-fast --workspace --features "$features" "${others[@]}" \
     "$@" || step=$?
-lh_log "all targets but the drill and the simulation: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
-status=$step
-step=0
-lh_log "waiting for the simulation"
-wait "$sim_pid" || step=$?
-cat "$sim_log"
-lh_log "the simulation: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
-[[ $status != 0 ]] || status=$step
-step=0
-lh_log "waiting for the drill's tests"
-wait "$drill_pid" || step=$?
-cat "$drill_log"
-lh_log "the drill's tests: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
-[[ $status != 0 ]] || status=$step
+ended "all targets but the drill and the simulation" "$step"
+collect "the simulation" "$sim_pid" "$sim_log"
+collect "the drill's tests" "$drill_pid" "$drill_log"
 # The drill's runs on PostgreSQL + S3, alone: beside the other targets moto answered a put after
 # the drill's 1 s store deadline, and the tenure it ended was no fault the drill injected.
 step=0
 lh_log "cargo test --workspace --features \"$features\" --test drill postgres_and_s3 $*"
 lh_run "$cargo" test --workspace --features "$features" --test drill "${cargo_args[@]}" -- \
     "${bin_args[@]}" postgres_and_s3 || step=$?
-lh_log "the drill on postgres-s3: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
-[[ $status != 0 ]] || status=$step
+ended "the drill on postgres-s3" "$step"
+step=0
+lh_log "cargo test --workspace --features \"$features\" --test drill $hole1_pin $* (alone)"
+lh_run "$cargo" test --workspace --features "$features" --test drill "${cargo_args[@]}" -- \
+    "${bin_args[@]}" "$hole1_pin" || step=$?
+ended "hole 1's drill pin" "$step"
 
 # The runtime's tests once more on PostgreSQL + S3: the same tests, another backend (a matrix),
 # alone at the end. Beside the simulation moto answered a put after a test's 300 ms deadline;
@@ -139,12 +151,10 @@ matrix=(--test handoff --test forget --test drain --test sweep --test local_file
 lh_log "runtime tests with LEASEHOLD_TEST_BACKEND=postgres-s3"
 lh_run env LEASEHOLD_TEST_BACKEND=postgres-s3 "$cargo" test --no-fail-fast \
     --workspace --features "$features" "${matrix[@]}" "$@" || step=$?
-lh_log "runtime tests on postgres-s3: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
-[[ $status != 0 ]] || status=$step
+ended "runtime tests on postgres-s3" "$step"
 step=0
 lh_log "cargo test --workspace --doc --features \"$features\" $*"
 lh_run "$cargo" test --workspace --doc --features "$features" "$@" || step=$?
-lh_log "doc tests: $([[ $step == 0 ]] && echo passed || echo "FAILED (exit $step)")"
-[[ $status != 0 ]] || status=$step
+ended "doc tests" "$step"
 
 exit "$status"

@@ -25,7 +25,7 @@
 use crate::checker::{Report, Successors, Violation};
 use crate::history::Record;
 use crate::history::acts::LeaveKind;
-use crate::store_rules::{impaired_between, later_tenures, tenure_end};
+use crate::store_rules::{impaired_between, later_tenures, ship_failure, tenure_end};
 
 /// What the rule found besides its violations.
 #[derive(Debug, Default, Clone, Copy)]
@@ -181,16 +181,7 @@ pub fn check_tenure_ends(rec: &Record, report: &mut Report) -> Ends {
             ends.passivated += 1;
             continue;
         }
-        let why = rec
-            .timeline
-            .iter()
-            .filter(|n| {
-                n.tenant == Some(tenant) && (start..=end.saturating_add(500)).contains(&n.at)
-            })
-            .filter(|n| n.text.contains("could not ship") || n.text.contains("lost epoch"))
-            .map(|n| n.text.clone())
-            .next()
-            .map_or(String::new(), |t| format!(" ({t})"));
+        let why = ship_failure(rec, tenant, start, end);
         report.violations.push(Violation {
             rule: "unexplained-tenure-end",
             tenant: Some(tenant),

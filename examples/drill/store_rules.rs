@@ -119,6 +119,22 @@ fn tenure_start(rec: &Record, replica: &str, tenant: u32, at: u64) -> Option<u64
         .max()
 }
 
+/// Why a tenure of `tenant` stopped shipping between `from` and `to`, as its replica said, for
+/// a violation's detail: the first "could not ship" line (else "lost epoch") from `from` to half
+/// a second past `to` (a replica's line may come after the answer it explains), in brackets.
+pub fn ship_failure(rec: &Record, tenant: u32, from: u64, to: u64) -> String {
+    let near = |needle: &str| {
+        rec.timeline
+            .iter()
+            .filter(|n| n.tenant == Some(tenant) && (from..=to.saturating_add(500)).contains(&n.at))
+            .find(|n| n.text.contains(needle))
+            .map(|n| n.text.clone())
+    };
+    near("could not ship")
+        .or_else(|| near("lost epoch"))
+        .map_or(String::new(), |t| format!(" ({t})"))
+}
+
 /// `graceful-not-flushed`: handoffs and closes that did not flush with no fault to explain it.
 pub fn check_graceful(rec: &Record, report: &mut Report) {
     for f in &rec.graceful_failures {
@@ -132,12 +148,15 @@ pub fn check_graceful(rec: &Record, report: &mut Report) {
             report.graceful_explained += 1;
             continue;
         }
+        let why = f
+            .tenant
+            .map_or(String::new(), |t| ship_failure(rec, t, from, f.at));
         report.violations.push(Violation {
             rule: "graceful-not-flushed",
             tenant: f.tenant,
             at: f.at,
             detail: format!(
-                "{} did not flush{} though no fault touched it during the tenure: {}",
+                "{} did not flush{} though no fault touched it during the tenure: {}{why}",
                 f.replica,
                 f.tenant.map_or(String::new(), |t| format!(" t{t}")),
                 f.what

@@ -34,7 +34,13 @@ fn keeps_every_promise(args: &[&str]) -> String {
 /// on the link against the get's 1 s, at half the bytes. With 12 MiB on 10 MiB/s, a batch's
 /// commit, capture and encode held the tenant's thread (and its arbiter's) past the drill's 3 s
 /// drain timeout under CI's load, and handoffs answered `DRAIN_TIMEOUT` (`graceful-not-flushed`,
-/// docs/testing.md): timing, with nothing lost.
+/// docs/testing.md): timing, with nothing lost. At 6 MiB it failed that way again beside the
+/// simulation, and even alone on a quiet machine 2 runs of 3 ended a tenure (or a handoff's
+/// flush) on a segment put sent again after its deadline (`an earlier try still runs`): the
+/// link is slower than the 8 MiB/s the runtime's sized deadlines assume, and shared by the
+/// replica's transfers. So the run tolerates `slow-durable-store` (a put past its deadline, no
+/// fault injected; never a lost write or an unreadable tenant), and `scripts/test.sh` runs it
+/// alone, after the drill's other runs (docs/testing.md, "CI's time").
 #[test]
 fn hole1_an_acknowledged_large_batch_is_restored_on_a_slow_store() {
     let summary = keeps_every_promise(&[
@@ -48,6 +54,10 @@ fn hole1_an_acknowledged_large_batch_is_restored_on_a_slow_store() {
         "6",
         "--store-mib-per-sec",
         "5",
+        // Below the 8 MiB/s the runtime's sized deadlines assume (and shared by a replica's
+        // transfers): a put may outlive its deadline, and the tenure it ends is the link's.
+        "--tolerate",
+        "slow-durable-store",
     ]);
     assert!(count(&summary, "handoff") > 0, "{summary}");
 }
