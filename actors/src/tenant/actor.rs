@@ -279,7 +279,9 @@ impl TenantActor {
             Some(ledger) => ledger.take_changes(),
             None => Ok(None),
         };
-        crate::metrics::commit_took(began.elapsed());
+        if taken.is_ok() {
+            crate::metrics::commit_took(began.elapsed());
+        }
         let changes = match taken {
             Ok(changes) => changes,
             Err(e) => {
