@@ -109,6 +109,8 @@ pub struct Report {
     pub tolerated: Vec<Violation>,
     /// Acknowledged writes.
     pub acked: u64,
+    /// Of them, the large batches' writes (`--large-batch-mib`).
+    pub large_acked: u64,
     /// Definitely refused writes.
     pub refused: u64,
     /// Writes of unknown outcome.
@@ -345,6 +347,9 @@ fn check_acked(
         return;
     };
     report.acked += 1;
+    if op.key.contains(crate::clients::LARGE_KEY) {
+        report.large_acked += 1;
+    }
     if op.zombie {
         report.zombie_acked += 1;
     }

@@ -46,6 +46,9 @@ pub async fn run(cluster: Arc<Cluster>, tenant: u32, client: u32, seed: u64, end
     }
 }
 
+/// What the key of every large batch's write holds (`t<tenant>-big-<n>`).
+pub const LARGE_KEY: &str = "-big-";
+
 /// The large-batch client of `tenant`: every `every` (±50 %) one run carrying a blob of `mib`
 /// MiB (one segment of about that size, `Op::WriteBlob`) through the tenant's owner, until
 /// `end_ms`. Its writes are judged like every other; with a slow store
@@ -72,7 +75,7 @@ pub async fn run_large(
             continue;
         };
         n += 1;
-        let key = format!("t{tenant}-big-{n:06}");
+        let key = format!("t{tenant}{LARGE_KEY}{n:06}");
         let id = next_id();
         cluster.history.invoke(id, tenant, &key, &proc.label, false);
         let op = Op::WriteBlob { tenant, key, mib };

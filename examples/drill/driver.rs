@@ -475,7 +475,7 @@ fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, 
     rules.sort_unstable();
     rules.dedup();
     println!(
-        "drill summary: seed={seed} durability={} seconds={} faults[{}] acked={} refused={} \
+        "drill summary: seed={seed} durability={} seconds={} faults[{}] acked={} large_acked={} refused={} \
          unknown={} forgotten={} lost_within_tail={} lost_otherwise={} tail_max_ms={} \
          tail_bound_ms={} images_read={} tips_read={} graceful={} closed={} leaks={} \
          ended={} ended_asked={} ended_by_fault={} ended_passivated={} pitr_checked={} pitr_outside={} \
@@ -485,6 +485,7 @@ fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, 
         args.seconds,
         faults.join(" "),
         report.acked,
+        report.large_acked,
         report.refused,
         report.unknown,
         report.forgotten,

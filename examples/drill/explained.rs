@@ -181,7 +181,7 @@ pub fn check_tenure_ends(rec: &Record, report: &mut Report) -> Ends {
             ends.passivated += 1;
             continue;
         }
-        let why = ship_failure(rec, tenant, start, end);
+        let why = ship_failure(rec, tenant, &replicas, start, end);
         report.violations.push(Violation {
             rule: "unexplained-tenure-end",
             tenant: Some(tenant),

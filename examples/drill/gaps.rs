@@ -109,10 +109,11 @@ pub fn gap_of(v: &Violation) -> Option<KnownGap> {
 /// epoch of both kinds, segments and images both.
 fn tolerated_by(v: &Violation, tolerated: &[KnownGap]) -> bool {
     match gap_of(v) {
-        // Tolerating every unexplained end tolerates those of a slow store too.
+        // Tolerating every unexplained end tolerates those of a slow store too (not a flush).
         Some(KnownGap::SlowDurableStore) => {
             tolerated.contains(&KnownGap::SlowDurableStore)
-                || tolerated.contains(&KnownGap::UnexplainedEnd)
+                || (v.rule == "unexplained-tenure-end"
+                    && tolerated.contains(&KnownGap::UnexplainedEnd))
         }
         Some(gap) => tolerated.contains(&gap),
         None => {
@@ -183,11 +184,16 @@ mod tests {
             ),
             violation("lost-acknowledged", &format!("t0 … {unsettled}")),
         ];
+        let mut again = found.clone();
         let tolerated = tolerate(&mut found, &[KnownGap::SlowDurableStore]);
         assert_eq!(tolerated.len(), 2, "{tolerated:?}");
         let left: Vec<&str> = found.iter().map(|v| v.rule).collect();
         assert_eq!(left, ["graceful-not-flushed", "lost-acknowledged"]);
         assert!(found[0].detail.contains("DRAIN_TIMEOUT"));
+        // Tolerating every unexplained end does not tolerate a flush that failed.
+        let ends = tolerate(&mut again, &[KnownGap::UnexplainedEnd]);
+        let ends: Vec<&str> = ends.iter().map(|v| v.rule).collect();
+        assert_eq!(ends, ["unexplained-tenure-end"]);
     }
 
     #[test]

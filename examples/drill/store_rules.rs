@@ -119,38 +119,49 @@ fn tenure_start(rec: &Record, replica: &str, tenant: u32, at: u64) -> Option<u64
         .max()
 }
 
-/// Why a tenure of `tenant` stopped shipping between `from` and `to`, as its replica said, for
-/// a violation's detail: the first "could not ship" line (else "lost epoch") from `from` to half
-/// a second past `to` (a replica's line may come after the answer it explains), in brackets.
-pub fn ship_failure(rec: &Record, tenant: u32, from: u64, to: u64) -> String {
-    let near = |needle: &str| {
-        rec.timeline
-            .iter()
-            .filter(|n| n.tenant == Some(tenant) && (from..=to.saturating_add(500)).contains(&n.at))
-            .find(|n| n.text.contains(needle))
-            .map(|n| n.text.clone())
-    };
-    near("could not ship")
-        .or_else(|| near("lost epoch"))
-        .map_or(String::new(), |t| format!(" ({t})"))
+/// Why a tenure of `tenant` on `replicas` stopped shipping between `from` and `to`, as one of
+/// those replicas said, for a violation's detail: its first "could not ship" or "lost epoch"
+/// line from `from` to half a second past `to` (a replica's line may come after the answer it
+/// explains), in brackets; nothing if there is none.
+pub fn ship_failure(rec: &Record, tenant: u32, replicas: &[&str], from: u64, to: u64) -> String {
+    rec.timeline
+        .iter()
+        .filter(|n| n.tenant == Some(tenant) && (from..=to.saturating_add(500)).contains(&n.at))
+        .filter(|n| {
+            replicas.iter().any(|r| {
+                n.text
+                    .strip_prefix(r)
+                    .is_some_and(|rest| rest.starts_with(": "))
+            })
+        })
+        .find(|n| n.text.contains("could not ship") || n.text.contains("lost epoch"))
+        .map_or(String::new(), |n| format!(" ({})", n.text))
 }
+
+/// What a handoff or close answers when the tenant's log could not be settled.
+pub const UNSHIPPED: &str = "LEASEHOLD_UNSHIPPED";
 
 /// `graceful-not-flushed`: handoffs and closes that did not flush with no fault to explain it.
 pub fn check_graceful(rec: &Record, report: &mut Report) {
     for f in &rec.graceful_failures {
         // A fault from the tenure's start (or, for a close that failed as a whole, the start of
         // the run) to the answer explains it.
-        let from = f
+        let start = f
             .tenant
-            .and_then(|t| tenure_start(rec, &f.replica, t, f.at))
-            .unwrap_or(0);
+            .and_then(|t| tenure_start(rec, &f.replica, t, f.at));
+        let from = start.unwrap_or(0);
         if impaired_between(rec, &f.replica, from, f.at) {
             report.graceful_explained += 1;
             continue;
         }
-        let why = f
-            .tenant
-            .map_or(String::new(), |t| ship_failure(rec, t, from, f.at));
+        // An `Unshipped` answer is explained by the tenure's own ship failure, if its replica
+        // named one; no other answer is.
+        let why = match (f.tenant, start) {
+            (Some(t), Some(start)) if f.what == UNSHIPPED => {
+                ship_failure(rec, t, &[f.replica.as_str()], start, f.at)
+            }
+            _ => String::new(),
+        };
         report.violations.push(Violation {
             rule: "graceful-not-flushed",
             tenant: f.tenant,
@@ -247,5 +258,80 @@ pub fn check_leaks(rec: &Record, fail: bool, report: &mut Report) {
         } else {
             report.leaks_reported.push(violation);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{GracefulFailure, Grant, Note};
+
+    /// The replica whose handoff of t0 failed, granted epoch 1 at 100.
+    const HOLDER: &str = "replica-3#1";
+
+    /// A record of t0's epoch 1 on the holder, its handoff answered `what` at 1,000, and these
+    /// timeline lines `(at, text)` about t0.
+    fn failed_handoff(what: &str, lines: &[(u64, &str)]) -> Record {
+        let mut rec = Record::default();
+        rec.tenures.entry((0, 1)).or_default().grants.push(Grant {
+            replica: HOLDER.into(),
+            slot: Some(2),
+            acquired_hi: 100,
+        });
+        rec.graceful_failures.push(GracefulFailure {
+            replica: HOLDER.into(),
+            tenant: Some(0),
+            at: 1_000,
+            what: what.into(),
+        });
+        for &(at, text) in lines {
+            rec.timeline.push(Note {
+                at,
+                tenant: Some(0),
+                text: text.into(),
+            });
+        }
+        rec
+    }
+
+    /// The one `graceful-not-flushed` detail `rec` yields.
+    fn detail(rec: &Record) -> String {
+        let mut report = Report::default();
+        check_graceful(rec, &mut report);
+        assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+        report.violations[0].detail.clone()
+    }
+
+    const SLOW: &str = "replica-3#1: could not ship e00000001/log-000000000009: an earlier try \
+                        still runs";
+
+    #[test]
+    fn an_unshipped_flush_names_its_own_replicas_ship_failure() {
+        let rec = failed_handoff(UNSHIPPED, &[(900, SLOW)]);
+        assert!(detail(&rec).ends_with(&format!("{UNSHIPPED} ({SLOW})")));
+        // Half a second after the answer still counts; later does not.
+        assert!(detail(&failed_handoff(UNSHIPPED, &[(1_400, SLOW)])).contains(SLOW));
+        assert!(!detail(&failed_handoff(UNSHIPPED, &[(1_600, SLOW)])).contains(SLOW));
+        // Before the tenure began: another tenure's.
+        assert!(!detail(&failed_handoff(UNSHIPPED, &[(50, SLOW)])).contains(SLOW));
+    }
+
+    #[test]
+    fn another_replicas_line_or_another_answer_is_not_named() {
+        let other = "replica-1#1: could not ship e00000001/log-000000000009: an earlier try still \
+                     runs";
+        let prefixed = "replica-3#12: could not ship e00000001/log-000000000009: an earlier try \
+                        still runs";
+        let rec = failed_handoff(UNSHIPPED, &[(900, other), (950, prefixed)]);
+        assert!(detail(&rec).ends_with(UNSHIPPED));
+        let rec = failed_handoff("LEASEHOLD_DRAIN_TIMEOUT", &[(900, SLOW)]);
+        assert!(detail(&rec).ends_with("LEASEHOLD_DRAIN_TIMEOUT"));
+    }
+
+    #[test]
+    fn the_first_line_in_time_is_named_lost_epoch_or_could_not_ship() {
+        let lost = "replica-3#1: lost epoch 1";
+        let rec = failed_handoff(UNSHIPPED, &[(800, lost), (900, SLOW)]);
+        assert!(detail(&rec).ends_with(&format!("({lost})")));
     }
 }
