@@ -475,8 +475,8 @@ fn print_summary(report: &Report, record: &Record, args: &DriveArgs, seed: u64, 
     rules.sort_unstable();
     rules.dedup();
     println!(
-        "drill summary: seed={seed} durability={} seconds={} faults[{}] acked={} large_acked={} refused={} \
-         unknown={} forgotten={} lost_within_tail={} lost_otherwise={} tail_max_ms={} \
+        "drill summary: seed={seed} durability={} seconds={} faults[{}] acked={} large_acked={} \
+         refused={} unknown={} forgotten={} lost_within_tail={} lost_otherwise={} tail_max_ms={} \
          tail_bound_ms={} images_read={} tips_read={} graceful={} closed={} leaks={} \
          ended={} ended_asked={} ended_by_fault={} ended_passivated={} pitr_checked={} pitr_outside={} \
          damage_caught={} durable_objects={} image_bytes={} violations={}{} tolerated={} \
